@@ -1,0 +1,308 @@
+"""GRPO loss math: advantages, masks, the clipped surrogate, KL estimators, aggregation.
+
+Everything here is a pure function over arrays with static shapes, so it traces once inside
+the trainer's jitted update. Shapes:
+
+* ``N`` groups (one lake each) of ``G`` completions; flat batch ``B = N * G`` with the
+  ``G`` completions of a group contiguous (row ``n * G + g``).
+* ``T`` completion tokens per row (right-padded); ``mask [B, T]`` is 1 on real completion
+  tokens.
+
+Loss aggregation is expressed as *token weights* (:func:`token_weights`) computed once over
+the whole (global) batch: the loss is ``sum(per_token_loss * weights)``. Splitting the batch
+into micro-batches for gradient accumulation and summing their losses therefore gives exactly
+the full-batch loss and gradient, whatever the aggregation mode.
+
+Modes (see the docstrings for the exact formulas):
+
+* advantages: ``"grpo"`` group z-score (default), ``"dr_grpo"`` mean-only, ``"rloo"``
+  leave-one-out baseline;
+* aggregation: ``"token_mean"`` (DAPO), ``"seq_mean_token_mean"`` (original GRPO),
+  ``"constant"`` (Dr. GRPO: divide by ``num_sequences * max_len``, a fixed constant);
+* KL: ``"k1"`` (``log pi - log ref``) or ``"k3"`` (``exp(ref - pi) - (ref - pi) - 1``);
+  ``beta == 0`` means the reference is never evaluated (the trainer skips its forward pass).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+
+ADVANTAGE_MODES = ("grpo", "dr_grpo", "rloo")
+AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "constant")
+KL_ESTIMATORS = ("k1", "k3")
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOLossConfig:
+    """Static settings of the GRPO objective (hashable: usable as a jit static argument).
+
+    Attributes:
+      advantage: ``"grpo"`` | ``"dr_grpo"`` | ``"rloo"``.
+      aggregation: ``"token_mean"`` | ``"seq_mean_token_mean"`` | ``"constant"``.
+      eps_low: lower clip range, ratio clipped at ``1 - eps_low`` (in ``[0, 1)``).
+      eps_high: upper clip range, ratio clipped at ``1 + eps_high`` (``>= 0``; DAPO's
+        "clip-higher" uses ``eps_high > eps_low``).
+      beta: KL coefficient (``>= 0``); 0 skips the reference model entirely.
+      kl_estimator: ``"k1"`` | ``"k3"``.
+      max_len: the constant completion length of the ``"constant"`` aggregation (tokens);
+        ``None`` means the padded length ``T`` of the batch.
+      std_eps: added to the group standard deviation in the z-score.
+      dynamic_sampling: drop (mask out) groups whose rewards are all equal.
+      overlong_mask: mask out completions that were truncated at the token limit.
+    """
+
+    advantage: str = "grpo"
+    aggregation: str = "token_mean"
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    beta: float = 0.0
+    kl_estimator: str = "k3"
+    max_len: Optional[int] = None
+    std_eps: float = 1e-6
+    dynamic_sampling: bool = False
+    overlong_mask: bool = False
+
+    def __post_init__(self) -> None:
+        if self.advantage not in ADVANTAGE_MODES:
+            raise ValueError(f"advantage={self.advantage!r} not in {ADVANTAGE_MODES}")
+        if self.aggregation not in AGGREGATION_MODES:
+            raise ValueError(f"aggregation={self.aggregation!r} not in {AGGREGATION_MODES}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"kl_estimator={self.kl_estimator!r} not in {KL_ESTIMATORS}")
+        if not 0.0 <= self.eps_low < 1.0:
+            raise ValueError(f"eps_low={self.eps_low} not in [0, 1)")
+        if not self.eps_high >= 0.0:
+            raise ValueError(f"eps_high={self.eps_high} must be >= 0")
+        if not self.beta >= 0.0:
+            raise ValueError(f"beta={self.beta} must be >= 0")
+        if self.max_len is not None and self.max_len < 1:
+            raise ValueError(f"max_len={self.max_len} must be >= 1 (or None)")
+        if not self.std_eps > 0.0:
+            raise ValueError(f"std_eps={self.std_eps} must be > 0")
+
+    @property
+    def use_reference(self) -> bool:
+        """Whether the reference model's log-probs are needed at all."""
+        return self.beta > 0.0
+
+
+# ----------------------------------------------------------------------------- advantages
+def group_advantages(rewards: jax.Array, mode: str = "grpo", std_eps: float = 1e-6) -> jax.Array:
+    """Advantages from grouped rewards.
+
+    Args:
+      rewards: ``[N, G]`` float rewards, one row per group (``G >= 2``).
+      mode: ``"grpo"``: ``(r - mean) / (std + std_eps)`` with the population std (ddof 0);
+        ``"dr_grpo"``: ``r - mean`` (no std division, Dr. GRPO);
+        ``"rloo"``: ``r_i - mean_{j != i} r_j = G / (G - 1) * (r_i - mean)``.
+      std_eps: stabiliser of the z-score.
+
+    Returns:
+      ``[N, G]`` float32 advantages; a group whose rewards are all equal gets zeros in every
+      mode.
+    """
+    chex.assert_rank(rewards, 2)
+    if mode not in ADVANTAGE_MODES:
+        raise ValueError(f"advantage mode={mode!r} not in {ADVANTAGE_MODES}")
+    group = rewards.shape[1]
+    if group < 2:
+        raise ValueError(f"group size G={group} must be >= 2 for group-relative advantages")
+    rewards = rewards.astype(jnp.float32)
+    centred = rewards - jnp.mean(rewards, axis=1, keepdims=True)
+    if mode == "grpo":
+        return centred / (jnp.std(rewards, axis=1, keepdims=True) + std_eps)
+    if mode == "dr_grpo":
+        return centred
+    return centred * (group / (group - 1.0))
+
+
+def zero_variance_groups(rewards: jax.Array, atol: float = 1e-6) -> jax.Array:
+    """``[N]`` bool: groups whose ``G`` rewards are all equal (within ``atol``)."""
+    chex.assert_rank(rewards, 2)
+    return (jnp.max(rewards, axis=1) - jnp.min(rewards, axis=1)) <= atol
+
+
+def sequence_mask(
+    rewards: jax.Array,
+    truncated: jax.Array,
+    *,
+    dynamic_sampling: bool,
+    overlong_mask: bool,
+    atol: float = 1e-6,
+) -> jax.Array:
+    """``[N * G]`` float32 1/0: which completions take part in the loss.
+
+    Args:
+      rewards: ``[N, G]`` rewards.
+      truncated: ``[N * G]`` bool, the completion hit the token limit without an end token
+        (the length is counted in tokens, not characters).
+      dynamic_sampling: drop every completion of a group whose rewards are all equal.
+      overlong_mask: drop truncated completions.
+    """
+    n, g = rewards.shape
+    chex.assert_shape(truncated, (n * g,))
+    keep = jnp.ones((n * g,), dtype=bool)
+    if dynamic_sampling:
+        keep &= jnp.repeat(~zero_variance_groups(rewards, atol), g)
+    if overlong_mask:
+        keep &= ~truncated.astype(bool)
+    return keep.astype(jnp.float32)
+
+
+# ----------------------------------------------------------------------------- aggregation
+def token_weights(
+    mask: jax.Array,
+    seq_mask: jax.Array,
+    aggregation: str = "token_mean",
+    max_len: Optional[int] = None,
+) -> jax.Array:
+    """Per-token weights whose weighted sum of per-token losses is the aggregated loss.
+
+    Args:
+      mask: ``[B, T]`` 1 on real completion tokens.
+      seq_mask: ``[B]`` 1 for completions that take part (see :func:`sequence_mask`).
+      aggregation: ``"token_mean"``: ``m / sum(m)`` over the batch;
+        ``"seq_mean_token_mean"``: ``m / len_i / K`` (mean over each sequence's tokens,
+        then over the ``K`` kept non-empty sequences);
+        ``"constant"``: ``m / (K * max_len)`` (Dr. GRPO; ``K`` kept sequences, ``max_len``
+        defaulting to ``T``).
+      max_len: constant length of the ``"constant"`` mode.
+
+    Returns:
+      ``[B, T]`` float32 weights (``m = mask * seq_mask``); all zeros when nothing is kept.
+    """
+    chex.assert_rank(mask, 2)
+    chex.assert_shape(seq_mask, mask.shape[:1])
+    if aggregation not in AGGREGATION_MODES:
+        raise ValueError(f"aggregation={aggregation!r} not in {AGGREGATION_MODES}")
+    m = mask.astype(jnp.float32) * seq_mask.astype(jnp.float32)[:, None]
+    lengths = jnp.sum(m, axis=1)
+    if aggregation == "token_mean":
+        return m / jnp.maximum(jnp.sum(m), 1.0)
+    kept = jnp.sum((lengths > 0).astype(jnp.float32))
+    if aggregation == "seq_mean_token_mean":
+        return m / jnp.maximum(lengths, 1.0)[:, None] / jnp.maximum(kept, 1.0)
+    length = mask.shape[1] if max_len is None else max_len
+    return m / (jnp.maximum(kept, 1.0) * float(length))
+
+
+# ----------------------------------------------------------------------------- per token
+def kl_estimate(logp: jax.Array, ref_logp: jax.Array, estimator: str = "k3") -> jax.Array:
+    """Per-token estimate of ``KL(pi || ref)`` from tokens sampled from ``pi``.
+
+    ``"k1"``: ``logp - ref_logp`` (unbiased, can be negative);
+    ``"k3"``: ``exp(ref_logp - logp) - (ref_logp - logp) - 1`` (unbiased, always >= 0).
+    """
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl_estimator={estimator!r} not in {KL_ESTIMATORS}")
+    if estimator == "k1":
+        return logp - ref_logp
+    delta = ref_logp - logp
+    return jnp.exp(delta) - delta - 1.0
+
+
+def clipped_surrogate(
+    logp: jax.Array,
+    old_logp: jax.Array,
+    advantages: jax.Array,
+    eps_low: float,
+    eps_high: float,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """PPO-style clipped per-token loss (to minimise).
+
+    ``loss = max(-A * r, -A * clip(r, 1 - eps_low, 1 + eps_high))`` with ``r = exp(logp -
+    old_logp)`` and the sequence advantage ``A`` broadcast over its tokens.
+
+    Returns:
+      ``(loss [B, T], ratio [B, T], clipped_low [B, T] bool, clipped_high [B, T] bool)``;
+      ``clipped_*`` mark tokens where the clipped term is active (no gradient):
+      ``r < 1 - eps_low`` with ``A < 0`` and ``r > 1 + eps_high`` with ``A > 0``.
+    """
+    chex.assert_equal_shape([logp, old_logp])
+    adv = advantages.astype(jnp.float32)[:, None]
+    ratio = jnp.exp(logp - old_logp)
+    unclipped = -adv * ratio
+    clipped = -adv * jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    loss = jnp.maximum(unclipped, clipped)
+    clipped_low = (ratio < 1.0 - eps_low) & (adv < 0)
+    clipped_high = (ratio > 1.0 + eps_high) & (adv > 0)
+    return loss, ratio, clipped_low, clipped_high
+
+
+def token_entropy(logits: jax.Array) -> jax.Array:
+    """``[..., V] -> [...]`` entropy (nats) of the softmax of ``logits``."""
+    logz = jax.nn.logsumexp(logits, axis=-1, keepdims=True)
+    logprobs = logits - logz
+    return -jnp.sum(jnp.exp(logprobs) * logprobs, axis=-1)
+
+
+def grpo_loss(
+    logp: jax.Array,
+    old_logp: jax.Array,
+    advantages: jax.Array,
+    weights: jax.Array,
+    config: GRPOLossConfig,
+    ref_logp: Optional[jax.Array] = None,
+    entropy: Optional[jax.Array] = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """The GRPO objective of one (micro-)batch.
+
+    Args:
+      logp: ``[B, T]`` log-probs of the completion tokens under the current policy.
+      old_logp: ``[B, T]`` log-probs under the policy that sampled them.
+      advantages: ``[B]`` per-sequence advantages.
+      weights: ``[B, T]`` aggregation weights from :func:`token_weights` (computed over the
+        *global* batch, so summing micro-batch losses gives the full-batch loss).
+      config: the loss settings.
+      ref_logp: ``[B, T]`` reference log-probs; required when ``config.beta > 0`` and ignored
+        (may be ``None``) when it is 0.
+      entropy: optional ``[B, T]`` per-token entropies for the metric.
+
+    Returns:
+      ``(loss, metrics)``; every metric is a weighted *sum* with the same weights, so metrics
+      of micro-batches add up to the full-batch value, and :func:`metric_means` turns the
+      sums into weighted means: ``pg_loss``, ``kl``, ``clip_frac``, ``clip_frac_low``,
+      ``clip_frac_high``, ``ratio_mean``, ``entropy`` (if given), and ``weight`` (the sum of
+      the weights).
+    """
+    chex.assert_rank([logp, old_logp, weights], 2)
+    chex.assert_equal_shape([logp, old_logp, weights])
+    chex.assert_shape(advantages, logp.shape[:1])
+    pg, ratio, low, high = clipped_surrogate(logp, old_logp, advantages, config.eps_low, config.eps_high)
+    per_token = pg
+    metrics: dict[str, jax.Array] = {}
+    if config.use_reference:
+        if ref_logp is None:
+            raise ValueError(f"beta={config.beta} > 0 needs ref_logp")
+        chex.assert_equal_shape([logp, ref_logp])
+        kl = kl_estimate(logp, ref_logp, config.kl_estimator)
+        per_token = per_token + config.beta * kl
+        metrics["kl"] = jnp.sum(jax.lax.stop_gradient(kl) * weights)
+    else:
+        metrics["kl"] = jnp.zeros((), jnp.float32)
+    loss = jnp.sum(per_token * weights)
+    w = jax.lax.stop_gradient(weights)
+    metrics["pg_loss"] = jnp.sum(jax.lax.stop_gradient(pg) * w)
+    metrics["clip_frac_low"] = jnp.sum(low * w)
+    metrics["clip_frac_high"] = jnp.sum(high * w)
+    metrics["clip_frac"] = metrics["clip_frac_low"] + metrics["clip_frac_high"]
+    metrics["ratio_mean"] = jnp.sum(jax.lax.stop_gradient(ratio) * w)
+    if entropy is not None:
+        chex.assert_equal_shape([logp, entropy])
+        metrics["entropy"] = jnp.sum(jax.lax.stop_gradient(entropy) * w)
+    metrics["weight"] = jnp.sum(w)
+    return loss, metrics
+
+
+def metric_means(sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """Weighted sums from :func:`grpo_loss` (added over micro-batches) -> weighted means.
+
+    ``weight`` itself is dropped; with nothing kept every mean is 0.
+    """
+    total = jnp.maximum(sums["weight"], 1e-12)
+    return {k: v / total for k, v in sums.items() if k != "weight"}
