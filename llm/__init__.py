@@ -1,1 +1,7 @@
 """llm: a Flax NNX Qwen3 policy, GRPO training and the environment engineer."""
+
+from llm.hf_io import from_pretrained
+from llm.hf_io import save_pretrained
+from llm.model import KVCache
+from llm.model import Qwen3Config
+from llm.model import Qwen3ForCausalLM

@@ -1,0 +1,520 @@
+"""The Qwen3 decoder in Flax NNX.
+
+Architecture (identical to ``transformers``' ``Qwen3ForCausalLM``): token embedding, a stack of
+decoder layers (pre-RMSNorm, grouped-query attention with per-head RMSNorm on q and k applied
+*before* rotary position embedding, pre-RMSNorm SwiGLU MLP, residuals), a final RMSNorm and a
+tied or untied LM head. ``head_dim`` is independent of ``hidden_size / num_attention_heads``.
+
+The decoder layers are stored *stacked*: every parameter of ``model.layers`` has a leading
+axis of size ``num_hidden_layers`` and the forward pass is one ``jax.lax.scan`` over it, so
+compile time does not grow with depth. The KV cache is stacked the same way.
+
+Shapes (B batch, T new tokens, S cache capacity, L layers, V vocab)::
+
+    input_ids       [B, T]  int32
+    positions       [B, T]  int32   RoPE positions
+    attention_mask  [B, T]  bool    True = real token, False = (left) padding
+    logits          [B, T, V] float32
+    KVCache.k / .v  [L, B, S, num_key_value_heads, head_dim]  compute dtype
+    KVCache.mask    [B, S]  bool
+    KVCache.index   []      int32
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Mapping
+
+import chex
+import flax
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxlake.config import ConfigError
+
+#: Supported parameter / compute dtypes, by name.
+DTYPES: dict[str, Any] = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+#: Standard deviation of the normal initialiser (``initializer_range`` in transformers).
+INIT_STD = 0.02
+
+_INT_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Qwen3Config:
+    """Architecture and precision of a Qwen3 decoder.
+
+    Frozen (hashable) so it can live in a module's static graph. ``param_dtype`` is the
+    storage dtype of the weights, ``dtype`` the compute dtype; both are ``"float32"`` or
+    ``"bfloat16"``. Logits are always returned in float32.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = True
+    max_position_embeddings: int = 4096
+    param_dtype: str = "float32"
+    dtype: str = "float32"
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be an integer >= 1")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ConfigError(
+                f"num_attention_heads={self.num_attention_heads} must be a multiple of "
+                f"num_key_value_heads={self.num_key_value_heads}"
+            )
+        if self.head_dim % 2:
+            raise ConfigError(f"head_dim={self.head_dim} must be even (RoPE rotates pairs)")
+        if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
+            raise ConfigError(f"rope_theta={self.rope_theta!r} must be a number > 0")
+        if not (isinstance(self.rms_norm_eps, (int, float)) and 0 < self.rms_norm_eps < 1):
+            raise ConfigError(f"rms_norm_eps={self.rms_norm_eps!r} must be in (0, 1)")
+        for name in ("param_dtype", "dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ConfigError(f"{name}={getattr(self, name)!r} not in {sorted(DTYPES)}")
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ConfigError(f"{name}={value!r} must be None or an integer >= 0")
+
+    # ----------------------------------------------------------------- derived values
+    @property
+    def jnp_dtype(self) -> Any:
+        """Compute dtype as a numpy/JAX dtype."""
+        return DTYPES[self.dtype]
+
+    @property
+    def jnp_param_dtype(self) -> Any:
+        """Parameter storage dtype as a numpy/JAX dtype."""
+        return DTYPES[self.param_dtype]
+
+    def num_parameters(self) -> int:
+        """Number of weights of the model this config describes (tied head counted once)."""
+        h, hd = self.hidden_size, self.head_dim
+        attn = h * hd * (2 * self.num_attention_heads + 2 * self.num_key_value_heads) + 2 * hd
+        mlp = 3 * h * self.intermediate_size
+        layer = attn + mlp + 2 * h
+        head = 0 if self.tie_word_embeddings else self.vocab_size * h
+        return self.vocab_size * h + self.num_hidden_layers * layer + h + head
+
+    # ----------------------------------------------------------------- (de)serialisation
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Qwen3Config":
+        """Build from a plain mapping of this class's fields (e.g. a ``conf/model`` preset).
+
+        Unknown keys raise :class:`ConfigError` naming them; ``_target_``-style Hydra keys
+        (leading underscore) are ignored.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        d = {k: v for k, v in dict(d).items() if not str(k).startswith("_")}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"unknown Qwen3Config field(s) {unknown}; allowed: {sorted(names)}")
+        d = dict(d)
+        for name in ("rope_theta", "rms_norm_eps"):
+            if name in d and isinstance(d[name], (int, str)) and not isinstance(d[name], bool):
+                d[name] = float(d[name])  # YAML reads 1e6 as a string and 1000000 as an int
+        return cls(**d)
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike) -> "Qwen3Config":
+        """Read a ``conf/model/*.yaml`` preset."""
+        import yaml
+
+        with open(path, encoding="utf-8") as fh:
+            d = yaml.safe_load(fh)
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"{path}: expected a mapping of Qwen3Config fields, got {type(d).__name__}")
+        return cls.from_dict(d)
+
+    @classmethod
+    def from_hf_dict(cls, d: Mapping[str, Any]) -> "Qwen3Config":
+        """Translate a Hugging Face ``config.json`` mapping.
+
+        Reads the RoPE base from ``rope_parameters`` (transformers 5) or the top-level
+        ``rope_theta`` (older files). The weights' dtype (``dtype`` or ``torch_dtype``) becomes
+        both ``param_dtype`` and ``dtype``: float32 and bfloat16 are kept, anything else
+        (float16, missing) becomes float32. Features this implementation does not have
+        (attention bias, sliding windows, scaled RoPE, other activations) raise ``ConfigError``.
+        """
+        archs = d.get("architectures")
+        model_type = d.get("model_type")
+        if archs is not None:
+            if "Qwen3ForCausalLM" not in archs:
+                raise ConfigError(
+                    f"unsupported architecture {list(archs)} (model_type={model_type!r}); "
+                    "only Qwen3ForCausalLM is supported"
+                )
+        elif model_type != "qwen3":
+            raise ConfigError(
+                f"unsupported model_type={model_type!r}; only Qwen3ForCausalLM (model_type 'qwen3') "
+                "is supported"
+            )
+        rope = d.get("rope_parameters") or {}
+        scaling = d.get("rope_scaling") or {}
+        rope_type = rope.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
+        if rope_type != "default":
+            raise ConfigError(f"rope_type={rope_type!r} is not supported; only 'default' RoPE")
+        theta = rope.get("rope_theta", d.get("rope_theta", 10_000.0))
+        if d.get("attention_bias", False):
+            raise ConfigError("attention_bias=true is not supported (Qwen3 has no attention bias)")
+        if d.get("use_sliding_window", False):
+            raise ConfigError("use_sliding_window=true is not supported")
+        if d.get("hidden_act", "silu") != "silu":
+            raise ConfigError(f"hidden_act={d.get('hidden_act')!r} is not supported; only 'silu'")
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
+            if name not in d:
+                raise ConfigError(f"config.json lacks the required field {name!r}")
+        heads = int(d["num_attention_heads"])
+        weights_dtype = d.get("dtype", d.get("torch_dtype"))
+        dtype = weights_dtype if weights_dtype in DTYPES else "float32"
+        eos = d.get("eos_token_id")
+        if isinstance(eos, (list, tuple)):
+            eos = eos[0] if eos else None
+        return cls(
+            vocab_size=int(d["vocab_size"]),
+            hidden_size=int(d["hidden_size"]),
+            intermediate_size=int(d["intermediate_size"]),
+            num_hidden_layers=int(d["num_hidden_layers"]),
+            num_attention_heads=heads,
+            num_key_value_heads=int(d.get("num_key_value_heads") or heads),
+            head_dim=int(d.get("head_dim") or int(d["hidden_size"]) // heads),
+            rope_theta=float(theta),
+            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            max_position_embeddings=int(d.get("max_position_embeddings", 4096)),
+            param_dtype=dtype,
+            dtype=dtype,
+            bos_token_id=d.get("bos_token_id"),
+            eos_token_id=eos,
+            pad_token_id=d.get("pad_token_id"),
+        )
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """The ``config.json`` mapping transformers 5.24 writes for this architecture."""
+        try:
+            from importlib.metadata import version
+
+            tf_version = version("transformers")
+        except Exception:  # pragma: no cover - transformers is a dependency
+            tf_version = "5.24.0"
+        return {
+            "architectures": ["Qwen3ForCausalLM"],
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "bos_token_id": self.bos_token_id,
+            "dtype": self.param_dtype,
+            "eos_token_id": self.eos_token_id,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "hidden_size": self.hidden_size,
+            "initializer_range": INIT_STD,
+            "intermediate_size": self.intermediate_size,
+            "layer_types": ["full_attention"] * self.num_hidden_layers,
+            "max_position_embeddings": self.max_position_embeddings,
+            "max_window_layers": self.num_hidden_layers,
+            "model_type": "qwen3",
+            "num_attention_heads": self.num_attention_heads,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_key_value_heads": self.num_key_value_heads,
+            "pad_token_id": self.pad_token_id,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_parameters": {"rope_theta": float(self.rope_theta), "rope_type": "default"},
+            "sliding_window": None,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "transformers_version": tf_version,
+            "use_cache": True,
+            "use_sliding_window": False,
+            "vocab_size": self.vocab_size,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain mapping of the fields (inverse of :meth:`from_dict`)."""
+        return dataclasses.asdict(self)
+
+
+@flax.struct.dataclass
+class KVCache:
+    """Stacked key/value cache for batched decoding.
+
+    ``k``/``v`` are ``[L, B, S, num_key_value_heads, head_dim]`` in the compute dtype (S is the
+    capacity); ``mask[b, s]`` is True where slot ``s`` holds a real (non-pad) token of row
+    ``b``; ``index`` is the next slot to write, shared by the whole batch. Keys are stored
+    after RoPE. Writing past the capacity is not detected inside ``jit``: callers size
+    ``S >= prompt length + new tokens``.
+    """
+
+    k: jax.Array
+    v: jax.Array
+    mask: jax.Array
+    index: jax.Array
+
+
+def _normal_init() -> Any:
+    return nnx.initializers.normal(stddev=INIT_STD)
+
+
+class RMSNorm(nnx.Module):
+    """Root-mean-square norm over the last axis, computed in float32 like transformers."""
+
+    def __init__(self, dim: int, eps: float, *, param_dtype: Any):
+        self.weight = nnx.Param(jnp.ones((dim,), param_dtype))
+        self.eps = eps
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        in_dtype = x.dtype
+        xf = x.astype(jnp.float32)
+        xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
+        return self.weight[...].astype(in_dtype) * xf.astype(in_dtype)
+
+
+def _linear(n_in: int, n_out: int, config: Qwen3Config, rngs: nnx.Rngs) -> nnx.Linear:
+    """Bias-free projection; kernel stored ``[in, out]`` (transpose of torch's weight)."""
+    return nnx.Linear(
+        n_in,
+        n_out,
+        use_bias=False,
+        dtype=config.jnp_dtype,
+        param_dtype=config.jnp_param_dtype,
+        kernel_init=_normal_init(),
+        rngs=rngs,
+    )
+
+
+def rope_cos_sin(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+    """``cos, sin`` of shape ``[B, T, head_dim]`` (float32) for integer ``positions [B, T]``.
+
+    Frequencies ``theta ** (-2i / head_dim)``, duplicated over both halves (the
+    ``rotate_half`` convention of transformers).
+    """
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+    freqs = positions.astype(jnp.float32)[..., None] * inv_freq
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    return jnp.cos(emb), jnp.sin(emb)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate ``x [B, T, heads, head_dim]`` by ``cos/sin [B, T, head_dim]`` (rotate-half form)."""
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    cos = cos[:, :, None, :].astype(x.dtype)
+    sin = sin[:, :, None, :].astype(x.dtype)
+    return x * cos + rotated * sin
+
+
+class Attention(nnx.Module):
+    """Grouped-query self-attention with per-head q/k RMSNorm before RoPE."""
+
+    def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
+        c = config
+        self.num_heads = c.num_attention_heads
+        self.num_kv_heads = c.num_key_value_heads
+        self.head_dim = c.head_dim
+        self.q_proj = _linear(c.hidden_size, c.num_attention_heads * c.head_dim, c, rngs)
+        self.k_proj = _linear(c.hidden_size, c.num_key_value_heads * c.head_dim, c, rngs)
+        self.v_proj = _linear(c.hidden_size, c.num_key_value_heads * c.head_dim, c, rngs)
+        self.o_proj = _linear(c.num_attention_heads * c.head_dim, c.hidden_size, c, rngs)
+        self.q_norm = RMSNorm(c.head_dim, c.rms_norm_eps, param_dtype=c.jnp_param_dtype)
+        self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps, param_dtype=c.jnp_param_dtype)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        cos: jax.Array,
+        sin: jax.Array,
+        allowed: jax.Array,
+        cache_kv: tuple[jax.Array, jax.Array] | None,
+        index: jax.Array | None,
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+        """``x [B, T, H]``; ``allowed [B, T, K]`` (K = T without cache, S with one)."""
+        b, t, _ = x.shape
+        q = self.q_norm(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim))
+        v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+        new_kv = None
+        if cache_kv is not None:
+            k_cache, v_cache = cache_kv
+            zero = jnp.zeros((), jnp.int32)
+            k_cache = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (zero, index, zero, zero))
+            v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (zero, index, zero, zero))
+            k, v = k_cache.astype(q.dtype), v_cache.astype(q.dtype)
+            new_kv = (k_cache, v_cache)
+        groups = self.num_heads // self.num_kv_heads
+        qg = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim)
+        scores = jnp.einsum("btngd,bsnd->bngts", qg, k, preferred_element_type=jnp.float32)
+        scores = scores * (self.head_dim**-0.5)
+        scores = jnp.where(allowed[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+        out = jnp.einsum("bngts,bsnd->btngd", probs, v)
+        out = out.reshape(b, t, self.num_heads * self.head_dim)
+        return self.o_proj(out), new_kv
+
+
+class MLP(nnx.Module):
+    """SwiGLU feed-forward: ``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
+        c = config
+        self.gate_proj = _linear(c.hidden_size, c.intermediate_size, c, rngs)
+        self.up_proj = _linear(c.hidden_size, c.intermediate_size, c, rngs)
+        self.down_proj = _linear(c.intermediate_size, c.hidden_size, c, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nnx.Module):
+    """Pre-norm attention block and pre-norm MLP block, each with a residual."""
+
+    def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
+        c = config
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, param_dtype=c.jnp_param_dtype)
+        self.self_attn = Attention(c, rngs=rngs)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, param_dtype=c.jnp_param_dtype)
+        self.mlp = MLP(c, rngs=rngs)
+
+    def __call__(self, x, cos, sin, allowed, cache_kv, index):
+        h, new_kv = self.self_attn(self.input_layernorm(x), cos, sin, allowed, cache_kv, index)
+        x = x + h
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return x, new_kv
+
+
+class Qwen3ForCausalLM(nnx.Module):
+    """Qwen3 causal language model (see the module docstring for shapes and layout).
+
+    Parameter paths mirror transformers' names: ``embed_tokens.embedding`` (``[V, H]``),
+    ``layers.<module>.<name>`` stacked over layers (linear kernels ``[L, in, out]``),
+    ``norm.weight`` and, when untied, ``lm_head.kernel`` (``[H, V]``).
+    """
+
+    def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
+        self.config = config
+        c = config
+        self.embed_tokens = nnx.Embed(
+            c.vocab_size,
+            c.hidden_size,
+            dtype=c.jnp_dtype,
+            param_dtype=c.jnp_param_dtype,
+            embedding_init=_normal_init(),
+            rngs=rngs,
+        )
+
+        @nnx.split_rngs(splits=c.num_hidden_layers)
+        @nnx.vmap(in_axes=(0,), out_axes=0)
+        def make_layers(r: nnx.Rngs) -> DecoderLayer:
+            return DecoderLayer(c, rngs=r)
+
+        self.layers = make_layers(rngs)
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, param_dtype=c.jnp_param_dtype)
+        self.lm_head = None if c.tie_word_embeddings else _linear(c.hidden_size, c.vocab_size, c, rngs)
+
+    def init_cache(self, batch_size: int, capacity: int) -> KVCache:
+        """An empty cache: zero keys/values, mask all False, index 0."""
+        c = self.config
+        shape = (c.num_hidden_layers, batch_size, capacity, c.num_key_value_heads, c.head_dim)
+        return KVCache(
+            k=jnp.zeros(shape, c.jnp_dtype),
+            v=jnp.zeros(shape, c.jnp_dtype),
+            mask=jnp.zeros((batch_size, capacity), bool),
+            index=jnp.zeros((), jnp.int32),
+        )
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        positions: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        cache: KVCache | None = None,
+    ) -> tuple[jax.Array, KVCache | None]:
+        """Logits ``[B, T, V]`` (float32) and the updated cache (``None`` without one).
+
+        Without a cache: causal attention over the T tokens, pad keys masked out. With a
+        cache: the new keys/values go to slots ``[index, index + T)``, the cache mask there
+        is set from ``attention_mask`` and each query attends to masked-in slots up to its
+        own. ``positions`` defaults to ``index + arange(T)`` (``arange(T)`` without a
+        cache); for left-padded batches pass ``clip(cumsum(attention_mask) - 1, 0)``.
+        Padded query rows get finite but meaningless logits.
+        """
+        c = self.config
+        chex.assert_rank(input_ids, 2)
+        b, t = input_ids.shape
+        start = jnp.zeros((), jnp.int32) if cache is None else cache.index.astype(jnp.int32)
+        if positions is None:
+            positions = jnp.broadcast_to(start + jnp.arange(t, dtype=jnp.int32), (b, t))
+        if attention_mask is None:
+            attention_mask = jnp.ones((b, t), bool)
+        chex.assert_shape([positions, attention_mask], (b, t))
+        attention_mask = attention_mask.astype(bool)
+
+        if cache is None:
+            causal = jnp.tril(jnp.ones((t, t), bool))
+            allowed = causal[None] & attention_mask[:, None, :]
+            kv_in = None
+        else:
+            chex.assert_shape(cache.k, (c.num_hidden_layers, b, None, c.num_key_value_heads, c.head_dim))
+            capacity = cache.k.shape[2]
+            key_mask = jax.lax.dynamic_update_slice(cache.mask, attention_mask, (jnp.zeros((), jnp.int32), start))
+            q_slot = start + jnp.arange(t, dtype=jnp.int32)
+            causal = jnp.arange(capacity, dtype=jnp.int32)[None, :] <= q_slot[:, None]
+            allowed = causal[None] & key_mask[:, None, :]
+            kv_in = (cache.k, cache.v)
+
+        cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta)
+        x = self.embed_tokens(input_ids.astype(jnp.int32)).astype(c.jnp_dtype)
+
+        graphdef, layer_state = nnx.split(self.layers)
+
+        def body(h, xs):
+            state, kv = xs
+            layer = nnx.merge(graphdef, state)
+            h, new_kv = layer(h, cos, sin, allowed, kv, start)
+            return h, new_kv
+
+        x, new_kv = jax.lax.scan(body, x, (layer_state, kv_in))
+        x = self.norm(x)
+        if self.lm_head is None:
+            table = self.embed_tokens.embedding[...].astype(c.jnp_dtype)
+            logits = jnp.einsum("bth,vh->btv", x, table, preferred_element_type=jnp.float32)
+        else:
+            kernel = self.lm_head.kernel[...].astype(c.jnp_dtype)
+            logits = jnp.einsum("bth,hv->btv", x, kernel, preferred_element_type=jnp.float32)
+        logits = logits.astype(jnp.float32)
+
+        new_cache = None
+        if cache is not None:
+            new_cache = KVCache(k=new_kv[0], v=new_kv[1], mask=key_mask, index=start + t)
+        return logits, new_cache
+
+
+def count_params(model: nnx.Module) -> int:
+    """Number of scalars in the model's ``nnx.Param`` variables."""
+    return sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
