@@ -1,0 +1,106 @@
+"""Peer: Jumanji ``Connector`` (multi-agent routing in JAX), raw jitted step under vmap.
+
+``Connector(RandomWalkGenerator(grid_size, num_agents), time_limit=max_steps)``: ``num_envs``
+instances reset by ``jit(vmap(reset))`` and stepped by a ``lax.scan`` of ``vmap(step)`` with
+random actions drawn inside the scan (the same protocol as ``jaxlake.bench``'s rollout);
+compile time excluded, median of ``repeats`` timed calls (``block_until_ready``). Connector
+grids are square and have no holes: the matched row uses ``grid_size = max(height, width)``
+and the spec's agent count; with ``connector_default`` the registered ``Connector-v3`` setting
+(10x10, 10 agents) is measured too. The generator rate (``jit(vmap(reset))``, lakes/s) is
+reported beside it. No auto-reset: Jumanji's ``AutoResetWrapper`` under vmap runs the
+generator on every step.
+
+Jumanji runs in its own virtual environment (``python -m jaxlake.peers.setup
+jumanji_connector``) so that it never constrains the project's JAX. Stand-alone:
+``<venv>/bin/python -I jumanji_connector.py '<spec json>'`` prints a JSON list of rows.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+PEER = "jumanji_connector"
+VENV = "jumanji"
+REQUIREMENTS = ["jumanji==1.1.2"]
+
+
+def _measure_one(grid_size: int, num_agents: int, spec: dict) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import jumanji
+    import numpy as np
+    from jumanji.environments import Connector
+    from jumanji.environments.routing.connector.generator import RandomWalkGenerator
+
+    env = Connector(
+        generator=RandomWalkGenerator(grid_size=grid_size, num_agents=num_agents),
+        time_limit=int(spec["max_steps"]),
+    )
+    batch, steps = int(spec["num_envs"]), int(spec.get("steps", 64))
+    reset = jax.jit(jax.vmap(env.reset))
+    keys = jax.random.split(jax.random.PRNGKey(int(spec.get("seed", 0))), batch)
+
+    def roll(state, key):
+        def body(s, k):
+            actions = jax.random.randint(k, (batch, num_agents), 0, 5)
+            s, ts = jax.vmap(env.step)(s, actions)
+            return s, jnp.sum(ts.reward)
+
+        return jax.lax.scan(body, state, jax.random.split(key, steps))
+
+    t0 = time.perf_counter()
+    reset_c = reset.lower(keys).compile()
+    state, _ = reset_c(keys)
+    roll_c = jax.jit(roll).lower(state, jax.random.PRNGKey(1)).compile()
+    compile_s = time.perf_counter() - t0
+    jax.block_until_ready(roll_c(state, jax.random.PRNGKey(2)))  # warm-up
+
+    times, gen_times = [], []
+    for r in range(int(spec.get("repeats", 3))):
+        t0 = time.perf_counter()
+        jax.block_until_ready(roll_c(state, jax.random.PRNGKey(10 + r)))
+        times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        jax.block_until_ready(reset_c(jax.random.split(jax.random.PRNGKey(100 + r), batch)))
+        gen_times.append(time.perf_counter() - t0)
+    env_rate = batch * steps / float(np.median(times))
+    return {
+        "peer": PEER,
+        "system": f"Jumanji Connector {grid_size}x{grid_size}, {num_agents} agents (raw step, vmap+scan)",
+        "version": jumanji.__version__,
+        "jax_version": jax.__version__,
+        "height": grid_size,
+        "width": grid_size,
+        "num_agents": num_agents,
+        "hole_density": 0.0,
+        "num_envs": batch,
+        "steps": steps,
+        "env_steps_per_s": env_rate,
+        "agent_steps_per_s": env_rate * num_agents,
+        "resets_per_s": batch / float(np.median(gen_times)),
+        "compile_s": compile_s,
+        "times_s": times,
+        "note": "no holes in Connector; square grid",
+    }
+
+
+def _main(spec: dict) -> list[dict]:
+    size = max(int(spec["height"]), int(spec["width"]))
+    rows = [_measure_one(size, int(spec["num_agents"]), spec)]
+    if spec.get("connector_default") and (size, int(spec["num_agents"])) != (10, 10):
+        rows.append(_measure_one(10, 10, spec))
+    return rows
+
+
+def measure(spec: dict, *, root=None, timeout: float = 600.0) -> list[dict]:
+    """Measure in Jumanji's own virtual environment (skipped with a note when absent)."""
+    from jaxlake.peers.runner import run_script, venv_python
+
+    return run_script(PEER, Path(__file__), venv_python(VENV, root), spec, timeout=timeout)
+
+
+if __name__ == "__main__":
+    print(json.dumps(_main(json.loads(sys.argv[1]))))
