@@ -1,0 +1,182 @@
+"""Summaries on a synthetic evaluation: metrics, breakdowns, failure selection, rendering."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxlake.config import LakeConfig
+from jaxlake.suite import FAILURE_TYPES, aggregate, failure_types, metrics
+from jaxlake.summaries import (
+    PARTS,
+    behaviour,
+    failure_cases,
+    history_entry,
+    render_summary,
+    select_failures,
+    summarize,
+)
+
+
+def rec(lake, cell, *, success=False, n=2, arrived=0, fell=0, timed_out=0, conflicts=0, malformed=False,
+        plan_len=3, soc=None, opt=None, mode="greedy", sample=0, events=None):
+    r = {
+        "lake": lake, "cell": cell, "mode": mode, "sample": sample, "num_agents": n, "success": success,
+        "arrived_share": arrived / n, "fell": fell, "timed_out": timed_out, "conflicts": conflicts,
+        "malformed": malformed, "malformed_reasons": ["line 2: stray text 'hello'"] if malformed else [],
+        "plan_len": plan_len, "soc": soc, "opt_soc": opt, "solvable": None if opt is None else opt >= 0,
+        "events": events or {"first_fall": None, "first_conflict": None, "timeouts": []},
+        "plan": "A: R R\nB: D", "completion": "A: R R\nB: D",
+    }
+    r["failure_types"] = failure_types(r)
+    return r
+
+
+CELLS = [
+    {"id": 0, "values": {"size": 4, "num_agents": 1}, "config": LakeConfig(height=4, width=4, num_agents=1)},
+    {"id": 1, "values": {"size": 4, "num_agents": 2}, "config": LakeConfig(height=4, width=4, num_agents=2)},
+    {"id": 3, "values": {"size": 6, "num_agents": 2}, "config": LakeConfig(height=6, width=6, num_agents=2)},
+]
+
+FALL = {"first_fall": {"agent": "B", "step": 3, "cell": [2, 1]}, "first_conflict": None, "timeouts": []}
+CONFLICT = {"first_fall": None, "first_conflict": {"agent": "A", "step": 2, "kind": "swap", "cell": [0, 1], "action": "R"},
+            "timeouts": [{"agent": "A", "cell": [0, 1], "goal": [3, 3], "step": 8}]}
+TIMEOUT = {"first_fall": None, "first_conflict": None, "timeouts": [{"agent": "B", "cell": [1, 1], "goal": [2, 2], "step": 8}]}
+
+RECORDS = [
+    rec(0, 0, success=True, n=1, arrived=1, soc=4, opt=4),                      # cell 0
+    rec(1, 0, success=True, n=1, arrived=1, soc=6, opt=4),                      # cell 0
+    rec(2, 1, arrived=1, fell=1, events=FALL),                                  # cell 1: fell
+    rec(3, 1, arrived=0, timed_out=1, conflicts=2, events=CONFLICT),            # cell 1: conflict+timeout
+    rec(4, 3, arrived=1, timed_out=1, events=TIMEOUT, opt=-1),                  # cell 3: timeout
+    rec(5, 3, malformed=True, arrived=0, timed_out=2, events=TIMEOUT),          # cell 3: malformed+timeout
+]
+
+
+def test_metrics_hand_computed():
+    m = metrics(RECORDS)
+    assert m["n"] == 6
+    assert m["score"] == pytest.approx(2 / 6)
+    # arrived shares: 1, 1, .5, 0, .5, 0
+    assert m["arrived_share"] == pytest.approx(3 / 6)
+    assert m["fall_rate"] == pytest.approx(1 / 6)
+    assert m["timeout_rate"] == pytest.approx(3 / 6)
+    assert m["conflict_rate"] == pytest.approx(1 / 6)
+    assert m["malformed_rate"] == pytest.approx(1 / 6)
+    assert m["agents_fell"] == pytest.approx(1 / 10)       # 2*1 + 4*2 = 10 agents
+    assert m["agents_timed_out"] == pytest.approx(4 / 10)
+    assert m["soc_ratio"] == pytest.approx((4 / 4 + 6 / 4) / 2)
+    # records with a planner result: lakes 0, 1 (solvable), 4 (not)
+    assert m["solvable"] == pytest.approx(2 / 3)
+    assert metrics([])["score"] is None and metrics([])["n"] == 0
+
+
+def test_aggregate_breakdowns_follow_cells():
+    agg = aggregate(RECORDS, CELLS, ["size", "num_agents"])
+    assert agg["score"] == pytest.approx(2 / 6)
+    assert agg["by_dim"]["size"]["4"]["n"] == 4
+    assert agg["by_dim"]["size"]["4"]["score"] == pytest.approx(2 / 4)
+    assert agg["by_dim"]["size"]["6"]["score"] == 0.0
+    assert agg["by_dim"]["num_agents"]["1"]["score"] == 1.0
+    assert agg["by_dim"]["num_agents"]["2"]["n"] == 4
+    assert [c["id"] for c in agg["by_cell"]] == [0, 1, 3]
+    assert agg["by_cell"][2]["config"]["height"] == 6
+    json.dumps(agg)  # JSON-ready
+
+
+def synthetic_eval():
+    grids = [f"A . .\n. O .\n. . a  # lake {i}" for i in range(6)]
+    return {
+        "suite": {"name": "synthetic", "dims": ["size", "num_agents"],
+                  "cells": [{"id": c["id"], "values": c["values"], "config": c["config"].to_dict()} for c in CELLS]},
+        "modes": {"greedy": aggregate(RECORDS, CELLS, ["size", "num_agents"]),
+                  "sampled": aggregate(RECORDS[:2], CELLS, ["size", "num_agents"])},
+        "current_env": {"modes": {"greedy": metrics(RECORDS[:3])}},
+        "episodes": RECORDS,
+        "grids": grids,
+    }
+
+
+def test_failure_cases_cover_every_type_with_grid_plan_step_cause():
+    f = failure_cases(synthetic_eval(), k=3)
+    assert f["types_present"] == ["malformed", "fell", "conflict", "timeout"]
+    assert f["types_covered"] == f["types_present"]   # 3 cases suffice for 4 types
+    assert len(f["cases"]) == 3
+    by_lake = {c["lake"]: c for c in f["cases"]}
+    fall = by_lake[2]
+    assert fall["grid"].endswith("lake 2")
+    assert fall["plan"] == "A: R R\nB: D"
+    assert fall["step"] == 3
+    assert fall["cause"] == "step 3: agent B fell into the hole at row 2 col 1"
+    conflict = by_lake[3]
+    assert conflict["causes"][0].startswith("step 2: agent A's move R from row 0 col 1 was cancelled (swap conflict)")
+    assert "timed out" in conflict["causes"][1]
+    malformed = by_lake[5]
+    assert malformed["step"] == 0 and malformed["cause"].startswith("malformed answer")
+    assert all(c["cell"] is not None for c in f["cases"])
+
+
+FAILS = st.lists(
+    st.tuples(st.sets(st.sampled_from(FAILURE_TYPES)), st.integers(0, 4), st.booleans()), min_size=0, max_size=25
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(FAILS, st.integers(0, 8))
+def test_select_failures_covers_types_first(specs, k):
+    records = []
+    for i, (types, cell, success) in enumerate(specs):
+        r = rec(i, cell, success=success and not types, malformed="malformed" in types,
+                fell=int("fell" in types), conflicts=int("conflict" in types), timed_out=int("timeout" in types))
+        records.append(r)
+    chosen = select_failures(records, k)
+    failed = [r for r in records if not r["success"]]
+    assert len(chosen) == min(k, len(failed))
+    assert all(not r["success"] for r in chosen)
+    assert len({r["lake"] for r in chosen}) == len(chosen)
+    present = {t for r in failed for t in r["failure_types"]}
+    covered = {t for r in chosen for t in r["failure_types"]}
+    if k >= len(FAILURE_TYPES):
+        assert covered == present
+    # never more cells repeated than needed: distinct cells first
+    cells_failed = {r["cell"] for r in failed}
+    if len(chosen) <= len(cells_failed) and k >= len(FAILURE_TYPES) + len(cells_failed):
+        assert len({r["cell"] for r in chosen}) == len(chosen)
+
+
+def test_summary_json_and_text_parts_switchable():
+    hist = [history_entry(1, [(1.0, LakeConfig())], synthetic_eval(), train={"reward": 0.5, "step": 2},
+                          engineer={"engineer": "heuristic", "decision": "proposed", "reason": "raise size"})]
+    env_stats = {"lakes": 4, "overall": {"hole_density": 0.1, "conflict_density": 0.5, "path_len_mean": 3.0,
+                                         "dist_ok": 1.0, "solvable": 0.75},
+                 "components": [{"weight": 1.0, "config": LakeConfig().to_dict(), "lakes": 4, "hole_density": 0.12,
+                                 "target_hole_density": 0.1, "conflict_density": 0.5, "target_conflict_density": 0.5,
+                                 "path_len_mean": 3.0, "path_len_min": 1, "path_len_max": 6, "dist_ok": 1.0,
+                                 "attempts_mean": 1.0, "solvable": 0.75}]}
+    s = summarize(synthetic_eval(), env_stats, hist, k_failures=4)
+    json.dumps(s)
+    assert set(s) == set(PARTS)
+    assert s["behaviour"]["overall"]["score"] == pytest.approx(0.333)
+    assert s["behaviour"]["current_env"]["score"] == pytest.approx(0.667)
+    assert s["behaviour"]["scores"] == {"greedy": 0.333, "sampled": 1.0}
+    assert s["behaviour"]["by_dim"]["size"]["4"]["score"] == 0.5
+    full = render_summary(s)
+    for header in ("## Policy behaviour", "## Failure cases", "## Training environment statistics", "## Stage history"):
+        assert header in full
+    assert "by size: 4: success 0.50" in full
+    assert "stage 1: env 1.00 x (height=5" in full and "engineer proposed: raise size" in full
+    assert "solvable by the planner 0.75" in full
+    only = render_summary(s, parts=["behaviour", "history"])
+    assert "## Failure cases" not in only and "## Training environment statistics" not in only
+    assert "## Policy behaviour" in only and "## Stage history" in only
+    assert render_summary(s, parts=[]) == ""
+    with pytest.raises(ValueError, match="unknown summary part"):
+        render_summary(s, parts=["gossip"])
+
+
+def test_behaviour_falls_back_to_available_mode():
+    ev = synthetic_eval()
+    del ev["modes"]["greedy"]
+    b = behaviour(ev, "greedy")
+    assert b["mode"] == "sampled" and b["overall"]["score"] == 1.0
