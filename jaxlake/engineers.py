@@ -486,6 +486,10 @@ class Engineer(abc.ABC):
     def propose(self, ctx: EngineerContext) -> Proposal:
         """The next stage's environment. Must not raise on bad model output."""
 
+    def initial_mixture(self, default: Mixture) -> Mixture:
+        """Stage 1's environment, given the run's ``env`` (most backends keep it)."""
+        return default
+
 
 def stage_success(eval_result: Mapping[str, Any], mode: str = "greedy", signal: str = "current_env") -> Optional[float]:
     """Success used by the ladder: on lakes of the training environment when the
@@ -519,8 +523,8 @@ class ManualEngineer(Engineer):
 
     Entries are LakeConfig field mappings (missing fields keep the current values) or
     ``{mixture: [{weight, config}, ...]}``; past the end of the list the last entry repeats.
-    Stage 1 trains on the run's ``env``; the list's first entry is therefore used from
-    stage 2 on only when ``first_is_stage_1`` is false.
+    With ``first_is_stage_1`` (default) ``stages[0]`` replaces the run's ``env`` for stage 1;
+    otherwise stage 1 trains on ``env`` and ``stages[0]`` is stage 2's environment.
     """
 
     name = "manual"
@@ -536,14 +540,21 @@ class ManualEngineer(Engineer):
         self.first_is_stage_1 = bool(first_is_stage_1)
         self.name = name
 
+    def _entry(self, index: int, base: LakeConfig) -> Mixture:
+        index = min(index, len(self.stages) - 1)
+        try:
+            return mixture_from_obj(self.stages[index], base)
+        except ProposalError as err:
+            raise ConfigError(f"engineer.stages[{index}]: {err}") from None
+
+    def initial_mixture(self, default: Mixture) -> Mixture:
+        return self._entry(0, main_config(default)) if self.first_is_stage_1 else default
+
     def propose(self, ctx: EngineerContext) -> Proposal:
         index = ctx.stage if self.first_is_stage_1 else ctx.stage - 1
         index = min(index, len(self.stages) - 1)
-        try:
-            mixture = mixture_from_obj(self.stages[index], ctx.base)
-        except ProposalError as err:
-            raise ConfigError(f"engineer.stages[{index}]: {err}") from None
-        return Proposal(mixture, "proposed", f"manual curriculum entry {index}", record={"entry": index})
+        return Proposal(self._entry(index, ctx.base), "proposed", f"manual curriculum entry {index}",
+                        record={"entry": index})
 
 
 # ============================================================================ random

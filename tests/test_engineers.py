@@ -1,0 +1,266 @@
+"""Engineer interface, config space, proposal parsing, retries and the non-LLM backends."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+from jaxlake.config import ConfigError, LakeConfig
+from jaxlake.engineers import (
+    ConfigSpace,
+    EngineerContext,
+    FixedEngineer,
+    HeuristicEngineer,
+    ManualEngineer,
+    PLREngineer,
+    ProposalError,
+    RandomEngineer,
+    build_engineer,
+    extract_json,
+    load_mixture,
+    mixture_from_env_node,
+    mixture_from_obj,
+    mixture_to_yaml,
+    propose_with_retries,
+    space_from_conf,
+)
+
+CONF = Path(__file__).resolve().parents[1] / "conf" / "engineer"
+BASE = LakeConfig(height=5, width=5, num_agents=2, hole_density=0.1, conflict_density=0.5, max_steps=16)
+
+
+def ctx(stage=1, current=None, eval_result=None, state=None, seed=0, initial=None):
+    current = current or [(1.0, BASE)]
+    return EngineerContext(stage=stage, current=current, initial=initial or current,
+                           eval_result=eval_result or {}, summary={}, history=[], state=state or {}, seed=seed)
+
+
+def eval_with(p_current=None, p_suite=None, cells=()):
+    ev = {"modes": {}}
+    if p_suite is not None:
+        ev["modes"]["greedy"] = {"n": 10, "score": p_suite, "by_cell": list(cells)}
+        ev["modes"]["sampled"] = {"n": 20, "score": p_suite, "by_cell": list(cells)}
+    if p_current is not None:
+        ev["current_env"] = {"modes": {"greedy": {"n": 8, "score": p_current}, "sampled": {"n": 8, "score": p_current}}}
+    return ev
+
+
+# ----------------------------------------------------------------------------- config space
+def test_choices_respect_cross_field_constraints():
+    space = ConfigSpace(base=BASE)
+    assert space.choices("num_agents", {"height": 2, "width": 2}) == [1, 2]
+    # 2 agents on a 2x2 region need all 4 cells frozen: round(hd * 4) == 0.
+    assert space.choices("hole_density", {"height": 2, "width": 2, "num_agents": 2}) == [0.0, 0.05, 0.1]
+    assert space.choices("height", {}) == list(range(2, 9))
+    # fixed (non-editable) num_agents=4 and hole_density=0.1 need 8 frozen cells: a 2x4 region
+    # has round(0.8) = 1 hole (7 frozen), a 2x5 region 1 hole (9 frozen)
+    fixed = ConfigSpace(base=BASE.replace(num_agents=4), editable=("height", "width"))
+    assert fixed.choices("height", {}) == list(range(2, 9))
+    assert fixed.choices("width", {"height": 2}) == [5, 6, 7, 8]
+    assert ConfigSpace(base=BASE.replace(num_agents=4, hole_density=0.0), editable=("height", "width")).choices(
+        "width", {"height": 2}) == [4, 5, 6, 7, 8]
+
+
+BASES = st.builds(
+    lambda h, w, n, cap: LakeConfig(height=min(h, cap), width=min(w, cap), num_agents=n, max_height=cap,
+                                    max_width=cap, max_agents=4),
+    st.integers(2, 6), st.integers(2, 6), st.integers(1, 2), st.integers(6, 8),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(BASES, st.integers(0, 2**31 - 1), st.sampled_from([None, ("height", "width", "num_agents", "hole_density"),
+                                                          ("num_agents", "slip_prob", "max_steps", "min_dist", "max_dist", "on_goal")]))
+def test_sampled_configs_always_valid_and_on_grid(base, seed, editable):
+    space = ConfigSpace(base=base) if editable is None else ConfigSpace(base=base, editable=editable)
+    cfg = space.sample(np.random.default_rng(seed))
+    assert isinstance(cfg, LakeConfig)
+    cfg.validate()
+    for name in space.editable:
+        assert getattr(cfg, name) in space.values[name]
+    assert cfg.capacity == base.capacity
+    assert space.snap(cfg) == cfg
+
+
+def test_space_from_conf_errors_name_the_key():
+    with pytest.raises(ConfigError, match="unknown key"):
+        space_from_conf(BASE, {"editable": ["height"], "bogus": 1})
+    with pytest.raises(ConfigError, match="not editable"):
+        space_from_conf(BASE, {"editable": ["height"], "values": {"width": [3]}})
+    with pytest.raises(ConfigError, match=r"space.values.hole_density value 1.5 not in \[0.0, 0.9\]"):
+        space_from_conf(BASE, {"values": {"hole_density": [0.0, 1.5]}})
+
+
+# ----------------------------------------------------------------------------- proposals
+def test_mixture_forms_and_partial_fields():
+    (w, cfg), = mixture_from_obj({"height": 6, "width": 6}, BASE)
+    assert w == 1.0 and cfg.height == 6 and cfg.num_agents == BASE.num_agents
+    mix = mixture_from_obj({"mixture": [{"weight": 3, "config": {"num_agents": 1}},
+                                        {"weight": 1, "config": {"num_agents": 3}}]}, BASE)
+    assert [round(w, 6) for w, _ in mix] == [0.75, 0.25]
+    assert [c.num_agents for _, c in mix] == [1, 3]
+    assert mixture_from_obj([{"config": {"height": 4}}, {"config": {"height": 3}}], BASE)[1][0] == 0.5
+
+
+@pytest.mark.parametrize(
+    "obj, message",
+    [
+        ({"height": 99}, "config: height=99 exceeds max_height=8"),
+        ({"max_height": 16}, "max_height=16 cannot change"),
+        ({"colour": "blue"}, "unknown config field(s) ['colour']"),
+        ({"mixture": [{"weight": -1, "config": {}}]}, "mixture[0].weight=-1.0 not in [0, inf)"),
+        ({"mixture": []}, "mixture is empty"),
+        ({"mixture": [{"weight": 0, "config": {}}]}, "weights sum to 0"),
+        ({"mixture": [{"height": 3}]}, "mixture[0] must be an object"),
+        ("text", "must be a JSON object or list"),
+    ],
+)
+def test_mixture_errors_are_clear(obj, message):
+    with pytest.raises(ProposalError) as err:
+        mixture_from_obj(obj, BASE)
+    assert message in str(err.value)
+
+
+def test_extract_json_from_chatter_and_fences():
+    assert extract_json('Sure! {"height": 4} hope this helps') == {"height": 4}
+    assert extract_json('```json\n{"mixture": [{"weight": 1, "config": {}}]}\n```') == {"mixture": [{"weight": 1, "config": {}}]}
+    assert extract_json('{bad json} then {"num_agents": 1}') == {"num_agents": 1}
+    with pytest.raises(ProposalError, match="no JSON object"):
+        extract_json("no braces at all")
+    with pytest.raises(ProposalError, match="no parseable JSON"):
+        extract_json('{"height": ')
+
+
+def test_yaml_roundtrip(tmp_path):
+    mix = mixture_from_obj({"mixture": [{"weight": 1, "config": {"height": 4}}, {"weight": 1, "config": {"on_goal": "stay"}}]}, BASE)
+    path = tmp_path / "next_env.yaml"
+    path.write_text(mixture_to_yaml(mix))
+    back = load_mixture(path)
+    assert [(round(w, 6), c) for w, c in back] == [(0.5, mix[0][1]), (0.5, mix[1][1])]
+    assert mixture_from_env_node(OmegaConf.create(BASE.to_dict())) == [(1.0, BASE)]
+
+
+# ----------------------------------------------------------------------------- retries
+def test_retry_shows_error_then_accepts():
+    prompts = []
+
+    def ask(prompt, attempt):
+        prompts.append(prompt)
+        return "I think height 40" if attempt == 0 else '{"height": 40}' if attempt == 1 else '{"height": 6}'
+
+    p = propose_with_retries(ask, "PROMPT", ctx(), retries=2)
+    assert p.decision == "proposed" and p.mixture[0][1].height == 6
+    assert "no JSON object" in prompts[1] and "I think height 40" in prompts[1]
+    assert "height=40 exceeds max_height=8" in prompts[2]
+    assert p.record["validation_errors"][1] == "config: height=40 exceeds max_height=8"
+    assert len(p.record["attempts"]) == 3 and p.record["parsed"] == {"height": 6}
+    assert p.record["prompt"] == "PROMPT"
+
+
+def test_malformed_then_fallback_keeps_current_and_never_raises():
+    calls = []
+
+    def ask(prompt, attempt):
+        calls.append(attempt)
+        if attempt == 1:
+            raise ConnectionError("endpoint down")
+        return "{{{{ not json"
+
+    current = [(1.0, BASE.replace(num_agents=1))]
+    p = propose_with_retries(ask, "P", ctx(current=current), retries=2)
+    assert calls == [0, 1, 2]
+    assert p.decision == "fallback" and p.mixture == current
+    assert any("ConnectionError: endpoint down" in e for e in p.record["validation_errors"])
+    assert p.record["raw_output"] == "{{{{ not json"
+
+
+# ----------------------------------------------------------------------------- backends
+def test_fixed_keeps_initial():
+    init = [(1.0, BASE)]
+    p = FixedEngineer().propose(ctx(current=[(1.0, BASE.replace(height=3))], initial=init))
+    assert p.mixture == init and p.decision == "kept"
+
+
+def test_manual_follows_list_then_repeats_last():
+    eng = build_engineer(OmegaConf.load(CONF / "manual.yaml"))
+    assert isinstance(eng, ManualEngineer)
+    first = eng.initial_mixture([(1.0, BASE)])
+    assert first[0][1].height == 4 and first[0][1].num_agents == 1
+    p1 = eng.propose(ctx(stage=1))
+    assert p1.mixture[0][1].height == 5 and p1.mixture[0][1].hole_density == 0.1
+    p2 = eng.propose(ctx(stage=2))
+    assert [round(w, 3) for w, _ in p2.mixture] == [0.5, 0.5]
+    assert [c.num_agents for _, c in p2.mixture] == [2, 3]
+    assert eng.propose(ctx(stage=3)).mixture == eng.propose(ctx(stage=9)).mixture
+    keep = ManualEngineer(stages=[{"height": 3}], first_is_stage_1=False)
+    assert keep.initial_mixture([(1.0, BASE)]) == [(1.0, BASE)]
+    assert keep.propose(ctx(stage=1)).mixture[0][1].height == 3
+    with pytest.raises(ConfigError, match=r"engineer.stages\[0\]: config: height=30 exceeds"):
+        ManualEngineer(stages=[{"height": 30}]).propose(ctx(stage=0))
+
+
+def test_random_valid_deterministic_and_varied():
+    eng = build_engineer(OmegaConf.load(CONF / "random.yaml"))
+    assert isinstance(eng, RandomEngineer)
+    a = [eng.propose(ctx(stage=s, seed=3)).mixture[0][1] for s in range(1, 7)]
+    b = [eng.propose(ctx(stage=s, seed=3)).mixture[0][1] for s in range(1, 7)]
+    assert a == b
+    assert len({(c.height, c.width, c.num_agents, c.hole_density) for c in a}) > 1
+    for c in a:
+        assert c.hole_density in (0.0, 0.1, 0.2, 0.3) and c.slip_prob == BASE.slip_prob
+
+
+def test_heuristic_ladder():
+    eng = build_engineer(OmegaConf.load(CONF / "heuristic.yaml"))
+    assert isinstance(eng, HeuristicEngineer)
+    # success above 0.7: raise size 5 -> 6 (first rung), remember BASE as last good
+    p = eng.propose(ctx(eval_result=eval_with(p_current=0.9, p_suite=0.1)))
+    cfg = p.mixture[0][1]
+    assert (cfg.height, cfg.width, cfg.num_agents) == (6, 6, 2) and p.decision == "proposed"
+    assert p.state["next_rung"] == 1 and p.state["last_good"] == BASE.to_dict()
+    # next time above threshold: the second rung (num_agents 2 -> 3)
+    p2 = eng.propose(ctx(stage=2, current=p.mixture, eval_result=eval_with(p_current=0.8), state=p.state))
+    assert p2.mixture[0][1].num_agents == 3 and p2.mixture[0][1].height == 6
+    # below 0.3: back to the last config that worked (6x6, 2 agents)
+    p3 = eng.propose(ctx(stage=3, current=p2.mixture, eval_result=eval_with(p_current=0.1), state=p2.state))
+    assert p3.mixture == p.mixture and "last config that worked" in p3.reason
+    # in between: keep
+    p4 = eng.propose(ctx(stage=4, current=p3.mixture, eval_result=eval_with(p_current=0.5), state=p3.state))
+    assert p4.decision == "kept" and p4.mixture == p3.mixture
+    # no last good config and too hard: lower the last ladder dimension that can go down
+    p5 = eng.propose(ctx(eval_result=eval_with(p_current=0.0)))
+    assert p5.mixture[0][1].conflict_density == 0.25
+    # suite signal when the current-env evaluation is missing
+    assert eng.propose(ctx(eval_result=eval_with(p_suite=0.95))).mixture[0][1].height == 6
+    with pytest.raises(ConfigError, match="lower_below <= raise_above"):
+        HeuristicEngineer(raise_above=0.2, lower_below=0.5)
+
+
+def test_plr_prefers_learnable_cells():
+    cells = []
+    for i, (h, n, p) in enumerate([(4, 1, 1.0), (6, 2, 0.5), (8, 4, 0.0), (5, 1, 0.9)]):
+        cfg = LakeConfig(height=h, width=h, num_agents=n, max_height=8, max_width=8, max_agents=4)
+        cells.append({"id": i, "values": {"size": h}, "config": cfg.to_dict(), "n": 4, "score": p})
+    # a suite cell on another capacity is moved onto the run's capacity
+    cells[0]["config"].update(max_height=4, max_width=4, max_agents=2)
+    eng = PLREngineer(top_k=1, temperature=0.05, staleness_coef=0.0, explore_prob=0.0)
+    p = eng.propose(ctx(eval_result=eval_with(p_current=1.0, p_suite=0.5, cells=cells)))
+    (w, cfg), = p.mixture
+    assert w == 1.0 and (cfg.height, cfg.num_agents) == (6, 2) and cfg.capacity == BASE.capacity
+    assert p.record["top_priorities"][0]["learnability"] == 0.25
+    buffer = p.state["buffer"]
+    assert len(buffer) == 5  # four cells + the trained config
+    # the trained config's p comes from the current-environment evaluation
+    assert [v["p"] for v in buffer.values() if v["last_trained"] == 1] == [1.0]
+    two = PLREngineer(top_k=2, explore_prob=0.0).propose(ctx(eval_result=eval_with(p_current=0.5, p_suite=0.5, cells=cells)))
+    assert len(two.mixture) == 2 and abs(sum(w for w, _ in two.mixture) - 1.0) < 1e-9
+    built = build_engineer(OmegaConf.load(CONF / "plr.yaml"))
+    assert isinstance(built, PLREngineer) and built.top_k == 2
+
+
+def test_build_engineer_requires_target():
+    with pytest.raises(ConfigError, match="no _target_"):
+        build_engineer({"name": "x"})
