@@ -1,0 +1,786 @@
+"""``python -m jaxlake.bench``: generator and rollout throughput on every device JAX sees.
+
+Hydra entry point (primary config ``conf/bench.yaml``, settings in the ``bench`` group:
+``conf/bench/default.yaml``, ``tiny.yaml`` for CI, ``gpu.yaml`` up to a million lakes)::
+
+    python -m jaxlake.bench                                   # CPU default, a few minutes
+    python -m jaxlake.bench bench=tiny                        # ~30 s smoke run (CI)
+    python -m jaxlake.bench bench.peers=[gymnasium,gymnasium_vector,pogema,jumanji_connector]
+    JAX_PLATFORMS=cuda python -m jaxlake.bench bench=gpu      # one GPU or all GPUs of a host
+    python -m jaxlake.bench bench=tpu                         # a TPU host / slice
+
+What is measured, for every ``bench.envs`` entry (a :class:`~jaxlake.config.LakeConfig`) and
+every batch size ``B`` (capped by device memory):
+
+* ``generator``: ``jit(vmap(generate))(keys, configs)`` with every guarantee on
+  (reachability, distance bounds, conflict targeting); lakes/s, plus the achieved statistics
+  of the generated lakes (so a fast but failing generator shows).
+* ``rollout``: ``lax.scan`` over ``bench.steps`` steps of ``vmap(env.step)`` with uniformly
+  random actions drawn inside the scan (``[B, max_agents]`` per step) and one slip key per
+  instance per step; env-steps/s and agent-steps/s (``num_agents`` agents per env-step).
+  Episodes that end keep being stepped (a done episode does not change), as in a raw step
+  benchmark.
+* ``rollout_autoreset``: the same with :mod:`jaxlake.autoreset` over a pool of
+  ``bench.autoreset.pool_size`` pre-generated lakes, so every env-step is a live one; the
+  overhead against ``rollout`` is reported in ``autoreset_overhead``.
+
+Compile time is excluded from the rates and reported apart (``compile_s``); every rate is
+``work / median(times_s)`` over ``bench.repeats`` timed calls after one warm-up, each ended by
+``jax.block_until_ready``. The batch is sharded over the local devices
+(:mod:`jaxlake.sharding`; ``devices`` says how many split it). XLA's cost analysis of the
+compiled *single* batched step (``jit(...).lower(...).compile().cost_analysis()``; a
+``scan`` body would be counted once, so the step is analysed alone) gives flops and bytes per
+instance-step, shown next to the achieved rate as achieved GFLOP/s and GB/s.
+
+Peers (``bench.peers``, see :mod:`jaxlake.peers`) run in subprocesses on the same map size,
+agent count and hole density (``bench.peer.envs``); ``ratios`` holds ours / theirs in
+agent-steps/s.
+
+Outputs, in ``bench.out_dir`` or else the Hydra run dir: ``bench.json``, ``bench.csv`` (all
+measurement rows, peers included), ``bench.png`` (throughput against batch size per env), and
+the table printed to stdout. Files are written atomically (temp file + rename).
+
+JSON fields (``schema == "jaxlake.bench/1"``):
+
+``schema``
+    format tag.
+``meta``
+    ``device_kind``, ``platform``, ``device_count`` (all devices), ``local_device_count``,
+    ``process_count``, ``versions`` (``jax``, ``jaxlib``, ``python``, ``numpy``, ``flax``),
+    ``git_commit`` (or null), ``git_dirty``, ``hostname``, ``cpu_count``, ``time_utc``,
+    ``memory_limit_bytes`` (per device, as used for the cap), ``xla_flags``.
+``config``
+    the resolved ``bench`` settings.
+``results``
+    list of measurement rows. Every row: ``kind`` (``generator`` | ``rollout`` |
+    ``rollout_autoreset``), ``env`` (name), ``height``, ``width``, ``num_agents``,
+    ``max_agents``, ``hole_density``, ``conflict_density``, ``slip_prob``, ``max_steps``,
+    ``batch_size``, ``devices``, ``status`` (``ok`` | ``skipped``), ``note``. When ``ok``:
+    ``compile_s``, ``times_s`` (list), ``median_s``, ``memory_bytes`` (XLA's argument + output +
+    temp bytes per device, or null). Generator rows: ``lakes_per_s``, ``flops_per_lake``,
+    ``bytes_per_lake``, ``achieved_gflops``, ``achieved_gbytes_per_s``, ``stats`` (means over
+    the batch of ``hole_density``, ``conflict_density``, ``dist_ok``, ``attempts``).
+    Rollout rows: ``steps``, ``env_steps_per_s``, ``agent_steps_per_s``,
+    ``flops_per_instance_step``, ``bytes_per_instance_step`` (analysed once per env at
+    ``bench.cost_batch`` instances), ``achieved_gflops``, ``achieved_gbytes_per_s``; autoreset
+    rows add ``pool_size`` and ``episodes_per_s``.
+``peers``
+    rows from :mod:`jaxlake.peers`: ``peer``, ``status``, ``note``, and when ``ok``
+    ``system``, ``version``, ``env`` (our env it was matched to), ``height``, ``width``,
+    ``num_agents``, ``hole_density``, ``num_envs``, ``agent_steps_per_s``,
+    ``env_steps_per_s`` (+ peer-specific extras such as ``resets_per_s``).
+``ratios``
+    one row per measured peer row: ``peer``, ``system``, ``env``, ``batch_size``,
+    ``peer_agent_steps_per_s``, ``ours_agent_steps_per_s`` (plain rollout),
+    ``ours_autoreset_agent_steps_per_s``, ``ratio`` (plain / peer), ``ratio_autoreset``.
+``autoreset_overhead``
+    per env and batch size: ``plain_agent_steps_per_s``, ``autoreset_agent_steps_per_s``,
+    ``overhead_pct`` (``100 * (plain / autoreset - 1)``).
+``files``
+    names of the files written.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import io
+import json
+import math
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlake import autoreset, env
+from jaxlake.config import LakeConfig, config_arrays, repeat_config
+from jaxlake.sharding import constrain_batch, mesh_for_batch, replicated, shard_batch
+from jaxlake.types import NUM_ACTIONS, Lake
+
+SCHEMA = "jaxlake.bench/1"
+RESULT_FILES = ("bench.json", "bench.csv", "bench.png")
+
+#: ``LakeConfig`` fields copied into every row.
+_ENV_FIELDS = ("height", "width", "num_agents", "max_agents", "hole_density", "conflict_density",
+               "slip_prob", "max_steps")
+
+
+# ============================================================================ environment
+def _git(*args: str) -> Optional[str]:
+    root = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def device_memory_limit(device: Optional[Any] = None) -> Optional[int]:
+    """Bytes one device may hold: the accelerator's limit, or the host's RAM for CPU."""
+    device = device or jax.local_devices()[0]
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - backends without memory stats
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    # Host devices forced by XLA_FLAGS share the RAM.
+    return int(ram // max(1, jax.local_device_count())) if device.platform == "cpu" else int(ram)
+
+
+def environment_info() -> dict:
+    """Devices, versions, git commit and host of this run (the JSON ``meta``)."""
+    import flax
+    import jaxlib
+
+    dev = jax.devices()[0]
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "device_kind": dev.device_kind,
+        "platform": dev.platform,
+        "device_count": jax.device_count(),
+        "local_device_count": jax.local_device_count(),
+        "process_count": jax.process_count(),
+        "versions": {
+            "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__,
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "flax": flax.__version__,
+        },
+        "git_commit": commit,
+        "git_dirty": bool(status) if status is not None else None,
+        "hostname": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+        "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "memory_limit_bytes": device_memory_limit(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }
+
+
+# ============================================================================ XLA helpers
+def cost_of(compiled: Any) -> dict:
+    """``{"flops", "bytes"}`` from XLA's cost analysis of a compiled function (None if absent)."""
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:  # noqa: BLE001 - some backends do not implement it
+        cost = None
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else None
+    cost = cost or {}
+    flops, nbytes = cost.get("flops"), cost.get("bytes accessed")
+    return {"flops": float(flops) if flops is not None else None,
+            "bytes": float(nbytes) if nbytes is not None else None}
+
+
+def memory_of(compiled: Any) -> Optional[int]:
+    """Argument + output + temp bytes per device of a compiled function (None if unknown)."""
+    try:
+        mem = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001
+        return None
+    if mem is None:
+        return None
+    parts = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
+    return int(sum(getattr(mem, p, 0) or 0 for p in parts))
+
+
+def time_calls(fn: Callable[..., Any], arg_sets: Sequence[tuple], warmup: int = 1) -> list[float]:
+    """Wall time of ``fn(*args)`` for each of ``arg_sets`` (after ``warmup`` untimed calls)."""
+    for _ in range(warmup):
+        jax.block_until_ready(fn(*arg_sets[0]))
+    times = []
+    for args in arg_sets:
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _per(value: Optional[float], n: float) -> Optional[float]:
+    return None if value is None else value / n
+
+
+# ============================================================================ jitted programs
+def step_costs(generate_fn: Callable, config: LakeConfig, batch: int, pool_size: int) -> dict:
+    """XLA cost analysis per instance-step of one batched step, plain and auto-reset.
+
+    Lowered from abstract shapes (no data) at ``batch`` instances on one device, so it costs
+    two compiles per env whatever the batch sizes measured. Returns
+    ``{"rollout": {"flops", "bytes"}, "rollout_autoreset": {...}}`` divided by ``batch``.
+    """
+    lake = jax.eval_shape(generate_fn, jax.random.key(0), config_arrays(config))
+
+    def batched(tree, n):
+        return jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct((n,) + s.shape, s.dtype), tree)
+
+    lakes, pool = batched(lake, batch), batched(lake, pool_size)
+    state = jax.eval_shape(env.reset, lakes)
+    ar = jax.eval_shape(lambda p: autoreset.init(p, batch), pool)
+    key = jax.random.key(0)
+    out = {}
+    for kind, fn, args in (("rollout", make_step(), (lakes, state, key)),
+                           ("rollout_autoreset", make_autoreset_step(), (pool, ar, key))):
+        cost = cost_of(fn.lower(*args).compile())
+        out[kind] = {k: _per(v, batch) for k, v in cost.items()}
+    return out
+
+
+def make_generator(generate_fn: Callable) -> Callable:
+    """``jit(vmap(generate))`` over keys ``[B]`` and a stacked config ``[B]``."""
+    return jax.jit(jax.vmap(generate_fn))
+
+
+def _random_inputs(key: jax.Array, batch: int, num_slots: int, mesh) -> tuple[jax.Array, jax.Array]:
+    k_act, k_step = jax.random.split(key)
+    actions = jax.random.randint(k_act, (batch, num_slots), 0, NUM_ACTIONS, dtype=jnp.int32)
+    keys = jax.random.split(k_step, batch)
+    return constrain_batch(actions, mesh), constrain_batch(keys, mesh)
+
+
+def make_step(mesh=None) -> Callable:
+    """One batched random-action step ``(lakes, state, key) -> state`` (for cost analysis)."""
+
+    def one(lakes: Lake, state, key):
+        actions, keys = _random_inputs(key, state.t.shape[0], lakes.max_agents, mesh)
+        new_state, info = jax.vmap(env.step)(lakes, state, actions, keys)
+        return constrain_batch(new_state, mesh), jnp.sum(info.reward, axis=-1)
+
+    return jax.jit(one)
+
+
+def make_autoreset_step(mesh=None) -> Callable:
+    """One batched auto-reset step ``(pool, ar, key) -> ar`` (for cost analysis)."""
+
+    def one(pool: Lake, ar, key):
+        actions, keys = _random_inputs(key, ar.pool_idx.shape[0], pool.max_agents, mesh)
+        ar, info = autoreset.step_batch(pool, ar, actions, keys)
+        return constrain_batch(ar, mesh), jnp.sum(info.reward, axis=-1)
+
+    return jax.jit(one)
+
+
+def make_rollout(steps: int, mesh=None) -> Callable:
+    """``(lakes, state, key) -> (state, reward_sum)``: ``steps`` random-action steps in a scan."""
+
+    def rollout(lakes: Lake, state, key):
+        batch = state.t.shape[0]
+
+        def body(carry, k):
+            state, total = carry
+            actions, keys = _random_inputs(k, batch, lakes.max_agents, mesh)
+            state, info = jax.vmap(env.step)(lakes, state, actions, keys)
+            return (constrain_batch(state, mesh), total + jnp.sum(info.reward, axis=-1)), None
+
+        init = (state, constrain_batch(jnp.zeros((batch,), jnp.float32), mesh))
+        (state, total), _ = jax.lax.scan(body, init, jax.random.split(key, steps))
+        return state, total
+
+    return jax.jit(rollout)
+
+
+def make_autoreset_rollout(steps: int, mesh=None) -> Callable:
+    """``(pool, ar, key) -> (ar, reward_sum)``: ``steps`` auto-reset steps in a scan."""
+
+    def rollout(pool: Lake, ar, key):
+        batch = ar.pool_idx.shape[0]
+
+        def body(carry, k):
+            ar, total = carry
+            actions, keys = _random_inputs(k, batch, pool.max_agents, mesh)
+            ar, info = autoreset.step_batch(pool, ar, actions, keys)
+            return (constrain_batch(ar, mesh), total + jnp.sum(info.reward, axis=-1)), None
+
+        init = (ar, constrain_batch(jnp.zeros((batch,), jnp.float32), mesh))
+        (ar, total), _ = jax.lax.scan(body, init, jax.random.split(key, steps))
+        return ar, total
+
+    return jax.jit(rollout)
+
+
+# ============================================================================ measurements
+class _Cap:
+    """Skips batch sizes whose estimated memory exceeds the device budget."""
+
+    def __init__(self, limit: Optional[int], fraction: float, max_batch: Optional[int]):
+        self.budget = None if limit is None else limit * fraction
+        self.max_batch = max_batch
+        self.per_instance: dict[str, float] = {}
+
+    def reason(self, kind: str, batch: int, devices: int) -> Optional[str]:
+        if self.max_batch is not None and batch > self.max_batch:
+            return f"batch {batch} > bench.max_batch={self.max_batch}"
+        est = self.per_instance.get(kind)
+        if self.budget is not None and est is not None and est * batch / devices > self.budget:
+            return (f"capped by device memory: ~{est * batch / devices / 2**30:.2f} GiB per device "
+                    f"estimated > budget {self.budget / 2**30:.2f} GiB")
+        return None
+
+    def check_compiled(self, kind: str, batch: int, devices: int, mem: Optional[int]) -> Optional[str]:
+        if mem is None:
+            return None
+        self.per_instance[kind] = max(self.per_instance.get(kind, 0.0), mem * devices / batch)
+        if self.budget is not None and mem > self.budget:
+            return f"capped by device memory: XLA needs {mem / 2**30:.2f} GiB per device > budget {self.budget / 2**30:.2f} GiB"
+        return None
+
+
+def _env_row(kind: str, name: str, config: LakeConfig, batch: int, devices: int) -> dict:
+    row = {"kind": kind, "env": name}
+    row.update({f: getattr(config, f) for f in _ENV_FIELDS})
+    row.update(batch_size=batch, devices=devices, status="ok", note="")
+    return row
+
+
+def _skip(row: dict, note: str) -> dict:
+    row.update(status="skipped", note=note)
+    return row
+
+
+def _achieved(row: dict, flops: Optional[float], nbytes: Optional[float], rate: float) -> None:
+    row["achieved_gflops"] = None if flops is None else flops * rate / 1e9
+    row["achieved_gbytes_per_s"] = None if nbytes is None else nbytes * rate / 1e9
+
+
+def measure_generator(gen, name: str, config: LakeConfig, batch: int, key: jax.Array,
+                      repeats: int, cap: _Cap) -> tuple[dict, Optional[Lake]]:
+    """Generator row for one batch size, and the generated lakes (sharded) for the rollouts."""
+    mesh = mesh_for_batch(batch)
+    row = _env_row("generator", name, config, batch, mesh.size)
+    why = cap.reason("generator", batch, mesh.size)
+    if why:
+        return _skip(row, why), None
+    configs = shard_batch(repeat_config(config, batch), mesh)
+    key_sets = [(shard_batch(jax.random.split(k, batch), mesh), configs)
+                for k in jax.random.split(key, repeats + 1)]
+    start = time.perf_counter()
+    compiled = gen.lower(*key_sets[0]).compile()
+    row["compile_s"] = time.perf_counter() - start
+    row["memory_bytes"] = memory_of(compiled)
+    why = cap.check_compiled("generator", batch, mesh.size, row["memory_bytes"])
+    if why:
+        return _skip(row, why), None
+    lakes = jax.block_until_ready(compiled(*key_sets[0]))
+    times = time_calls(compiled, key_sets[1:], warmup=0)
+    cost = cost_of(compiled)
+    rate = batch / float(np.median(times))
+    row.update(times_s=times, median_s=float(np.median(times)), lakes_per_s=rate,
+               flops_per_lake=_per(cost["flops"], batch), bytes_per_lake=_per(cost["bytes"], batch))
+    _achieved(row, row["flops_per_lake"], row["bytes_per_lake"], rate)
+    stats = lakes.stats
+    row["stats"] = {
+        "hole_density": float(jnp.mean(stats.hole_density)),
+        "conflict_density": float(jnp.mean(stats.conflict_density)),
+        "dist_ok": float(jnp.mean(stats.dist_ok.astype(jnp.float32))),
+        "attempts": float(jnp.mean(stats.attempts.astype(jnp.float32))),
+    }
+    return row, lakes
+
+
+def measure_rollout(name: str, config: LakeConfig, lakes: Lake, steps: int, key: jax.Array,
+                    repeats: int, cap: _Cap, cost: Mapping[str, Optional[float]]) -> dict:
+    """Plain rollout row: ``steps`` random-action steps of ``vmap(env.step)`` per call."""
+    batch = int(lakes.num_agents.shape[0])
+    mesh = mesh_for_batch(batch)
+    row = _env_row("rollout", name, config, batch, mesh.size)
+    row["steps"] = steps
+    why = cap.reason("rollout", batch, mesh.size)
+    if why:
+        return _skip(row, why)
+    lakes = shard_batch(lakes, mesh)
+    state = shard_batch(env.reset(lakes), mesh)
+    keys = list(jax.random.split(key, repeats + 1))
+    start = time.perf_counter()
+    compiled = make_rollout(steps, mesh).lower(lakes, state, keys[0]).compile()
+    row["compile_s"] = time.perf_counter() - start
+    row["memory_bytes"] = memory_of(compiled)
+    why = cap.check_compiled("rollout", batch, mesh.size, row["memory_bytes"])
+    if why:
+        return _skip(row, why)
+    times = time_calls(compiled, [(lakes, state, k) for k in keys[1:]], warmup=1)
+    median = float(np.median(times))
+    env_rate = batch * steps / median
+    row.update(times_s=times, median_s=median, env_steps_per_s=env_rate,
+               agent_steps_per_s=env_rate * config.num_agents,
+               flops_per_instance_step=cost["flops"], bytes_per_instance_step=cost["bytes"])
+    _achieved(row, row["flops_per_instance_step"], row["bytes_per_instance_step"], env_rate)
+    return row
+
+
+def measure_autoreset(name: str, config: LakeConfig, pool: Lake, batch: int, steps: int,
+                      key: jax.Array, repeats: int, cap: _Cap, cost: Mapping[str, Optional[float]]) -> dict:
+    """Auto-reset rollout row over a replicated pool of pre-generated lakes."""
+    mesh = mesh_for_batch(batch)
+    row = _env_row("rollout_autoreset", name, config, batch, mesh.size)
+    row.update(steps=steps, pool_size=int(pool.num_agents.shape[0]))
+    why = cap.reason("rollout_autoreset", batch, mesh.size)
+    if why:
+        return _skip(row, why)
+    pool = jax.device_put(pool, replicated(mesh))
+    ar = shard_batch(autoreset.init(pool, batch), mesh)
+    keys = list(jax.random.split(key, repeats + 1))
+    start = time.perf_counter()
+    compiled = make_autoreset_rollout(steps, mesh).lower(pool, ar, keys[0]).compile()
+    row["compile_s"] = time.perf_counter() - start
+    row["memory_bytes"] = memory_of(compiled)
+    why = cap.check_compiled("rollout_autoreset", batch, mesh.size, row["memory_bytes"])
+    if why:
+        return _skip(row, why)
+    times = time_calls(compiled, [(pool, ar, k) for k in keys[1:]], warmup=1)
+    median = float(np.median(times))
+    final, _ = compiled(pool, ar, keys[-1])
+    episodes = float(jnp.sum(final.episodes))
+    env_rate = batch * steps / median
+    row.update(times_s=times, median_s=median, env_steps_per_s=env_rate,
+               agent_steps_per_s=env_rate * config.num_agents,
+               episodes_per_s=episodes / median,
+               flops_per_instance_step=cost["flops"], bytes_per_instance_step=cost["bytes"])
+    _achieved(row, row["flops_per_instance_step"], row["bytes_per_instance_step"], env_rate)
+    return row
+
+
+def measure_peers(peers: Sequence[str], envs: Mapping[str, LakeConfig], settings: Mapping[str, Any],
+                  steps: int, seed: int) -> list[dict]:
+    """Peer rows for every peer on every env named in ``settings["envs"]``."""
+    from jaxlake.peers import measure_peer
+
+    rows = []
+    for env_name in settings.get("envs") or list(envs)[:1]:
+        if env_name not in envs:
+            rows.append({"peer": "*", "status": "skipped", "env": env_name,
+                         "note": f"bench.peer.envs names {env_name!r}, not in bench.envs {sorted(envs)}"})
+            continue
+        config = envs[env_name]
+        spec = {
+            "height": config.height, "width": config.width, "num_agents": config.num_agents,
+            "hole_density": config.hole_density, "slip_prob": config.slip_prob,
+            "max_steps": config.max_steps, "num_envs": int(settings.get("batch_size", 16384)),
+            "steps": steps, "seconds": float(settings.get("seconds", 2.0)),
+            "repeats": int(settings.get("repeats", 3)), "seed": seed,
+            "vector_num_envs": int(settings.get("vector_num_envs", 256)),
+            "connector_default": bool(settings.get("jumanji_default", False)),
+        }
+        for peer in peers:
+            print(f"[bench] peer {peer} on {env_name} ...", flush=True)
+            for row in measure_peer(peer, spec, root=settings.get("root"),
+                                    timeout=float(settings.get("timeout_s", 900))):
+                row["env"] = env_name
+                rows.append(row)
+    return rows
+
+
+def _find(results: Sequence[dict], kind: str, env_name: str, batch: Optional[int] = None) -> Optional[dict]:
+    rows = [r for r in results if r["kind"] == kind and r["env"] == env_name and r["status"] == "ok"]
+    if batch is not None:
+        exact = [r for r in rows if r["batch_size"] == batch]
+        if exact:
+            return exact[0]
+    return max(rows, key=lambda r: r["agent_steps_per_s"], default=None) if rows else None
+
+
+def peer_ratios(results: Sequence[dict], peer_rows: Sequence[dict], envs: Mapping[str, LakeConfig],
+                batch: int) -> list[dict]:
+    """Ours / theirs in agent-steps/s, matched on (height, width, num_agents) when we ran it."""
+    ratios = []
+    for p in peer_rows:
+        if p.get("status") != "ok" or not p.get("agent_steps_per_s"):
+            continue
+        env_name = p["env"]
+        for name, cfg in envs.items():  # an env with the peer's exact shape wins
+            if (cfg.height, cfg.width, cfg.num_agents) == (p.get("height"), p.get("width"), p.get("num_agents")):
+                env_name = name
+                break
+        plain = _find(results, "rollout", env_name, batch)
+        auto = _find(results, "rollout_autoreset", env_name, batch)
+        ours = plain["agent_steps_per_s"] if plain else None
+        ours_auto = auto["agent_steps_per_s"] if auto else None
+        theirs = float(p["agent_steps_per_s"])
+        ratios.append({
+            "peer": p["peer"], "system": p.get("system", p["peer"]), "env": env_name,
+            "batch_size": (plain or auto or {}).get("batch_size"),
+            "peer_agent_steps_per_s": theirs,
+            "ours_agent_steps_per_s": ours, "ours_autoreset_agent_steps_per_s": ours_auto,
+            "ratio": None if ours is None else ours / theirs,
+            "ratio_autoreset": None if ours_auto is None else ours_auto / theirs,
+        })
+    return ratios
+
+
+def autoreset_overheads(results: Sequence[dict]) -> list[dict]:
+    """Plain vs auto-reset agent-steps/s for every (env, batch) measured both ways."""
+    rows = []
+    for plain in results:
+        if plain["kind"] != "rollout" or plain["status"] != "ok":
+            continue
+        auto = next((r for r in results if r["kind"] == "rollout_autoreset" and r["status"] == "ok"
+                     and r["env"] == plain["env"] and r["batch_size"] == plain["batch_size"]), None)
+        if auto is None:
+            continue
+        p, a = plain["agent_steps_per_s"], auto["agent_steps_per_s"]
+        rows.append({"env": plain["env"], "batch_size": plain["batch_size"],
+                     "plain_agent_steps_per_s": p, "autoreset_agent_steps_per_s": a,
+                     "overhead_pct": 100.0 * (p / a - 1.0)})
+    return rows
+
+
+# ============================================================================ outputs
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        if x == 0 or not math.isfinite(x):
+            return f"{x:g}"
+        mag = abs(x)
+        for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+            if mag >= scale:
+                return f"{x / scale:.{digits}g}{unit}"
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [list(header)] + [[_fmt(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def format_report(result: Mapping[str, Any]) -> str:
+    """The printed tables (markdown): measurements, auto-reset overhead, peers and ratios."""
+    meta = result["meta"]
+    out = io.StringIO()
+    out.write(f"jaxlake.bench on {meta['local_device_count']} x {meta['device_kind']} ({meta['platform']}), "
+              f"jax {meta['versions']['jax']}, commit {str(meta['git_commit'])[:10]}"
+              f"{' (dirty)' if meta.get('git_dirty') else ''}\n\n")
+    rows = []
+    for r in result["results"]:
+        rate = r.get("lakes_per_s") if r["kind"] == "generator" else r.get("agent_steps_per_s")
+        unit = "lakes/s" if r["kind"] == "generator" else "agent-steps/s"
+        flops = r.get("flops_per_lake") if r["kind"] == "generator" else r.get("flops_per_instance_step")
+        nbytes = r.get("bytes_per_lake") if r["kind"] == "generator" else r.get("bytes_per_instance_step")
+        rows.append([r["kind"], r["env"], r["batch_size"], r["devices"], r.get("compile_s"), r.get("median_s"),
+                     rate, unit if r["status"] == "ok" else r["note"], r.get("env_steps_per_s"),
+                     flops, nbytes, r.get("achieved_gflops"), r.get("achieved_gbytes_per_s")])
+    out.write(_table(["kind", "env", "batch", "dev", "compile s", "median s", "rate", "unit",
+                      "env-steps/s", "flops/inst", "bytes/inst", "GFLOP/s", "GB/s"], rows))
+    if result.get("autoreset_overhead"):
+        out.write("\n\nauto-reset overhead\n\n")
+        out.write(_table(["env", "batch", "plain agent-steps/s", "auto-reset agent-steps/s", "overhead %"],
+                         [[o["env"], o["batch_size"], o["plain_agent_steps_per_s"],
+                           o["autoreset_agent_steps_per_s"], o["overhead_pct"]]
+                          for o in result["autoreset_overhead"]]))
+    if result.get("peers"):
+        out.write("\n\npeers (agent-steps/s; ours at the same map size, agents and density)\n\n")
+        rows = []
+        for p in result["peers"]:
+            if p.get("status") != "ok":
+                rows.append([p.get("peer"), p.get("env"), "-", "-", "-", "-", "-", f"skipped: {p.get('note')}"])
+        for q in result.get("ratios", []):
+            rows.append([q["system"], q["env"], q["batch_size"], q["peer_agent_steps_per_s"],
+                         q["ours_agent_steps_per_s"], q["ratio"], q["ours_autoreset_agent_steps_per_s"],
+                         q["ratio_autoreset"]])
+        out.write(_table(["peer", "our env", "our batch", "theirs", "ours", "ours/theirs",
+                          "ours (auto-reset)", "ours/theirs (auto-reset)"], rows))
+    return out.getvalue()
+
+
+def _csv_rows(result: Mapping[str, Any]) -> tuple[list[str], list[dict]]:
+    rows = []
+    for r in result["results"]:
+        flat = {k: v for k, v in r.items() if k not in ("times_s", "stats")}
+        flat["times_s"] = ";".join(f"{t:.6g}" for t in r.get("times_s", []))
+        for k, v in (r.get("stats") or {}).items():
+            flat[f"stats_{k}"] = v
+        rows.append(flat)
+    for p in result.get("peers", []):
+        flat = {k: v for k, v in p.items() if not isinstance(v, (list, dict))}
+        flat["kind"] = "peer"
+        rows.append(flat)
+    fields: list[str] = []
+    for row in rows:
+        fields.extend(k for k in row if k not in fields)
+    return fields, rows
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def plot_throughput(result: Mapping[str, Any], path: Path) -> None:
+    """PNG: agent-steps/s (left) and generator lakes/s (right) against batch size, per env."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_roll, ax_gen) = plt.subplots(1, 2, figsize=(13, 5))
+    envs = list(dict.fromkeys(r["env"] for r in result["results"]))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, name in enumerate(envs):
+        color = colors[i % len(colors)]
+        for kind, style, ax, field in (("rollout", "-o", ax_roll, "agent_steps_per_s"),
+                                       ("rollout_autoreset", "--s", ax_roll, "agent_steps_per_s"),
+                                       ("generator", "-o", ax_gen, "lakes_per_s")):
+            pts = sorted((r["batch_size"], r[field]) for r in result["results"]
+                         if r["env"] == name and r["kind"] == kind and r["status"] == "ok")
+            if pts:
+                label = name if kind == "generator" else f"{name} ({'auto-reset' if 'auto' in kind else 'step'})"
+                ax.plot(*zip(*pts), style, color=color, label=label)
+    for j, q in enumerate(result.get("ratios", [])):
+        ax_roll.axhline(q["peer_agent_steps_per_s"], color="gray", ls=":", lw=1)
+        ax_roll.annotate(q["system"], (1, q["peer_agent_steps_per_s"]), fontsize=7, color="gray",
+                         xytext=(2, 2), textcoords="offset points")
+    meta = result["meta"]
+    for ax, title, ylabel in ((ax_roll, "rollout (random actions)", "agent-steps / s"),
+                              (ax_gen, "generator (all guarantees on)", "lakes / s")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size (lakes)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"jaxlake.bench - {meta['local_device_count']} x {meta['device_kind']}, jax {meta['versions']['jax']}")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    _atomic_write(path, buf.getvalue())
+
+
+def write_outputs(result: dict, out_dir: Path, *, plot: bool = True) -> list[str]:
+    """Write ``bench.json``, ``bench.csv`` and (if ``plot``) ``bench.png`` into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = ["bench.json", "bench.csv"] + (["bench.png"] if plot else [])
+    result["files"] = files
+    fields, rows = _csv_rows(result)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    _atomic_write(out_dir / "bench.csv", buf.getvalue().encode())
+    if plot:
+        plot_throughput(result, out_dir / "bench.png")
+    _atomic_write(out_dir / "bench.json", json.dumps(result, indent=2, default=_json_default).encode())
+    return files
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, (np.generic,)):
+        return x.item()
+    if isinstance(x, (np.ndarray, jax.Array)):
+        return np.asarray(x).tolist()
+    raise TypeError(f"not JSON serialisable: {type(x)}")
+
+
+# ============================================================================ driver
+def parse_envs(entries: Sequence[Mapping[str, Any]]) -> dict[str, tuple[LakeConfig, Optional[list[int]]]]:
+    """``bench.envs`` -> ``{name: (LakeConfig, batch_sizes or None)}`` (validated)."""
+    envs = {}
+    for i, entry in enumerate(entries):
+        entry = dict(entry)
+        name = entry.pop("name", None) or f"env{i}"
+        sizes = entry.pop("batch_sizes", None)
+        if name in envs:
+            raise ValueError(f"bench.envs[{i}].name={name!r} is repeated")
+        envs[name] = (LakeConfig.from_dict(entry), None if sizes is None else [int(b) for b in sizes])
+    return envs
+
+
+def run_bench(settings: Mapping[str, Any], out_dir: Optional[Path] = None, *,
+              generate_fn: Optional[Callable] = None) -> dict:
+    """Run every measurement of ``settings`` (the ``bench`` config), print and write results."""
+    if generate_fn is None:
+        from jaxlake.generator import generate as generate_fn
+    settings = dict(settings)
+    envs = parse_envs(settings["envs"])
+    repeats, steps = int(settings.get("repeats", 5)), int(settings.get("steps", 64))
+    gen_repeats = int((settings.get("generator") or {}).get("repeats", repeats))
+    default_sizes = [int(b) for b in settings.get("batch_sizes", [1, 1024])]
+    auto = dict(settings.get("autoreset") or {})
+    meta = environment_info()
+    cap = _Cap(meta["memory_limit_bytes"], float(settings.get("memory_fraction", 0.5)), settings.get("max_batch"))
+    key = jax.random.key(int(settings.get("seed", 0)))
+    gen = make_generator(generate_fn)
+    results: list[dict] = []
+    print(f"[bench] {meta['local_device_count']} x {meta['device_kind']}; envs {list(envs)}", flush=True)
+    cost_batch = int(settings.get("cost_batch", 1024))
+    for e, (name, (config, sizes)) in enumerate(envs.items()):
+        k_env = jax.random.fold_in(key, e)
+        pool = None
+        pool_n = int(auto.get("pool_size", 1024))
+        print(f"[bench] {name}: XLA cost analysis of one step at batch {cost_batch}", flush=True)
+        costs = step_costs(generate_fn, config, cost_batch, pool_n)
+        if auto.get("enabled", True):
+            pool = jax.jit(jax.vmap(generate_fn))(
+                jax.random.split(jax.random.fold_in(k_env, 10**6), pool_n), repeat_config(config, pool_n))
+        for batch in sorted(sizes or default_sizes):
+            k_b = jax.random.fold_in(k_env, batch)
+            k_gen, k_roll, k_auto = jax.random.split(k_b, 3)
+            print(f"[bench] {name} B={batch}: generator", flush=True)
+            row, lakes = measure_generator(gen, name, config, batch, k_gen, gen_repeats, cap)
+            results.append(row)
+            if lakes is None:
+                continue
+            print(f"[bench] {name} B={batch}: rollout", flush=True)
+            results.append(measure_rollout(name, config, lakes, steps, k_roll, repeats, cap, costs["rollout"]))
+            del lakes
+            if pool is not None:
+                print(f"[bench] {name} B={batch}: rollout with auto-reset", flush=True)
+                results.append(measure_autoreset(name, config, pool, batch, steps, k_auto, repeats, cap,
+                                                 costs["rollout_autoreset"]))
+    peer_settings = dict(settings.get("peer") or {})
+    configs = {n: c for n, (c, _) in envs.items()}
+    peers = measure_peers(list(settings.get("peers") or []), configs, peer_settings, steps,
+                          int(settings.get("seed", 0))) if settings.get("peers") else []
+    result = {
+        "schema": SCHEMA,
+        "meta": meta,
+        "config": settings,
+        "results": results,
+        "peers": peers,
+        "ratios": peer_ratios(results, peers, configs, int(peer_settings.get("batch_size", 16384))),
+        "autoreset_overhead": autoreset_overheads(results),
+    }
+    print(format_report(result), flush=True)
+    if out_dir is not None:
+        files = write_outputs(result, Path(out_dir), plot=bool(settings.get("plot", True)))
+        print(f"[bench] wrote {', '.join(files)} to {out_dir}", flush=True)
+    return result
+
+
+def _hydra_main() -> None:
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import DictConfig, OmegaConf
+
+    conf_dir = str(Path(__file__).resolve().parents[1] / "conf")
+
+    @hydra.main(config_path=conf_dir, config_name="bench", version_base=None)
+    def main(cfg: DictConfig) -> None:
+        settings = OmegaConf.to_container(cfg.bench, resolve=True)
+        out_dir = settings.get("out_dir") or HydraConfig.get().runtime.output_dir
+        run_bench(settings, Path(out_dir))
+
+    main()
+
+
+if __name__ == "__main__":
+    _hydra_main()
