@@ -1,0 +1,415 @@
+"""Jitted, batched KV-cache generation and full-forward sequence log-probs.
+
+How a call runs (:func:`generate`):
+
+1. **Host**: prompts (strings, token-id lists, or already padded arrays) are **left-padded**
+   to a bucketed length ``P`` (the longest prompt rounded up to a multiple of
+   ``GenerationConfig.prompt_bucket``), so calls with similar prompts reuse one compiled
+   function.
+2. **Device, one jitted function** (:func:`generate_ids`): prefill the whole padded prompt
+   into an empty cache of capacity ``P + max_new_tokens``, sample the first token, then decode
+   one token per iteration of a ``lax.while_loop`` that exits early when every row has hit
+   EOS. No host synchronisation happens inside the loop. The compiled function is cached by
+   ``jax.jit`` per ``(model graphdef, B, P, max_new_tokens, sampling settings, EOS ids)``; the
+   parameter *state* is an ordinary argument (``nnx.split``), so GRPO calls it with new
+   parameters every step without recompiling.
+3. **Host**: decode texts, apply **stop strings** (see below), build a
+   :class:`GenerationResult`.
+
+Conventions:
+
+* ``tokens`` ``[B, max_new_tokens]``: sampled ids; after a row's end they hold the pad id.
+* ``mask`` ``[B, max_new_tokens]`` bool: True for the completion's tokens, **including the
+  EOS token** that ended it (GRPO must learn to emit it) and including the tokens that
+  complete a stop string. ``lengths`` = ``mask.sum(-1)``.
+* ``logprobs`` ``[B, max_new_tokens]`` float32: log-probability of each sampled token under
+  the **unmodified model distribution** (``log_softmax`` of the raw logits, temperature 1, no
+  top-k/top-p), which is what the GRPO loss recomputes with :func:`sequence_logprobs`. It is
+  *not* the log-prob under the temperature-scaled / filtered distribution that drew the token.
+  0 where ``mask`` is False.
+* **Stop strings are applied on the host after the loop**: the text is decoded
+  (``skip_special_tokens=True``), the earliest occurrence of any stop string is found, and the
+  completion is truncated to the fewest tokens whose decoded text contains it (binary search
+  over prefixes). The returned text ends right after the stop string (it is included). The
+  device loop itself does not stop on stop strings (it stops on EOS or ``max_new_tokens``), so
+  tokens after a stop string cost compute but are discarded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from llm.sampling import sample_token, validate_sampling
+
+__all__ = [
+    "GenerationConfig",
+    "GenerationResult",
+    "generate",
+    "generate_ids",
+    "pad_prompts",
+    "sequence_logprobs",
+    "split_model",
+    "trace_count",
+]
+
+_TRACES = {"generate": 0}
+
+
+def trace_count() -> int:
+    """How many times the generation core has been traced (compiled) in this process."""
+    return _TRACES["generate"]
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationConfig:
+    """Generation settings (hashable; part of the compiled function's cache key).
+
+    Attributes:
+      max_new_tokens: completion capacity ``N`` (>= 1).
+      temperature: 0 means greedy; otherwise logits are divided by it before sampling.
+      top_k: keep the ``k`` most likely tokens (0 disables).
+      top_p: nucleus mass in ``(0, 1]`` (1 disables).
+      eos_token_ids: ids that end a completion; ``None`` takes the tokenizer's EOS plus
+        ``<|endoftext|>`` / its pad token when they exist; ``()`` never stops early.
+      stop_strings: texts that end a completion (applied on the host, see module doc).
+      prompt_bucket: prompts are left-padded to a multiple of this length (>= 1).
+      pad_token_id: id written after a completion's end and used for left padding;
+        ``None`` takes the tokenizer's pad id (else its EOS id, else 0).
+    """
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    eos_token_ids: tuple[int, ...] | None = None
+    stop_strings: tuple[str, ...] = ()
+    prompt_bucket: int = 32
+    pad_token_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1):
+            raise ValueError(f"max_new_tokens={self.max_new_tokens!r} not an integer in [1, inf)")
+        validate_sampling(self.temperature, self.top_k, self.top_p)
+        if not (isinstance(self.prompt_bucket, int) and self.prompt_bucket >= 1):
+            raise ValueError(f"prompt_bucket={self.prompt_bucket!r} not an integer in [1, inf)")
+        if self.eos_token_ids is not None:
+            object.__setattr__(self, "eos_token_ids", tuple(int(i) for i in self.eos_token_ids))
+        if isinstance(self.stop_strings, str):
+            object.__setattr__(self, "stop_strings", (self.stop_strings,))
+        object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
+        if any(not isinstance(s, str) or not s for s in self.stop_strings):
+            raise ValueError(f"stop_strings={self.stop_strings!r} must be non-empty strings")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    """Output of :func:`generate` (arrays on device; ``texts``/``finish_reasons`` host lists).
+
+    Attributes:
+      tokens: ``[B, N]`` int32 completion ids, pad id after each row's end.
+      mask: ``[B, N]`` bool, True on completion tokens (EOS / stop-string tokens included).
+      lengths: ``[B]`` int32 completion lengths (``mask.sum(-1)``).
+      logprobs: ``[B, N]`` float32 raw-model (temperature 1, unfiltered) log-probs of
+        ``tokens``; 0 where ``mask`` is False.
+      prompt_ids: ``[B, P]`` int32 left-padded prompts that were fed to the model.
+      prompt_mask: ``[B, P]`` bool, True on real prompt tokens.
+      texts: decoded completions (special tokens skipped; cut after a stop string), or
+        ``None`` when no tokenizer was given.
+      finish_reasons: per row ``"eos"``, ``"stop"`` (stop string) or ``"length"``.
+    """
+
+    tokens: jax.Array
+    mask: jax.Array
+    lengths: jax.Array
+    logprobs: jax.Array
+    prompt_ids: jax.Array
+    prompt_mask: jax.Array
+    texts: list[str] | None
+    finish_reasons: list[str]
+
+
+# ----------------------------------------------------------------------------- helpers
+def split_model(model: Any) -> tuple[Any, Any]:
+    """``(graphdef, state)`` from an ``nnx.Module`` or an existing ``(graphdef, state)`` pair."""
+    if isinstance(model, nnx.Module):
+        return nnx.split(model)
+    if isinstance(model, (tuple, list)) and len(model) == 2:
+        return model[0], model[1]
+    raise TypeError(f"model must be an nnx.Module or a (graphdef, state) pair, got {type(model).__name__}")
+
+
+def _as_module(model: Any) -> nnx.Module:
+    if isinstance(model, nnx.Module):
+        return model
+    graphdef, state = split_model(model)
+    return nnx.merge(graphdef, state)
+
+
+def left_pad_positions(mask: jax.Array) -> jax.Array:
+    """RoPE positions of a left-padded batch: ``cumsum(mask) - 1`` clipped at 0."""
+    return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, bucket: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Left-pad token-id lists to the longest one rounded up to a multiple of ``bucket``.
+
+    Returns ``(ids [B, P] int32, mask [B, P] bool)``. Raises ``ValueError`` on an empty batch
+    or an empty prompt (the first completion token needs a previous token).
+    """
+    if len(prompts) == 0:
+        raise ValueError("prompts is empty; need at least one prompt")
+    lengths = [len(p) for p in prompts]
+    if min(lengths) == 0:
+        raise ValueError(f"prompt {lengths.index(0)} is empty; every prompt needs at least one token")
+    width = -(-max(lengths) // bucket) * bucket
+    ids = np.full((len(prompts), width), pad_id, dtype=np.int32)
+    mask = np.zeros((len(prompts), width), dtype=bool)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = np.asarray(p, dtype=np.int32)
+        mask[row, width - len(p):] = True
+    return ids, mask
+
+
+# ----------------------------------------------------------------------------- device core
+@functools.partial(
+    jax.jit,
+    static_argnames=("graphdef", "max_new_tokens", "temperature", "top_k", "top_p", "eos_ids", "pad_id"),
+)
+def _generate_core(graphdef, state, input_ids, prompt_mask, key, *, max_new_tokens, temperature, top_k, top_p,
+                   eos_ids, pad_id):
+    _TRACES["generate"] += 1  # runs only while tracing
+    batch, prompt_len = input_ids.shape
+    n = max_new_tokens
+    model = nnx.merge(graphdef, state)
+    eos = jnp.asarray(eos_ids if eos_ids else (-1,), dtype=jnp.int32)
+
+    def choose(step, logits):
+        tok = sample_token(jax.random.fold_in(key, step), logits, temperature=temperature, top_k=top_k, top_p=top_p)
+        logp = jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1), tok[:, None], axis=-1)
+        return tok, logp[:, 0]
+
+    positions = left_pad_positions(prompt_mask)
+    cache = model.init_cache(batch, prompt_len + n)
+    logits, cache = model(input_ids, positions=positions, attention_mask=prompt_mask, cache=cache)
+    tok, logp = choose(0, logits[:, -1])
+    done = jnp.isin(tok, eos)
+    tokens = jnp.full((batch, n), pad_id, jnp.int32).at[:, 0].set(tok)
+    logps = jnp.zeros((batch, n), jnp.float32).at[:, 0].set(logp)
+    lengths = jnp.ones((batch,), jnp.int32)
+    next_pos = jnp.sum(prompt_mask.astype(jnp.int32), axis=-1)
+
+    def cond(carry):
+        step, _, _, done, *_ = carry
+        return (step < n) & ~jnp.all(done)
+
+    def body(carry):
+        step, cache, prev, done, tokens, logps, lengths = carry
+        m = nnx.merge(graphdef, state)
+        pos = (next_pos + step - 1)[:, None]
+        logits, cache = m(prev[:, None], positions=pos, cache=cache)
+        tok, logp = choose(step, logits[:, -1])
+        tok = jnp.where(done, pad_id, tok)
+        logp = jnp.where(done, 0.0, logp)
+        tokens = jax.lax.dynamic_update_slice(tokens, tok[:, None], (0, step))
+        logps = jax.lax.dynamic_update_slice(logps, logp[:, None], (0, step))
+        lengths = lengths + (~done).astype(jnp.int32)
+        done = done | jnp.isin(tok, eos)
+        return step + 1, cache, tok, done, tokens, logps, lengths
+
+    carry = (jnp.asarray(1, jnp.int32), cache, tok, done, tokens, logps, lengths)
+    _, _, _, done, tokens, logps, lengths = jax.lax.while_loop(cond, body, carry)
+    mask = jnp.arange(n)[None, :] < lengths[:, None]
+    return tokens, mask, lengths, logps, done
+
+
+def generate_ids(model: Any, input_ids, prompt_mask, key: jax.Array | None, config: GenerationConfig, *,
+                 eos_token_ids: Sequence[int] = (), pad_token_id: int = 0):
+    """Device part of generation on already left-padded arrays (no tokenizer, no stop strings).
+
+    Args:
+      model: ``nnx.Module`` or ``(graphdef, state)``.
+      input_ids: ``[B, P]`` int32 left-padded prompts.
+      prompt_mask: ``[B, P]`` bool/int, 1 on real tokens; every row needs at least one.
+      key: PRNG key (may be ``None`` for greedy).
+      config: sampling settings (``eos_token_ids``/``pad_token_id`` there win over the
+        keyword arguments when set).
+      eos_token_ids, pad_token_id: used when the config leaves them ``None``.
+
+    Returns:
+      ``(tokens [B, N] int32, mask [B, N] bool, lengths [B] int32, logprobs [B, N] float32,
+      hit_eos [B] bool)``.
+    """
+    graphdef, state = split_model(model)
+    input_ids = jnp.asarray(input_ids, jnp.int32)
+    prompt_mask = jnp.asarray(prompt_mask).astype(bool)
+    chex.assert_rank(input_ids, 2)
+    chex.assert_equal_shape([input_ids, prompt_mask])
+    if key is None:
+        if not config.greedy:
+            raise ValueError(f"key is None but temperature={config.temperature}; sampling needs a PRNG key")
+        key = jax.random.PRNGKey(0)
+    eos = config.eos_token_ids if config.eos_token_ids is not None else tuple(int(i) for i in eos_token_ids)
+    pad = config.pad_token_id if config.pad_token_id is not None else int(pad_token_id)
+    return _generate_core(
+        graphdef, state, input_ids, prompt_mask, key,
+        max_new_tokens=config.max_new_tokens, temperature=float(config.temperature), top_k=int(config.top_k),
+        top_p=float(config.top_p), eos_ids=tuple(sorted(set(eos))), pad_id=int(pad),
+    )
+
+
+# ----------------------------------------------------------------------------- host wrapper
+def _tokenizer_ids(tokenizer: Any) -> tuple[tuple[int, ...], int]:
+    """Default EOS ids (EOS, ``<|endoftext|>``, pad) and pad id of a ``transformers`` tokenizer."""
+    eos = set()
+    if tokenizer is None:
+        return (), 0
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        eos.add(int(tokenizer.eos_token_id))
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is not None:
+        eos.add(int(pad))
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    if "<|endoftext|>" in vocab:
+        eos.add(int(vocab["<|endoftext|>"]))
+    if pad is None:
+        pad = tokenizer.eos_token_id if getattr(tokenizer, "eos_token_id", None) is not None else 0
+    return tuple(sorted(eos)), int(pad)
+
+
+def _first_stop(text: str, stops: Sequence[str]) -> int:
+    """End index of the earliest-ending stop string occurrence in ``text``, or -1."""
+    ends = [text.find(s) + len(s) for s in stops if s in text]
+    return min(ends) if ends else -1
+
+
+def _apply_stop(tokenizer, ids: list[int], stops: Sequence[str]) -> tuple[int, str] | None:
+    """Fewest leading tokens of ``ids`` whose text holds a stop string, and the cut text."""
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    if _first_stop(text, stops) < 0:
+        return None
+    lo, hi = 1, len(ids)  # invariant: prefix of length hi contains a stop string
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _first_stop(tokenizer.decode(ids[:mid], skip_special_tokens=True), stops) >= 0:
+            hi = mid
+        else:
+            lo = mid + 1
+    cut_text = tokenizer.decode(ids[:hi], skip_special_tokens=True)
+    return hi, cut_text[: _first_stop(cut_text, stops)]
+
+
+def generate(model: Any, tokenizer: Any, prompts: Any, config: GenerationConfig | None = None, *,
+             key: jax.Array | None = None, decode: bool = True) -> GenerationResult:
+    """Generate completions for a batch of prompts.
+
+    Args:
+      model: ``nnx.Module`` or ``(graphdef, state)`` (from ``nnx.split``); the state is a
+        traced argument, so new parameters of the same structure reuse the compiled function.
+      tokenizer: a ``transformers`` tokenizer (for string prompts, default EOS/pad ids and
+        texts), or ``None`` with token-id prompts.
+      prompts: list of strings (encoded as is: apply the chat template first), list of
+        token-id lists, or a pair ``(ids [B, P], mask [B, P])`` already left-padded (used as
+        is, no bucketing).
+      config: :class:`GenerationConfig` (default: ``GenerationConfig()``).
+      key: PRNG key; required unless greedy. The same key gives the same samples.
+      decode: build ``texts`` (needs a tokenizer); stop strings need it too.
+
+    Returns:
+      :class:`GenerationResult`.
+    """
+    config = config or GenerationConfig()
+    default_eos, default_pad = _tokenizer_ids(tokenizer)
+    pad = config.pad_token_id if config.pad_token_id is not None else default_pad
+    if isinstance(prompts, tuple) and len(prompts) == 2 and hasattr(prompts[0], "shape"):
+        ids, mask = np.asarray(prompts[0], np.int32), np.asarray(prompts[1]).astype(bool)
+        if not mask.any(axis=-1).all():
+            raise ValueError("every prompt row needs at least one real token (prompt_mask row is all False)")
+    else:
+        prompts = list(prompts)
+        if prompts and isinstance(prompts[0], str):
+            if tokenizer is None:
+                raise ValueError("string prompts need a tokenizer")
+            prompts = [tokenizer(p)["input_ids"] for p in prompts]
+        ids, mask = pad_prompts(prompts, pad, config.prompt_bucket)
+    if config.stop_strings and tokenizer is None:
+        raise ValueError(f"stop_strings={config.stop_strings!r} need a tokenizer")
+
+    tokens, out_mask, lengths, logps, hit_eos = generate_ids(
+        (split_model(model)), ids, mask, key, config, eos_token_ids=default_eos, pad_token_id=pad)
+
+    reasons = ["eos" if e else "length" for e in np.asarray(hit_eos).tolist()]
+    texts = None
+    if (decode or config.stop_strings) and tokenizer is not None:
+        tok_np, len_np = np.asarray(tokens), np.asarray(lengths)
+        seqs = [tok_np[b, : len_np[b]].tolist() for b in range(tok_np.shape[0])]
+        texts = list(tokenizer.batch_decode(seqs, skip_special_tokens=True))
+        if config.stop_strings:
+            tok_np, len_np, lp_np = tok_np.copy(), len_np.copy(), np.asarray(logps).copy()
+            changed = False
+            for b, seq in enumerate(seqs):
+                cut = _apply_stop(tokenizer, seq, config.stop_strings)
+                if cut is None:
+                    continue
+                n_tok, texts[b] = cut
+                reasons[b] = "stop"
+                tok_np[b, n_tok:] = pad
+                lp_np[b, n_tok:] = 0.0
+                len_np[b] = n_tok
+                changed = True
+            if changed:
+                tokens, lengths, logps = jnp.asarray(tok_np), jnp.asarray(len_np), jnp.asarray(lp_np)
+                out_mask = jnp.arange(tok_np.shape[1])[None, :] < lengths[:, None]
+    return GenerationResult(
+        tokens=tokens, mask=out_mask, lengths=lengths, logprobs=logps,
+        prompt_ids=jnp.asarray(ids), prompt_mask=jnp.asarray(mask), texts=texts, finish_reasons=reasons,
+    )
+
+
+# ----------------------------------------------------------------------------- log-probs
+def sequence_logprobs(model: Any, prompt_ids, prompt_mask, completion_ids, completion_mask, *,
+                      temperature: float = 1.0) -> jax.Array:
+    """Per-token log-probs of completions under the model, from one full forward pass.
+
+    Pure and differentiable (no ``jit`` inside; call it inside the GRPO loss). The prompt is
+    left-padded and the completion right-padded, exactly as :func:`generate` returns them,
+    so positions (``cumsum(mask) - 1``) match the cached decoding.
+
+    Args:
+      model: ``nnx.Module`` or ``(graphdef, state)``.
+      prompt_ids, prompt_mask: ``[B, P]`` left-padded prompts and their mask.
+      completion_ids, completion_mask: ``[B, T]`` completions and their mask.
+      temperature: divide logits by it first (1 = the raw model distribution, the one
+        :func:`generate` reports).
+
+    Returns:
+      ``[B, T]`` float32 log-probs, 0 where ``completion_mask`` is False.
+    """
+    chex.assert_rank([prompt_ids, completion_ids], 2)
+    chex.assert_equal_shape([prompt_ids, prompt_mask])
+    chex.assert_equal_shape([completion_ids, completion_mask])
+    chex.assert_equal_shape_prefix([prompt_ids, completion_ids], 1)
+    module = _as_module(model)
+    prompt_len = prompt_ids.shape[1]
+    t = completion_ids.shape[1]
+    ids = jnp.concatenate([jnp.asarray(prompt_ids, jnp.int32), jnp.asarray(completion_ids, jnp.int32)], axis=1)
+    cmask = jnp.asarray(completion_mask).astype(bool)
+    mask = jnp.concatenate([jnp.asarray(prompt_mask).astype(bool), cmask], axis=1)
+    logits, _ = module(ids, positions=left_pad_positions(mask), attention_mask=mask)
+    logits = logits[:, prompt_len - 1: prompt_len - 1 + t].astype(jnp.float32)
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    out = jnp.take_along_axis(logp, ids[:, prompt_len:, None], axis=-1)[..., 0]
+    return jnp.where(cmask, out, 0.0)
