@@ -10,9 +10,10 @@ How a call runs (:func:`generate`):
    into an empty cache of capacity ``P + max_new_tokens``, sample the first token, then decode
    one token per iteration of a ``lax.while_loop`` that exits early when every row has hit
    EOS. No host synchronisation happens inside the loop. The compiled function is cached by
-   ``jax.jit`` per ``(model graphdef, B, P, max_new_tokens, sampling settings, EOS ids)``; the
+   ``jax.jit`` per ``(model graphdef, B, P, max_new_tokens, greedy, top_k, top_p < 1)``; the
    parameter *state* is an ordinary argument (``nnx.split``), so GRPO calls it with new
-   parameters every step without recompiling.
+   parameters every step without recompiling; temperature, top-p mass, EOS ids and the pad
+   id are traced too (only greedy-or-not, ``top_k`` and whether top-p is on are static).
 3. **Host**: decode texts, apply **stop strings** (see below), build a
    :class:`GenerationResult`.
 
@@ -47,7 +48,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from llm.sampling import sample_token, validate_sampling
+from llm import sampling
+from llm.sampling import validate_sampling
 
 __all__ = [
     "GenerationConfig",
@@ -70,7 +72,8 @@ def trace_count() -> int:
 
 @dataclasses.dataclass(frozen=True)
 class GenerationConfig:
-    """Generation settings (hashable; part of the compiled function's cache key).
+    """Generation settings (frozen; ``max_new_tokens``, greedy-or-not, ``top_k`` and
+    ``top_p < 1`` select the compiled function, the other values are traced).
 
     Attributes:
       max_new_tokens: completion capacity ``N`` (>= 1).
@@ -183,28 +186,41 @@ def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, bucket: int = 1) 
 
 
 # ----------------------------------------------------------------------------- device core
-@functools.partial(
-    jax.jit,
-    static_argnames=("graphdef", "max_new_tokens", "temperature", "top_k", "top_p", "eos_ids", "pad_id"),
-)
-def _generate_core(graphdef, state, input_ids, prompt_mask, key, *, max_new_tokens, temperature, top_k, top_p,
-                   eos_ids, pad_id):
+#: EOS ids travel as a fixed-size int32 array (padded with -1) so that changing them does
+#: not recompile; at most this many.
+MAX_EOS_IDS = 8
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "greedy", "top_k", "use_top_p"))
+def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, top_p, eos, pad_id, *,
+                   max_new_tokens, greedy, top_k, use_top_p):
+    """Prefill + ``lax.while_loop`` decode. ``temperature``, ``top_p``, ``eos [MAX_EOS_IDS]``
+    and ``pad_id`` are traced scalars/arrays; the static arguments select the code path."""
     _TRACES["generate"] += 1  # runs only while tracing
     batch, prompt_len = input_ids.shape
     n = max_new_tokens
     model = nnx.merge(graphdef, state)
-    eos = jnp.asarray(eos_ids if eos_ids else (-1,), dtype=jnp.int32)
 
     def choose(step, logits):
-        tok = sample_token(jax.random.fold_in(key, step), logits, temperature=temperature, top_k=top_k, top_p=top_p)
-        logp = jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1), tok[:, None], axis=-1)
+        logits = logits.astype(jnp.float32)
+        if greedy:
+            tok = sampling.greedy(logits)
+        else:
+            warped = sampling.top_k_filter(logits / temperature, top_k)
+            if use_top_p:
+                warped = sampling.top_p_filter(warped, top_p)
+            tok = jax.random.categorical(jax.random.fold_in(key, step), warped, axis=-1).astype(jnp.int32)
+        logp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tok[:, None], axis=-1)
         return tok, logp[:, 0]
+
+    def is_eos(tok):
+        return jnp.any(tok[:, None] == eos[None, :], axis=-1)
 
     positions = left_pad_positions(prompt_mask)
     cache = model.init_cache(batch, prompt_len + n)
     logits, cache = model(input_ids, positions=positions, attention_mask=prompt_mask, cache=cache)
     tok, logp = choose(0, logits[:, -1])
-    done = jnp.isin(tok, eos)
+    done = is_eos(tok)
     tokens = jnp.full((batch, n), pad_id, jnp.int32).at[:, 0].set(tok)
     logps = jnp.zeros((batch, n), jnp.float32).at[:, 0].set(logp)
     lengths = jnp.ones((batch,), jnp.int32)
@@ -225,7 +241,7 @@ def _generate_core(graphdef, state, input_ids, prompt_mask, key, *, max_new_toke
         tokens = jax.lax.dynamic_update_slice(tokens, tok[:, None], (0, step))
         logps = jax.lax.dynamic_update_slice(logps, logp[:, None], (0, step))
         lengths = lengths + (~done).astype(jnp.int32)
-        done = done | jnp.isin(tok, eos)
+        done = done | is_eos(tok)
         return step + 1, cache, tok, done, tokens, logps, lengths
 
     carry = (jnp.asarray(1, jnp.int32), cache, tok, done, tokens, logps, lengths)
@@ -237,6 +253,9 @@ def _generate_core(graphdef, state, input_ids, prompt_mask, key, *, max_new_toke
 def generate_ids(model: Any, input_ids, prompt_mask, key: jax.Array | None, config: GenerationConfig, *,
                  eos_token_ids: Sequence[int] = (), pad_token_id: int = 0):
     """Device part of generation on already left-padded arrays (no tokenizer, no stop strings).
+
+    Compiled once per ``(graphdef, B, P, max_new_tokens, greedy, top_k, top_p < 1)``;
+    parameters, prompts, key, temperature, top-p mass, EOS ids and pad id are traced.
 
     Args:
       model: ``nnx.Module`` or ``(graphdef, state)``.
@@ -261,11 +280,17 @@ def generate_ids(model: Any, input_ids, prompt_mask, key: jax.Array | None, conf
             raise ValueError(f"key is None but temperature={config.temperature}; sampling needs a PRNG key")
         key = jax.random.PRNGKey(0)
     eos = config.eos_token_ids if config.eos_token_ids is not None else tuple(int(i) for i in eos_token_ids)
+    eos = sorted(set(eos))
+    if len(eos) > MAX_EOS_IDS:
+        raise ValueError(f"eos_token_ids has {len(eos)} ids; at most {MAX_EOS_IDS} are supported")
+    eos_arr = jnp.asarray(eos + [-1] * (MAX_EOS_IDS - len(eos)), jnp.int32)
     pad = config.pad_token_id if config.pad_token_id is not None else int(pad_token_id)
     return _generate_core(
         graphdef, state, input_ids, prompt_mask, key,
-        max_new_tokens=config.max_new_tokens, temperature=float(config.temperature), top_k=int(config.top_k),
-        top_p=float(config.top_p), eos_ids=tuple(sorted(set(eos))), pad_id=int(pad),
+        jnp.asarray(config.temperature if config.temperature > 0 else 1.0, jnp.float32),
+        jnp.asarray(config.top_p, jnp.float32), eos_arr, jnp.asarray(pad, jnp.int32),
+        max_new_tokens=config.max_new_tokens, greedy=config.greedy, top_k=int(config.top_k),
+        use_top_p=config.top_p < 1.0,
     )
 
 

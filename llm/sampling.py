@@ -57,9 +57,10 @@ def top_p_filter(logits: jax.Array, p: float) -> jax.Array:
 
     A token is kept when the probability mass of the tokens strictly more likely than it is
     below ``p``, so the most likely token is always kept. Tokens tied with the last kept one
-    are kept too. ``p >= 1`` returns ``logits`` unchanged.
+    are kept too. A Python ``p >= 1`` returns ``logits`` unchanged; ``p`` may also be a
+    traced scalar.
     """
-    if p >= 1.0:
+    if isinstance(p, (int, float)) and p >= 1.0:
         return logits
     desc = -jnp.sort(-logits, axis=-1)
     probs = jax.nn.softmax(desc.astype(jnp.float32), axis=-1)
