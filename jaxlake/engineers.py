@@ -419,6 +419,9 @@ class EngineerContext:
       base_checkpoint: where the stage-0 (untrained) policy comes from, or None for the
         run's initial model.
       run_cfg: the whole run config (model settings for the LLM backends).
+      load_model: ``load_model(which) -> (model, tokenizer)`` with ``which`` ``"policy"``
+        (this stage's checkpoint) or ``"base"`` (the stage-0 model); given by the pipeline
+        for the LLM backends.
     """
 
     stage: int
@@ -433,6 +436,7 @@ class EngineerContext:
     checkpoint: Optional[Path] = None
     base_checkpoint: Optional[Path] = None
     run_cfg: Any = None
+    load_model: Optional[Callable[[str], Any]] = None
 
     @property
     def base(self) -> LakeConfig:

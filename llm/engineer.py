@@ -1,0 +1,580 @@
+"""LLM environment engineers: ``policy``, ``base`` and ``external``.
+
+The prompt (:func:`build_user_prompt`) is the stage summary rendered by
+:func:`jaxlake.summaries.render_summary` with each context part switchable in
+``conf/engineer/<name>.yaml`` (``context: {behaviour, failures, env_stats, history}``, for
+ablations), the current environment as JSON and the schema of what may be proposed: the
+editable fields with their allowed values (a :class:`jaxlake.engineers.ConfigSpace`).
+
+**Constrained decoding** (``decoding: constrained``, the default of the local backends)
+writes the JSON object itself and lets the model choose only the values: for each editable
+field in :data:`jaxlake.engineers.FIELD_ORDER`, the allowed values that still admit a valid
+config given the earlier choices (:meth:`ConfigSpace.choices`) are scored by the model's
+log-probability of their text continuation (the value and the delimiter that follows it,
+so ``1`` and ``12`` are told apart) and the best is taken (``temperature: 0``) or one is
+sampled from ``softmax(score / temperature)``. With ``max_components > 1`` the model also
+chooses each component's weight and whether another component follows, giving a weighted
+mixture. The result is valid by construction, so even a random model yields a valid config.
+``decoding: free`` samples text instead and relies on validation and retries.
+
+Every backend runs :func:`jaxlake.engineers.propose_with_retries`: parse, validate
+(``LakeConfig``), retry with the error shown in the prompt, keep the current environment as
+the last resort; the record keeps the prompt, the raw outputs, the parsed object, the
+validation errors and, for constrained decoding, the top-scored values at every choice.
+Malformed output never raises.
+
+The ``external`` backend talks to any OpenAI-compatible chat endpoint with the standard
+library (``POST <url>/chat/completions``); the API key is read from the environment
+variable NAMED in the config (``api_key_env``), never stored in it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import urllib.error
+import urllib.request
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from jaxlake.config import ConfigError
+from jaxlake.engineers import (
+    ConfigSpace,
+    Engineer,
+    EngineerContext,
+    Proposal,
+    format_value,
+    mixture_to_obj,
+    propose_with_retries,
+    space_from_conf,
+)
+from jaxlake.summaries import PARTS, render_summary
+
+DEFAULT_SYSTEM = (
+    "You are the environment engineer of a training curriculum for a policy that plans paths for "
+    "several agents on a frozen lake grid. After each stage you read a summary of the policy's "
+    "behaviour, its failure cases, the environment statistics and the stage history, and you "
+    "propose the configuration of the next stage as a JSON object. Keep every value within its "
+    "allowed range. Make the environment harder when the success rate is high and easier when it "
+    "is low, and target the failures you see. Reply with a single JSON object and nothing else."
+)
+#: Default mixture weights the constrained decoder chooses from (normalised afterwards).
+DEFAULT_WEIGHTS = (0.25, 0.5, 0.75, 1.0)
+
+
+# ============================================================================ prompt
+def _context_flags(context: Optional[Mapping[str, Any]]) -> dict[str, bool]:
+    flags = {p: True for p in PARTS}
+    for k, v in dict(context or {}).items():
+        if k not in flags:
+            raise ConfigError(f"engineer.context.{k}: unknown part; choose from {list(PARTS)}")
+        flags[k] = bool(v)
+    return flags
+
+
+def describe_space(space: ConfigSpace) -> str:
+    """One line per editable field with its allowed values."""
+    lines = []
+    for name in space.editable:
+        vals = space.values[name]
+        shown = ", ".join(format_value(v) for v in vals)
+        if len(vals) > 12 and all(isinstance(v, int) for v in vals):
+            shown = f"an integer from {vals[0]} to {vals[-1]}"
+        elif len(vals) > 12:
+            shown = f"one of {', '.join(format_value(v) for v in vals[:4])}, ..., {format_value(vals[-1])}"
+        else:
+            shown = f"one of {shown}"
+        lines.append(f"- {name}: {shown}")
+    return "\n".join(lines)
+
+
+def build_user_prompt(
+    ctx: EngineerContext,
+    parts: Sequence[str],
+    space: ConfigSpace,
+    max_components: int = 1,
+    max_failures: Optional[int] = None,
+    max_history: Optional[int] = None,
+    max_summary_chars: Optional[int] = None,
+) -> str:
+    """The user turn: summary parts, the current environment and the answer schema."""
+    summary = dict(ctx.summary or {})
+    if max_failures is not None and summary.get("failures"):
+        f = dict(summary["failures"])
+        f["cases"] = list(f.get("cases", []))[:max_failures]
+        summary["failures"] = f
+    if max_history is not None:
+        summary["history"] = list(summary.get("history") or [])[-max_history:] if max_history > 0 else []
+    text = render_summary(summary, parts) if summary and parts else ""
+    if max_summary_chars is not None and len(text) > max_summary_chars:
+        text = text[: max(max_summary_chars, 0)] + "\n(summary cut)"
+    current = json.dumps({"mixture": mixture_to_obj(ctx.current)})
+    fixed = {k: v for k, v in ctx.base.to_dict().items() if k not in space.editable}
+    if max_components > 1:
+        fmt = (
+            '{"mixture": [{"weight": w, "config": {<fields>}}, ...]} with up to '
+            f"{max_components} components (weights are normalised)"
+        )
+    else:
+        fmt = '{"height": ..., "width": ..., ...} with the fields below'
+    chunks = [
+        f"Stage {ctx.stage} of training has finished. Propose the environment of stage {ctx.stage + 1}.",
+        text,
+        f"## Current environment\n{current}",
+        f"## Answer\nOne JSON object {fmt}. Fields you may set, with their allowed values:\n{describe_space(space)}\n"
+        f"Fixed fields (keep them): {json.dumps(fixed)}",
+    ]
+    return "\n\n".join(c for c in chunks if c)
+
+
+def chat_text(tokenizer: Any, system: str, user: str) -> str:
+    """The chat-formatted prompt ending with the assistant turn's opening."""
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    except (ValueError, AttributeError, TypeError):
+        # no chat template: a plain transcript
+        head = f"{system}\n\n" if system else ""
+        return f"{head}{user}\n\nAnswer:\n"
+
+
+def fit_user_prompt(
+    build: Callable[..., str], count: Callable[[str], int], budget: int, num_failures: int, num_history: int
+) -> str:
+    """The richest prompt within ``budget`` tokens: fewer failure cases first, then a
+    shorter history, then a cut summary."""
+    for k in range(num_failures, -1, -1):
+        text = build(max_failures=k)
+        if count(text) <= budget:
+            return text
+    for h in (3, 1, 0):
+        if h >= num_history:
+            continue
+        text = build(max_failures=0, max_history=h)
+        if count(text) <= budget:
+            return text
+    chars = 4000
+    while chars > 0:
+        text = build(max_failures=0, max_history=0, max_summary_chars=chars)
+        if count(text) <= budget:
+            return text
+        chars //= 2
+    return build(max_failures=0, max_history=0, max_summary_chars=0)
+
+
+# ============================================================================ scoring
+def _bucket(n: int, step: int) -> int:
+    return max(step, -(-n // step) * step)
+
+
+def _pow2(n: int, low: int = 4) -> int:
+    return max(low, 1 << (max(n, 1) - 1).bit_length())
+
+
+def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _score_prefix(graphdef, state, ctx_ids, ctx_mask, *, capacity):
+    """Forward the shared context once: last-position logits ``[1, V]`` and the KV cache."""
+    from flax import nnx
+
+    from llm.generate import left_pad_positions
+
+    model = nnx.merge(graphdef, state)
+    cache = model.init_cache(1, capacity)
+    logits, cache = model(ctx_ids, positions=left_pad_positions(ctx_mask), attention_mask=ctx_mask, cache=cache)
+    return logits[:, -1], cache
+
+
+def _score_suffixes(graphdef, state, last, cache, n_ctx, suf_ids, suf_mask):
+    """Summed log-probs ``[R]`` of right-padded suffixes ``[R, S]`` after the cached context."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    model = nnx.merge(graphdef, state)
+    rows, length = suf_ids.shape
+    cache = cache.replace(
+        k=jnp.repeat(cache.k, rows, axis=1), v=jnp.repeat(cache.v, rows, axis=1), mask=jnp.repeat(cache.mask, rows, axis=0)
+    )
+    positions = n_ctx + jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (rows, length))
+    logits, _ = model(suf_ids, positions=positions, attention_mask=suf_mask, cache=cache)
+    first = jnp.broadcast_to(last[:, None, :], (rows, 1, last.shape[-1]))
+    pred = jnp.concatenate([first, logits[:, :-1]], axis=1).astype(jnp.float32)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(pred, axis=-1), suf_ids[..., None], axis=-1)[..., 0]
+    return jnp.sum(jnp.where(suf_mask, logp, 0.0), axis=-1)
+
+
+_JITTED: dict = {}
+
+
+def _jitted():
+    if not _JITTED:
+        import jax
+
+        _JITTED["prefix"] = jax.jit(_score_prefix, static_argnames=("graphdef", "capacity"))
+        _JITTED["suffix"] = jax.jit(_score_suffixes, static_argnames=("graphdef",))
+    return _JITTED["prefix"], _JITTED["suffix"]
+
+
+class ChoiceScorer:
+    """Log-probabilities of candidate continuations of a text under a causal LM.
+
+    For a prefix ``P`` and candidates ``C_i`` every ``P + C_i`` is tokenized; the tokens
+    after the longest token prefix that the tokenized ``P`` shares with all of them are
+    scored given that shared context. The context runs once (batch 1, left-padded to a
+    multiple of ``length_bucket``) into a KV cache; all candidates' suffixes then run in one
+    batch of ``max(rows, next power of two)`` rows on that cache. Jitted functions are shared
+    by every scorer (the model's graph is a static argument), so a model architecture
+    compiles once per context bucket.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, length_bucket: int = 256, suffix_bucket: int = 16, rows: int = 64):
+        from llm.generate import split_model
+
+        self.tokenizer = tokenizer
+        self.graphdef, self.state = split_model(model)
+        self.length_bucket, self.suffix_bucket, self.rows = int(length_bucket), int(suffix_bucket), int(rows)
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_id = int(pad if pad is not None else 0)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def scores(self, prefix: str, candidates: Sequence[str]) -> np.ndarray:
+        """``[len(candidates)]`` summed log-probs of each candidate after ``prefix``."""
+        prefix_fn, suffix_fn = _jitted()
+        base = self.encode(prefix)
+        full = [self.encode(prefix + c) for c in candidates]
+        shared = min(_lcp(base, f) for f in full)
+        # every candidate must keep at least one token of its own to be scored
+        shared = min(shared, min(len(f) for f in full) - 1)
+        if shared <= 0:  # nothing shared: condition on a pad token
+            context, suffixes = [self.pad_id], full
+        else:
+            context, suffixes = base[:shared], [f[shared:] for f in full]
+        n = len(candidates)
+        rows = max(self.rows, _pow2(n))
+        plen = _bucket(len(context), self.length_bucket)
+        slen = _bucket(max(len(x) for x in suffixes), self.suffix_bucket)
+        p_ids = np.full((1, plen), self.pad_id, np.int32)
+        p_mask = np.zeros((1, plen), bool)
+        p_ids[0, plen - len(context):] = context
+        p_mask[0, plen - len(context):] = True
+        c_ids = np.full((rows, slen), self.pad_id, np.int32)
+        c_mask = np.zeros((rows, slen), bool)
+        for i, x in enumerate(suffixes):
+            c_ids[i, : len(x)] = x
+            c_mask[i, : len(x)] = True
+        last, cache = prefix_fn(self.graphdef, self.state, p_ids, p_mask, capacity=plen + slen)
+        out = suffix_fn(self.graphdef, self.state, last, cache, np.int32(len(context)), c_ids, c_mask)
+        return np.asarray(out)[:n]
+
+
+def _choose(scores: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    if temperature <= 0:
+        return int(np.argmax(scores))
+    z = (scores - scores.max()) / temperature
+    p = np.exp(z)
+    p /= p.sum()
+    return int(rng.choice(len(scores), p=p))
+
+
+def constrained_json(
+    score: Callable[[str, Sequence[str]], np.ndarray],
+    prefix: str,
+    space: ConfigSpace,
+    rng: np.random.Generator,
+    temperature: float = 0.0,
+    max_components: int = 1,
+    weights: Sequence[float] = DEFAULT_WEIGHTS,
+) -> tuple[str, list[dict]]:
+    """Write a proposal JSON after ``prefix`` choosing only values (see the module doc).
+
+    Args:
+      score: ``score(text, candidates) -> [n] log-probs`` (e.g. :meth:`ChoiceScorer.scores`).
+      prefix: the chat prompt up to the assistant's answer.
+      space: the allowed values and constraints.
+      rng: numpy generator for sampling (unused when ``temperature == 0``).
+      temperature: 0 picks the best-scored value.
+      max_components: > 1 writes ``{"mixture": [...]}`` with model-chosen weights and size.
+      weights: the weight values offered per component.
+
+    Returns:
+      ``(json_text, choices)`` where ``choices`` logs every choice point with the top values.
+    """
+    if not space.editable:
+        return "{}", []
+    fields = list(space.editable)
+    choices: list[dict] = []
+    mixture = max_components > 1
+    text = '{"mixture": [{"weight": ' if mixture else "{" + json.dumps(fields[0]) + ": "
+
+    def pick(label: str, options: Sequence[Any], shown: Sequence[str], after: Sequence[str]) -> int:
+        nonlocal text
+        cands = [s + a for s, a in zip(shown, after)]
+        sc = np.asarray(score(prefix + text, cands), dtype=np.float64) if len(cands) > 1 else np.zeros(1)
+        i = _choose(sc, temperature, rng) if len(cands) > 1 else 0
+        order = np.argsort(-sc)[:5]
+        choices.append(
+            {"choice": label, "chosen": options[i], "top": [[options[j], round(float(sc[j]), 3)] for j in order]}
+        )
+        text += cands[i]
+        return i
+
+    components = 0
+    while True:
+        components += 1
+        if mixture:
+            shown_w = [format_value(float(w)) for w in weights]
+            pick(f"weight[{components - 1}]", list(weights), shown_w, [', "config": {' + json.dumps(fields[0]) + ": "] * len(weights))
+        partial: dict[str, Any] = {}
+        for j, name in enumerate(fields):
+            options = space.choices(name, partial)
+            if not options:  # cannot happen for a valid base; keep the base value
+                raise ConfigError(f"no allowed value for {name} after {partial}")
+            if j + 1 < len(fields):
+                after = ", " + json.dumps(fields[j + 1]) + ": "
+            else:
+                after = "}}" if mixture else "}"
+            i = pick(name if not mixture else f"{name}[{components - 1}]", options,
+                     [format_value(v) for v in options], [after] * len(options))
+            partial[name] = options[i]
+        if not mixture:
+            return text, choices
+        if components >= max_components:
+            text += "]}"
+            return text, choices
+        more = pick(f"more_after[{components - 1}]", [False, True], ["]}", ', {"weight": '], ["", ""])
+        if not more:
+            return text, choices
+
+
+# ============================================================================ local LLM backends
+class LLMEngineer(Engineer):
+    """An engineer that is a local Qwen3 checkpoint: ``source`` ``policy`` (this stage's
+    trained checkpoint, the paper's method) or ``base`` (the stage-0 model).
+
+    Args:
+      context: which summary parts the prompt shows (``behaviour failures env_stats
+        history``; all by default).
+      decoding: ``constrained`` (valid by construction) or ``free`` (sampled text).
+      temperature: 0 = best-scored value / greedy text.
+      retries: attempts after the first one.
+      max_components: > 1 lets the model propose a weighted mixture.
+      weights: weights offered per mixture component.
+      space: ``{editable, values}`` of the :class:`ConfigSpace`.
+      max_new_tokens: text length for ``free`` decoding.
+      max_prompt_tokens: prompt budget (default: the model's context minus the answer room).
+      system: the system turn (default :data:`DEFAULT_SYSTEM`).
+    """
+
+    source = "policy"
+
+    def __init__(
+        self,
+        name: Optional[str] = None,
+        context: Optional[Mapping[str, Any]] = None,
+        decoding: str = "constrained",
+        temperature: float = 0.0,
+        retries: int = 2,
+        max_components: int = 1,
+        weights: Sequence[float] = DEFAULT_WEIGHTS,
+        space: Optional[Mapping[str, Any]] = None,
+        max_new_tokens: int = 256,
+        max_prompt_tokens: Optional[int] = None,
+        system: Optional[str] = None,
+        **_: Any,
+    ) -> None:
+        if decoding not in ("constrained", "free"):
+            raise ConfigError(f"engineer.decoding={decoding!r} not in ['constrained', 'free']")
+        if not temperature >= 0:
+            raise ConfigError(f"engineer.temperature={temperature} not in [0, inf)")
+        if int(retries) < 0:
+            raise ConfigError(f"engineer.retries={retries} not in [0, inf)")
+        if int(max_components) < 1:
+            raise ConfigError(f"engineer.max_components={max_components} not in [1, inf)")
+        weights = [float(w) for w in weights]
+        if not weights or any(not (w > 0 and math.isfinite(w)) for w in weights):
+            raise ConfigError(f"engineer.weights={weights} must be positive numbers")
+        self.name = name or self.source
+        self.flags = _context_flags(context)
+        self.decoding, self.temperature, self.retries = decoding, float(temperature), int(retries)
+        self.max_components, self.weights = int(max_components), weights
+        self.space_node, self.max_new_tokens = space, int(max_new_tokens)
+        self.max_prompt_tokens = max_prompt_tokens
+        self.system = DEFAULT_SYSTEM if system is None else system
+
+    @property
+    def parts(self) -> list[str]:
+        return [p for p in PARTS if self.flags[p]]
+
+    def _model(self, ctx: EngineerContext):
+        if ctx.load_model is None:
+            raise ConfigError(f"engineer={self.name} needs a model: the pipeline passes load_model in the context")
+        return ctx.load_model(self.source)
+
+    def propose(self, ctx: EngineerContext) -> Proposal:
+        model, tokenizer = self._model(ctx)
+        space = space_from_conf(ctx.base, self.space_node)
+        scorer = ChoiceScorer(model, tokenizer)
+        answer_room = 64 + 24 * len(space.editable) * self.max_components
+        if self.decoding == "free":
+            answer_room = max(answer_room, self.max_new_tokens)
+        limit = getattr(getattr(model, "config", None), "max_position_embeddings", 4096)
+        budget = int(self.max_prompt_tokens) if self.max_prompt_tokens else int(limit) - answer_room
+        system_tokens = scorer.count(chat_text(tokenizer, self.system, ""))
+
+        def build(**kw):
+            return build_user_prompt(ctx, self.parts, space, self.max_components, **kw)
+
+        failures = len(((ctx.summary or {}).get("failures") or {}).get("cases", []))
+        history = len((ctx.summary or {}).get("history") or [])
+        user = fit_user_prompt(build, scorer.count, budget - system_tokens, failures, history)
+        rng = ctx.rng(7)
+        traces: list = []
+
+        def ask(prompt: str, attempt: int) -> str:
+            text = chat_text(tokenizer, self.system, prompt)
+            if self.decoding == "constrained":
+                out, choices = constrained_json(
+                    scorer.scores, text, space, rng, self.temperature, self.max_components, self.weights
+                )
+                traces.append(choices)
+                return out
+            return self._free(model, tokenizer, text, ctx, attempt)
+
+        proposal = propose_with_retries(ask, user, ctx, self.retries)
+        proposal.record.update(
+            {"system": self.system, "decoding": self.decoding, "context_parts": self.parts, "source": self.source}
+        )
+        if traces:
+            proposal.record["choices"] = traces[-1]
+        return proposal
+
+    def _free(self, model, tokenizer, text: str, ctx: EngineerContext, attempt: int) -> str:
+        import jax
+
+        from llm.generate import GenerationConfig, generate
+
+        cfg = GenerationConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature)
+        key = jax.random.PRNGKey(int(ctx.seed) * 1000 + int(ctx.stage) * 10 + attempt)
+        return generate(model, tokenizer, [text], cfg, key=key).texts[0]
+
+
+class PolicyEngineer(LLMEngineer):
+    """The current (just trained) policy checkpoint designs its next environment."""
+
+    source = "policy"
+
+
+class BaseEngineer(LLMEngineer):
+    """The stage-0 (untrained) model as the engineer: isolates the effect of training."""
+
+    source = "base"
+
+
+# ============================================================================ external
+class ExternalEngineer(Engineer):
+    """Any OpenAI-compatible chat endpoint as the engineer (stdlib ``urllib``).
+
+    Args:
+      url: base URL (``http://host:port/v1``) or the full ``.../chat/completions`` URL.
+      model: the endpoint's model name.
+      api_key_env: NAME of the environment variable holding the API key (None: no auth).
+      temperature, max_tokens: sampling settings sent with the request.
+      timeout_s: per-request timeout.
+      retries: attempts after the first (each failed parse, validation or request counts).
+      json_mode: send ``response_format: {"type": "json_object"}``.
+      context, max_components, space, system: as for :class:`LLMEngineer`.
+      extra_body: more request fields (e.g. ``top_p``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        api_key_env: Optional[str] = None,
+        name: str = "external",
+        context: Optional[Mapping[str, Any]] = None,
+        temperature: float = 0.7,
+        max_tokens: int = 512,
+        timeout_s: float = 60.0,
+        retries: int = 2,
+        json_mode: bool = False,
+        max_components: int = 1,
+        space: Optional[Mapping[str, Any]] = None,
+        system: Optional[str] = None,
+        extra_body: Optional[Mapping[str, Any]] = None,
+        **_: Any,
+    ) -> None:
+        if not url or not isinstance(url, str):
+            raise ConfigError("engineer.url: give the endpoint's URL, e.g. http://127.0.0.1:8000/v1")
+        if not model:
+            raise ConfigError("engineer.model: give the endpoint's model name")
+        if api_key_env and api_key_env not in os.environ:
+            raise ConfigError(
+                f"engineer.api_key_env={api_key_env!r}: the environment variable {api_key_env} is not set"
+            )
+        self.url = url.rstrip("/")
+        if not self.url.endswith("/chat/completions"):
+            self.url += "/chat/completions"
+        self.model, self.api_key_env, self.name = model, api_key_env, name
+        self.flags = _context_flags(context)
+        self.temperature, self.max_tokens, self.timeout_s = float(temperature), int(max_tokens), float(timeout_s)
+        self.retries, self.json_mode = int(retries), bool(json_mode)
+        self.max_components, self.space_node = int(max_components), space
+        self.system = DEFAULT_SYSTEM if system is None else system
+        self.extra_body = dict(extra_body or {})
+
+    @property
+    def parts(self) -> list[str]:
+        return [p for p in PARTS if self.flags[p]]
+
+    def chat(self, user: str) -> str:
+        """One chat completion; raises on HTTP, network or response-format errors."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": "system", "content": self.system}, {"role": "user", "content": user}],
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            **self.extra_body,
+        }
+        if self.json_mode:
+            body["response_format"] = {"type": "json_object"}
+        headers = {"Content-Type": "application/json"}
+        if self.api_key_env:
+            headers["Authorization"] = f"Bearer {os.environ[self.api_key_env]}"
+        req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                payload = json.loads(resp.read().decode("utf-8", errors="replace"))
+        except urllib.error.HTTPError as err:
+            detail = err.read().decode("utf-8", errors="replace")[:300]
+            raise RuntimeError(f"HTTP {err.code} from {self.url}: {detail}") from None
+        try:
+            content = payload["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise RuntimeError(f"unexpected response from {self.url}: {json.dumps(payload)[:300]}") from None
+        if not isinstance(content, str):
+            raise RuntimeError(f"response content is {type(content).__name__}, not text")
+        return content
+
+    def propose(self, ctx: EngineerContext) -> Proposal:
+        space = space_from_conf(ctx.base, self.space_node)
+        user = build_user_prompt(ctx, self.parts, space, self.max_components)
+        proposal = propose_with_retries(lambda prompt, attempt: self.chat(prompt), user, ctx, self.retries)
+        proposal.record.update(
+            {"system": self.system, "endpoint": self.url, "model": self.model, "context_parts": self.parts}
+        )
+        return proposal

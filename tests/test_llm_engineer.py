@@ -1,0 +1,180 @@
+"""LLM engineers: constrained decoding from a random tiny model always yields valid configs;
+scoring matches a direct forward pass; prompt parts switchable; free decoding falls back."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxlake.config import LakeConfig
+from jaxlake.engineers import ConfigSpace, EngineerContext, mixture_from_obj
+from llm.engineer import (
+    BaseEngineer,
+    ChoiceScorer,
+    PolicyEngineer,
+    build_user_prompt,
+    chat_text,
+    constrained_json,
+    fit_user_prompt,
+)
+from llm.model import Qwen3Config, Qwen3ForCausalLM
+from llm.tokenizer import build_game_tokenizer, to_hf_tokenizer
+
+BASE = LakeConfig(height=5, width=5, num_agents=2, hole_density=0.1, conflict_density=0.5, max_steps=16)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return to_hf_tokenizer(build_game_tokenizer())
+
+
+def random_model(tokenizer, seed):
+    cfg = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=1024)
+    return Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(seed))
+
+
+@pytest.fixture(scope="module")
+def scorers(tokenizer):
+    return [ChoiceScorer(random_model(tokenizer, s), tokenizer) for s in (0, 1)]
+
+
+def test_scores_match_direct_forward(tokenizer, scorers):
+    scorer = scorers[0]
+    model = nnx.merge(scorer.graphdef, scorer.state)
+    prefix, cands = '<|im_start|>user\nPropose.<|im_end|>\n<|im_start|>assistant\n{"height": ', ["4, ", "12, ", '"x"}']
+    got = scorer.scores(prefix, cands)
+    base = scorer.encode(prefix)
+    fulls = [scorer.encode(prefix + c) for c in cands]
+
+    def lcp(a, b):
+        i = 0
+        while i < min(len(a), len(b)) and a[i] == b[i]:
+            i += 1
+        return i
+
+    shared = min(lcp(base, f) for f in fulls)
+    assert shared >= len(base) - 2  # the candidates only touch the last prefix tokens
+    # one plain causal forward of the right-padded full sequences (padding after a sequence
+    # cannot change its logits)
+    width = max(len(f) for f in fulls)
+    ids = jnp.asarray([f + [0] * (width - len(f)) for f in fulls])
+    logits, _ = model(ids)
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    for b, (f, g) in enumerate(zip(fulls, got)):
+        want = sum(float(logp[b, t - 1, f[t]]) for t in range(shared, len(f)))
+        assert g == pytest.approx(want, abs=1e-4)
+
+
+SPACES = [
+    None,
+    ("height", "width", "num_agents", "hole_density"),
+    ("num_agents", "slip_prob", "max_steps", "min_dist", "max_dist", "on_goal"),
+]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), model_i=st.integers(0, 1), space_i=st.integers(0, 2),
+       components=st.sampled_from([1, 1, 3]), temperature=st.sampled_from([0.0, 1.0, 5.0]),
+       base_agents=st.integers(1, 4))
+def test_constrained_decoding_always_valid(scorers, tokenizer, seed, model_i, space_i, components, temperature,
+                                           base_agents):
+    base = BASE.replace(num_agents=base_agents, height=6, width=6, hole_density=0.2)
+    editable = SPACES[space_i]
+    space = ConfigSpace(base=base) if editable is None else ConfigSpace(base=base, editable=editable)
+    prefix = chat_text(tokenizer, "You design environments.", "Propose a config.")
+    text, choices = constrained_json(scorers[model_i].scores, prefix, space, np.random.default_rng(seed),
+                                     temperature=temperature, max_components=components)
+    obj = json.loads(text)
+    mixture = mixture_from_obj(obj, base)          # validates every component (LakeConfig)
+    assert 1 <= len(mixture) <= components
+    assert abs(sum(w for w, _ in mixture) - 1.0) < 1e-9
+    for _, cfg in mixture:
+        cfg.validate()
+        assert cfg.capacity == base.capacity
+        for name in space.editable:
+            assert getattr(cfg, name) in space.values[name]
+    assert {c["choice"].split("[")[0] for c in choices} >= set(f for f in space.editable if len(space.values[f]) > 1) - {
+        f for f in space.editable if len(space.choices(f, {})) <= 1}
+
+
+def summary_for_prompt():
+    behaviour = {"mode": "greedy", "n": 8, "overall": {k: 0.25 for k in (
+        "score", "arrived_share", "fall_rate", "timeout_rate", "conflict_rate", "malformed_rate", "agents_fell",
+        "agents_timed_out", "conflicts_per_episode", "plan_len", "soc_ratio", "solvable")},
+        "by_dim": {"size": {"4": {"score": 0.5, "fall_rate": 0.1, "conflict_rate": 0.0, "timeout_rate": 0.2, "n": 4}}},
+        "scores": {"greedy": 0.25}}
+    cases = [{"mode": "greedy", "lake": i, "cell": {"size": 4}, "failure_types": ["fell"], "grid": "A . O\n. . a",
+              "plan": "A: R R", "completion": "A: R R", "step": 2, "cause": "step 2: agent A fell",
+              "causes": ["step 2: agent A fell into the hole at row 0 col 2"], "arrived_share": 0.0} for i in range(5)]
+    return {"behaviour": behaviour,
+            "failures": {"types_present": ["fell"], "types_covered": ["fell"], "cases": cases},
+            "env_stats": None,
+            "history": [{"stage": 1, "env": [{"weight": 1.0, "config": BASE.to_dict()}], "scores": {"greedy": 0.25}}]}
+
+
+def make_ctx(model, tokenizer, stage=1):
+    loaded = []
+
+    def load(which):
+        loaded.append(which)
+        return model, tokenizer
+
+    ctx = EngineerContext(stage=stage, current=[(1.0, BASE)], initial=[(1.0, BASE)], eval_result={},
+                          summary=summary_for_prompt(), history=[], state={}, seed=3, load_model=load)
+    return ctx, loaded
+
+
+def test_policy_engineer_records_prompt_output_and_choices(tokenizer, scorers):
+    model = nnx.merge(scorers[0].graphdef, scorers[0].state)
+    ctx, loaded = make_ctx(model, tokenizer)
+    eng = PolicyEngineer(space={"editable": ["height", "width", "num_agents", "hole_density"]}, temperature=1.0)
+    p = eng.propose(ctx)
+    assert loaded == ["policy"]
+    assert p.decision == "proposed" and p.record["validation_errors"] == []
+    assert json.loads(p.record["raw_output"]) == p.record["parsed"]
+    cfg = p.mixture[0][1]
+    assert cfg.slip_prob == BASE.slip_prob and cfg.max_steps == BASE.max_steps  # fixed fields kept
+    prompt = p.record["prompt"]
+    for text in ("## Policy behaviour", "## Failure cases", "## Stage history", "## Current environment",
+                 "- hole_density: one of 0.0, 0.05", "Propose the environment of stage 2"):
+        assert text in prompt
+    assert [c["choice"] for c in p.record["choices"]] == ["height", "width", "num_agents", "hole_density"]
+    # ablation: no behaviour and no failures in the prompt; the base backend loads stage 0
+    ctx2, loaded2 = make_ctx(model, tokenizer)
+    ablated = BaseEngineer(context={"behaviour": False, "failures": False}).propose(ctx2)
+    assert loaded2 == ["base"]
+    assert "## Policy behaviour" not in ablated.record["prompt"] and "## Failure cases" not in ablated.record["prompt"]
+    assert "## Stage history" in ablated.record["prompt"]
+    assert ablated.record["context_parts"] == ["env_stats", "history"]
+
+
+def test_free_decoding_from_random_model_retries_then_keeps_current(tokenizer, scorers):
+    model = nnx.merge(scorers[1].graphdef, scorers[1].state)
+    ctx, _ = make_ctx(model, tokenizer)
+    p = PolicyEngineer(decoding="free", temperature=1.0, retries=1, max_new_tokens=8).propose(ctx)
+    assert p.decision == "fallback" and p.mixture == ctx.current
+    assert len(p.record["attempts"]) == 2
+    assert "It was rejected:" in p.record["attempts"][1]["prompt"]
+    assert p.record["validation_errors"]
+
+
+def test_prompt_budget_drops_failures_first(tokenizer):
+    ctx, _ = make_ctx(None, tokenizer)
+    space = ConfigSpace(base=BASE)
+
+    def build(**kw):
+        return build_user_prompt(ctx, ["behaviour", "failures", "history"], space, **kw)
+
+    full = build()
+    count = len
+    assert fit_user_prompt(build, count, len(full), 5, 1) == full
+    fewer = fit_user_prompt(build, count, len(full) - 1, 5, 1)
+    assert fewer.count("### Case") == 4
+    tight = fit_user_prompt(build, count, len(build(max_failures=0, max_history=0)), 5, 1)
+    assert "### Case" not in tight and "stage 1: env" not in tight
