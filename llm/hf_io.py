@@ -306,6 +306,15 @@ def _write_weights(tensors: Mapping[str, np.ndarray], folder: Path, max_shard_by
     (folder / INDEX_FILE).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def _default_permissions(folder: Path) -> None:
+    """Give ``folder`` (made 0700 by mkdtemp) and its files the usual umask permissions."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+    for f in folder.rglob("*"):
+        os.chmod(f, (0o777 if f.is_dir() else 0o666) & ~umask)
+
+
 def _replace_dir(tmp: Path, target: Path) -> None:
     """Move the finished ``tmp`` folder to ``target``, replacing an old one only at the end."""
     if target.exists():
@@ -349,6 +358,7 @@ def save_pretrained(
         _write_weights(dict(model_to_hf_tensors(model)), tmp, max_shard_bytes)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
+        _default_permissions(tmp)
         _replace_dir(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
