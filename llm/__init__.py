@@ -5,3 +5,9 @@ from llm.hf_io import save_pretrained
 from llm.model import KVCache
 from llm.model import Qwen3Config
 from llm.model import Qwen3ForCausalLM
+from llm.default import default_model_dir
+from llm.default import load_default
+from llm.generate import GenerationConfig
+from llm.generate import GenerationResult
+from llm.generate import generate
+from llm.generate import sequence_logprobs

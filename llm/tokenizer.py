@@ -53,6 +53,9 @@ THINK_TOKENS = ("<think>", "</think>")
 #: The trainer stops earlier when the corpus has no more pairs worth merging.
 DEFAULT_VOCAB_SIZE = 1024
 
+#: Bump whenever the corpus or the training settings change (the default-model cache key).
+TOKENIZER_VERSION = 1
+
 #: Split regex in the style of GPT-4 / Qwen2: contractions, words with an optional leading
 #: non-letter, single digits, punctuation runs with their newlines, whitespace.
 _SPLIT_REGEX = (
