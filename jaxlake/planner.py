@@ -174,23 +174,37 @@ def _space_time_astar(
     stay_rule: bool,
     res: _Reservations,
     budget: _Budget,
+    avoid: frozenset[int] = frozenset(),
 ) -> Optional[list[int]]:
-    """Shortest path ``start -> goal`` in (cell, t) avoiding ``res``; arrival at ``<= limit``.
+    """Earliest arrival ``start -> goal`` in (cell, t) avoiding ``res``, at ``t <= limit``.
 
     Entering ``goal`` is arriving: the path ends there, and it may only end at ``t`` if the
-    goal is free then (and, under "stay", at every later step too).
+    goal is free then (and, under "stay", at every later step too). Among paths of the
+    earliest arrival, one with few steps spent on ``avoid`` cells is preferred (a
+    tie-break, not guaranteed minimal): the cells that agents planned later need.
     """
     if not res.cell_free(0, start):
         return None
     counter = 0
-    open_heap = [(int(heuristic[start]), 0, counter, start)]
+    first = int(start in avoid)
+    # Heap key: (f = t + h, soft cost, -t): f is fixed per state (cell, t), so the soft
+    # cost only orders states of one f; stale entries are skipped when popped.
+    open_heap = [(int(heuristic[start]), first, 0, counter, start)]
     parent: dict[tuple[int, int], Optional[tuple[int, int]]] = {(0, start): None}
+    soft: dict[tuple[int, int], int] = {(0, start): first}
     closed: set[tuple[int, int]] = set()
     while open_heap:
-        _, neg_t, _, cell = heapq.heappop(open_heap)
+        _, cost, neg_t, _, cell = heapq.heappop(open_heap)
         t = -neg_t
-        if (t, cell) in closed:
+        if (t, cell) in closed or cost > soft[(t, cell)]:
             continue
+        if cell == goal:
+            path = []
+            node: Optional[tuple[int, int]] = (t, cell)
+            while node is not None:
+                path.append(node[1])
+                node = parent[node]
+            return path[::-1]
         closed.add((t, cell))
         if not budget.spend():
             return None
@@ -198,29 +212,21 @@ def _space_time_astar(
         if nt > limit:
             continue
         for nxt in neighbours[cell]:  # includes `cell` itself (wait)
-            if nxt == goal:
-                if not res.cell_free(nt, goal) or not res.move_free(t, cell, goal):
-                    continue
-                if stay_rule and res.last.get(goal, -1) >= nt:
-                    continue
-                parent[(nt, goal)] = (t, cell)
-                path = [goal]
-                node: Optional[tuple[int, int]] = (t, cell)
-                while node is not None:
-                    path.append(node[1])
-                    node = parent[node]
-                return path[::-1]
+            key = (nt, nxt)
             h = int(heuristic[nxt])
-            if nt + h > limit or (nt, nxt) in closed:
+            if nt + h > limit or key in closed:
                 continue
             if not res.cell_free(nt, nxt) or (nxt != cell and not res.move_free(t, cell, nxt)):
                 continue
-            key = (nt, nxt)
-            if key in parent:
-                continue  # unit costs: the first discovery of (t, cell) is as good as any
+            if nxt == goal and stay_rule and res.last.get(goal, -1) >= nt:
+                continue  # an arrival now would block someone who passes later
+            ncost = cost + (nxt in avoid)
+            if soft.get(key, _INF) <= ncost:
+                continue
+            soft[key] = ncost
             parent[key] = (t, cell)
             counter += 1
-            heapq.heappush(open_heap, (nt + h, -nt, counter, nxt))
+            heapq.heappush(open_heap, (nt + h, ncost, -nt, counter, nxt))
     return None
 
 
@@ -269,16 +275,20 @@ def solve(
     *,
     max_time: Optional[float] = None,
     max_expansions: int = 200_000,
-    max_orderings: int = 16,
+    max_orderings: int = 32,
     horizon: Optional[int] = None,
     seed: int = 0,
 ) -> Solution:
     """Find a collision-free joint plan for one lake (slip 0); never raises on a hard lake.
 
     Prioritized planning: agents are planned one after another with space-time A* (BFS
-    heuristic), each avoiding the ones before it. Orderings tried: longest BFS distance first;
-    after a failure, the agent that failed moved to the front; then random orderings
-    (``seed``), up to ``max_orderings`` distinct orderings.
+    heuristic, earliest arrival), each avoiding the ones before it and, as a tie-break,
+    the start cells (and under "stay" the goal cells) of the agents planned after it.
+    First ordering: longest BFS distance first; under "stay", agents whose goal lies on
+    fewer other agents' shortest paths come first (an arrived agent blocks its goal for
+    good, so such goals should be taken last). After a failure the agent that failed moves
+    to the front; then random orderings (``seed``), up to ``max_orderings`` distinct ones.
+    The result is deterministic for a given lake and arguments (``max_time`` aside).
 
     Args:
       lake: one unbatched lake (its ``slip_prob`` is ignored: plans are for slip 0).
@@ -333,7 +343,13 @@ def solve(
     budget = _Budget(max_expansions, max_time)
     rng = np.random.default_rng(seed)
     dists = [int(heuristics[i][flat(starts[i])]) for i in range(n)]
-    order = tuple(sorted(range(n), key=lambda i: (-dists[i], i)))
+    if a["stay"]:
+        # An arrived agent blocks its goal for good: agents whose goal lies on others'
+        # shortest paths go later (they wait for the others to pass), then longest first.
+        on_paths = _goal_on_shortest_paths(frozen, starts, goals, heuristics, dists)
+        order = tuple(sorted(range(n), key=lambda i: (on_paths[i], -dists[i], i)))
+    else:
+        order = tuple(sorted(range(n), key=lambda i: (-dists[i], i)))
     tried: set[tuple[int, ...]] = set()
     reason = "no ordering succeeded"
     while len(tried) < max_orderings and budget.left > 0:
@@ -341,9 +357,13 @@ def solve(
         res = _Reservations()
         paths: dict[int, list[int]] = {}
         failed = None
-        for i in order:
+        for k, i in enumerate(order):
+            later = order[k + 1 :]
+            avoid = frozenset(flat(starts[j]) for j in later)
+            if a["stay"]:
+                avoid |= frozenset(flat(goals[j]) for j in later)
             path = _space_time_astar(
-                flat(starts[i]), flat(goals[i]), neighbours, heuristics[i], limit, a["stay"], res, budget
+                flat(starts[i]), flat(goals[i]), neighbours, heuristics[i], limit, a["stay"], res, budget, avoid
             )
             if path is None:
                 failed = i
@@ -359,6 +379,19 @@ def solve(
         if order is None:
             break
     return _not_found(max_agents, T, reason, budget.used, len(tried))
+
+
+def _goal_on_shortest_paths(frozen, starts, goals, heuristics, dists) -> list[int]:
+    """For each agent ``j``: how many other agents have ``goal_j`` on a shortest path."""
+    n, w = len(starts), frozen.shape[1]
+    counts = [0] * n
+    for i in range(n):
+        from_start = _bfs(frozen, starts[i]).reshape(-1)
+        on_sp = (from_start >= 0) & (from_start + heuristics[i] == dists[i])
+        for j in range(n):
+            if j != i and on_sp[goals[j][0] * w + goals[j][1]]:
+                counts[j] += 1
+    return counts
 
 
 def _next_order(order, failed, tried, rng, n) -> Optional[tuple[int, ...]]:

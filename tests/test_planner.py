@@ -8,10 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from jaxlake import generator
+from jaxlake.config import LakeConfig, stack_configs
 from jaxlake.distances import UNREACHABLE
 from jaxlake.env import rollout
 from jaxlake.planner import solvable_share, solve, solve_batch
-from jaxlake.text import format_plan, parse_lake
+from jaxlake.text import format_plan, parse_lake, parse_plan_batch, render_text
 from jaxlake.types import STAY
 
 # One canvas for every hand-made lake: one compile of the jitted rollout.
@@ -168,9 +170,8 @@ def test_found_plans_execute_exactly(case):
             assert "unreachable" in sol.reason
 
 
+@pytest.mark.slow  # ~30 s on 2 CPU cores, mostly compiling the generator and the rollout
 def test_generated_lakes_succeed_under_rollout():
-    generator = pytest.importorskip("jaxlake.generator")
-    from jaxlake.config import LakeConfig, stack_configs
 
     configs = [
         LakeConfig(height=5, width=5, num_agents=2, hole_density=0.1, max_steps=16),
@@ -191,8 +192,23 @@ def test_generated_lakes_succeed_under_rollout():
     assert success[found].all()
     steps = np.asarray(outcome.steps)
     np.testing.assert_array_equal(np.where(batch.path_len >= 0, steps, -1)[found], batch.path_len[found])
+    assert (batch.path_len[found] >= np.asarray(lakes.stats.path_len)[found]).all()
     share = found.mean()
     print(f"solvable share {share:.3f} over {found.size} generated lakes;",
           [f"{found[k * per:(k + 1) * per].mean():.2f}" for k in range(len(configs))])
     assert share > 0.8
+    # The warm-start path: plan -> canonical text -> parse -> the same padded actions.
+    for b in range(0, found.size, 37):
+        n = int(lakes.num_agents[b])
+        text = format_plan(batch.actions[b], n)
+        back, malformed = parse_plan_batch([text], n, max_agents=4, horizon=16)
+        assert not malformed[0]
+        np.testing.assert_array_equal(back[0], batch.actions[b])
+        # Generated lakes round-trip through the text grid as well.
+        lake = jax.tree_util.tree_map(lambda x: x[b], lakes)
+        again = parse_lake(render_text(lake), max_height=6, max_width=6, max_agents=4,
+                           max_steps=int(lake.max_steps), on_goal=int(lake.on_goal))
+        for name in ("holes", "region", "starts", "goals", "num_agents", "max_steps", "on_goal"):
+            np.testing.assert_array_equal(getattr(again, name), getattr(lake, name))
+        np.testing.assert_array_equal(again.stats.path_len, lake.stats.path_len)
     assert solvable_share(jax.tree_util.tree_map(lambda x: x[:8], lakes)) == pytest.approx(found[:8].mean())
