@@ -1,0 +1,145 @@
+"""Supervised warm start: teach a from-scratch policy the reference planner's plans.
+
+Each step draws ``batch_size`` lakes (deterministic in the step), solves them with
+:func:`jaxlake.planner.solve`, writes the plans with :func:`jaxlake.text.format_plan`
+followed by the end-of-turn token, and minimises the token-mean negative log-likelihood of
+the *completion tokens only* (prompt tokens take no loss), in the same prompt/completion
+layout the GRPO forward uses. Lakes the planner cannot solve take no loss.
+
+Checkpoints use the same format as GRPO (:class:`llm.train.Checkpoints`), so a warm-start
+checkpoint is a policy checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxlake import planner
+from jaxlake.text import format_plan
+from llm import prompts
+from llm import sharding as shd
+from llm import train as tr
+
+
+def plan_targets(lakes, tokenizer, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """Reference-planner completions of a batch of lakes as right-padded token ids.
+
+    Returns ``(tokens [N, length] int32, mask [N, length] bool, solved [N] bool, texts)``;
+    a completion is the plan text then the end-of-turn id; unsolved lakes get an empty mask.
+    Plans longer than ``length`` tokens are cut (and counted as unsolved: the policy must
+    learn whole plans).
+    """
+    sols = planner.solve_batch(lakes)
+    _, pad = tr.eos_and_pad(tokenizer)
+    n = len(sols.solutions)
+    tokens = np.full((n, length), pad, np.int32)
+    mask = np.zeros((n, length), bool)
+    solved = np.zeros((n,), bool)
+    texts = []
+    num_agents = np.asarray(lakes.num_agents)
+    for i, sol in enumerate(sols.solutions):
+        text = format_plan(sol.actions, int(num_agents[i])) if sol.found else ""
+        texts.append(text)
+        if not sol.found:
+            continue
+        ids = prompts.completion_ids(text, tokenizer)
+        if len(ids) > length:
+            continue
+        tokens[i, : len(ids)] = ids
+        mask[i, : len(ids)] = True
+        solved[i] = True
+    return tokens, mask, solved, texts
+
+
+def make_sft_update(graphdef: Any, optimizer: optax.GradientTransformation, *, micro_batches: int = 1,
+                    mesh=None) -> Callable:
+    """Jitted ``(state, opt_state, batch) -> (state, opt_state, metrics)`` for the warm start.
+
+    ``batch``: ``prompt_ids, prompt_mask, tokens, mask, weights`` (``[B, ...]``; weights =
+    ``mask / total tokens`` over the global batch). Metrics: ``nll`` (token mean),
+    ``token_acc`` (arg-max == target), ``loss``, ``grad_norm``.
+    """
+
+    def loss_fn(state, mb):
+        logp, _, match = tr.completion_forward(graphdef, state, mb["prompt_ids"], mb["prompt_mask"], mb["tokens"],
+                                               mb["mask"])
+        w = mb["weights"]
+        loss = -jnp.sum(logp * w)
+        return loss, {"token_acc": jnp.sum(match * w)}
+
+    def update(state, opt_state, batch):
+        tr._TRACES["sft_update"] += 1
+        loss, msum, grads = tr._accumulate(loss_fn, state, batch, micro_batches, mesh)
+        state, opt_state, gnorm = tr._apply(optimizer, state, opt_state, grads)
+        return state, opt_state, {"nll": loss, "loss": loss, "token_acc": msum["token_acc"], "grad_norm": gnorm}
+
+    return jax.jit(update, donate_argnums=(0, 1))
+
+
+def run_warmstart(
+    policy: tr.Policy,
+    config: tr.TrainConfig,
+    env: tr.EnvSpec,
+    checkpoint_dir: str | os.PathLike,
+    metrics: tr.MetricsLog,
+    prompter: tr.Prompter,
+    completion_len: int,
+    mesh=None,
+    max_steps: Optional[int] = None,
+) -> tr.PhaseResult:
+    """Run (or resume) the warm start; rows ``phase="warmstart"`` go to ``metrics``."""
+    wc = config.warmstart
+    optimizer = tr.make_optimizer(wc.optim, wc.steps)
+    if mesh is not None:
+        shd.check_divisible(wc.batch_size // wc.micro_batches, mesh, "warmstart rows per micro-batch")
+    ckpt = tr.Checkpoints(checkpoint_dir, wc.keep_checkpoints)
+    state = tr._copy(policy.state)
+    opt_state = optimizer.init(state)
+    rng = jax.random.PRNGKey(config.seed)
+    start, resumed = 0, None
+    if ckpt.latest() is not None:
+        state, opt_state, start, rng, _ = ckpt.restore(policy, opt_state)
+        resumed = start
+    metrics.truncate("warmstart", start, drop_later=start < wc.steps)
+    if mesh is not None:
+        state, opt_state = shd.replicate(state, mesh), shd.replicate(opt_state, mesh)
+    update = make_sft_update(policy.graphdef, optimizer, micro_batches=wc.micro_batches, mesh=mesh)
+    data_key = jax.random.fold_in(rng, 21)
+    end = wc.steps if max_steps is None else min(wc.steps, max_steps)
+    bar = tr._progress(wc.steps, start, "warmstart", config.progress)
+    for step in range(start, end):
+        t0 = time.perf_counter()
+        lakes = tr.sample_lakes(jax.random.fold_in(data_key, step), env, wc.batch_size)
+        tokens, mask, solved, _ = plan_targets(lakes, policy.tokenizer, completion_len)
+        ids, pmask = prompter.encode(lakes)
+        weights = mask / max(mask.sum(), 1)
+        batch = {"prompt_ids": ids, "prompt_mask": pmask, "tokens": tokens, "mask": mask,
+                 "weights": weights.astype(np.float32)}
+        batch = shd.shard_batch(batch, mesh) if mesh is not None else {k: jnp.asarray(v) for k, v in batch.items()}
+        t_upd = time.perf_counter()
+        state, opt_state, m = update(state, opt_state, batch)
+        m = jax.device_get(m)
+        t_end = time.perf_counter()
+        processed = int(pmask.sum() + mask.sum())
+        row = {"phase": "warmstart", "step": step + 1, **{k: float(v) for k, v in m.items()},
+               "solved_share": float(solved.mean()), "target_len": float(mask.sum(1)[solved].mean()) if solved.any() else 0.0,
+               "lr": tr.schedule_value(wc.optim, wc.steps, step),
+               "time/step_s": t_end - t0, "time/update_s": t_end - t_upd,
+               "train_tokens_per_s": processed / max(t_end - t_upd, 1e-9)}
+        if (step + 1) % wc.log_every == 0 or step + 1 == end:
+            metrics.append(row)
+        else:
+            metrics.append({"phase": "warmstart", "step": step + 1, "nll": row["nll"]})
+        bar.update(1)
+        bar.set_postfix(nll=f"{row['nll']:.3f}", acc=f"{row['token_acc']:.3f}")
+        if (step + 1) % wc.checkpoint_every == 0 or step + 1 == wc.steps:
+            ckpt.save(tr.Policy(policy.graphdef, state, policy.tokenizer), opt_state, step + 1, rng, step + 1)
+    bar.close()
+    return tr.PhaseResult(policy=tr.Policy(policy.graphdef, state, policy.tokenizer), step=end, resumed_from=resumed)

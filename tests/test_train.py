@@ -1,0 +1,309 @@
+"""GRPO trainer (llm/train.py, llm/warmstart.py): update, accumulation, sharding, checkpoints,
+kill-and-resume, warm start."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from jaxlake.config import LakeConfig
+from llm import grpo
+from llm import train as tr
+from llm import warmstart as ws
+from llm.generate import GenerationConfig, generate_ids, sequence_logprobs
+from llm.grpo import GRPOLossConfig
+from llm.model import Qwen3Config, Qwen3ForCausalLM
+
+ENV = LakeConfig(height=3, width=3, num_agents=1, hole_density=0.0, max_steps=6, max_height=4, max_width=4, max_agents=2)
+B, P, T = 8, 12, 6
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from llm.tokenizer import build_game_tokenizer, to_hf_tokenizer
+
+    return to_hf_tokenizer(build_game_tokenizer())
+
+
+def tiny_model(vocab: int, seed: int = 0) -> Qwen3ForCausalLM:
+    cfg = Qwen3Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    return Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(seed))
+
+
+@pytest.fixture(scope="module")
+def policy(tokenizer):
+    return tr.Policy.from_model(tiny_model(len(tokenizer)), tokenizer)
+
+
+def fake_batch(vocab: int, seed: int = 0, beta: bool = False) -> dict:
+    """A GRPO batch with random prompts/completions (left-padded prompts, right-padded completions)."""
+    rng = np.random.RandomState(seed)
+    plen = rng.randint(3, P + 1, size=B)
+    pmask = np.arange(P)[None, :] >= (P - plen)[:, None]
+    clen = rng.randint(1, T + 1, size=B)
+    cmask = np.arange(T)[None, :] < clen[:, None]
+    batch = {
+        "prompt_ids": rng.randint(3, vocab, size=(B, P)).astype(np.int32),
+        "prompt_mask": pmask,
+        "tokens": rng.randint(3, vocab, size=(B, T)).astype(np.int32),
+        "mask": cmask,
+        "old_logp": np.where(cmask, -rng.uniform(4, 8, size=(B, T)), 0).astype(np.float32),
+        "advantages": rng.randn(B).astype(np.float32),
+    }
+    batch["weights"] = np.asarray(grpo.token_weights(jnp.asarray(cmask), jnp.ones(B), "token_mean"))
+    if beta:
+        batch["ref_logp"] = np.where(cmask, -rng.uniform(4, 8, size=(B, T)), 0).astype(np.float32)
+    return {k: jnp.asarray(v) for k, v in batch.items()}
+
+
+def leaves(state):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.device_get(state))]
+
+
+# ----------------------------------------------------------------------------- forward
+
+
+def test_completion_forward_matches_generate_and_sequence_logprobs(policy, tokenizer):
+    """Training log-probs equal the KV-cache sampler's (the stored old log-probs) and the
+    generation helper's full-forward ``sequence_logprobs``."""
+    rng = np.random.RandomState(0)
+    ids = rng.randint(3, len(tokenizer), size=(4, P)).astype(np.int32)
+    pmask = np.arange(P)[None, :] >= np.array([0, 3, 5, 9])[:, None]
+    gen = GenerationConfig(max_new_tokens=T, temperature=1.0)
+    tokens, cmask, _, logp, _ = generate_ids((policy.graphdef, policy.state), ids, pmask, jax.random.PRNGKey(1), gen,
+                                             eos_token_ids=(), pad_token_id=0)
+    ours, ent, _ = tr.completion_forward(policy.graphdef, policy.state, jnp.asarray(ids), jnp.asarray(pmask), tokens,
+                                         cmask, entropy=True)
+    theirs = sequence_logprobs((policy.graphdef, policy.state), ids, pmask, tokens, cmask)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+    np.testing.assert_allclose(ours, logp, atol=1e-4)
+    assert np.all(np.asarray(ent)[np.asarray(cmask)] > 0)
+
+
+# ----------------------------------------------------------------------------- update
+
+
+def test_update_changes_params_without_recompiling(policy):
+    opt = tr.make_optimizer(tr.OptimConfig(lr=1e-2, warmup_steps=0), 10)
+    update = tr.make_grpo_update(policy.graphdef, opt, GRPOLossConfig(), compute_entropy=True)
+    state = tr._copy(policy.state)
+    before = leaves(state)
+    opt_state = opt.init(state)
+    count = tr.trace_counts()["grpo_update"]
+    for seed in range(3):
+        state, opt_state, m = update(state, opt_state, fake_batch(policy.config.vocab_size, seed))
+    assert tr.trace_counts()["grpo_update"] == count + 1  # one compilation for all steps
+    after = leaves(state)
+    assert any(not np.allclose(a, b) for a, b in zip(before, after))
+    for k in ("loss", "kl", "clip_frac", "entropy", "grad_norm", "pg_loss"):
+        assert np.isfinite(float(m[k])), k
+    assert float(m["kl"]) == 0.0  # beta = 0: no KL
+
+
+def test_gradient_accumulation_equals_full_batch(policy):
+    """Micro-batches with global token weights give the same update as one full batch.
+
+    Plain SGD, so parameter differences are gradient differences (Adam's first step divides
+    by |g| and would amplify float rounding of near-zero gradients)."""
+    opt = optax.sgd(0.5)
+    batch = fake_batch(policy.config.vocab_size, 7, beta=True)
+    cfg = GRPOLossConfig(beta=0.1, kl_estimator="k3", aggregation="seq_mean_token_mean")
+    outs = []
+    for micro in (1, 4):
+        update = tr.make_grpo_update(policy.graphdef, opt, cfg, micro_batches=micro)
+        state = tr._copy(policy.state)
+        state, _, m = update(state, opt.init(state), batch)
+        outs.append((leaves(state), jax.device_get(m)))
+    for a, b in zip(outs[0][0], outs[1][0]):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    for k in ("loss", "kl", "clip_frac", "entropy", "grad_norm"):
+        np.testing.assert_allclose(outs[0][1][k], outs[1][1][k], rtol=1e-4, atol=1e-6)
+    assert float(outs[0][1]["kl"]) > 0
+
+
+SHARDED_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, json
+    import jax, jax.numpy as jnp, numpy as np, optax
+    sys.path.insert(0, {tests!r})
+    from test_train import fake_batch, tiny_model, leaves
+    from llm import train as tr, sharding as shd
+    from llm.grpo import GRPOLossConfig
+    assert jax.device_count() == 4, jax.devices()
+    model = tiny_model(300)
+    policy = tr.Policy.from_model(model, None)
+    opt = optax.sgd(0.5)
+    batch = fake_batch(300, 3, beta=True)
+    cfg = GRPOLossConfig(beta=0.05)
+    results = []
+    for devices in (jax.devices()[:1], jax.devices()):
+        mesh = shd.make_mesh(devices)
+        update = tr.make_grpo_update(policy.graphdef, opt, cfg, micro_batches=2, mesh=mesh)
+        state = shd.replicate(tr._copy(policy.state), mesh)
+        opt_state = shd.replicate(opt.init(state), mesh)
+        b = shd.shard_batch({{k: np.asarray(v) for k, v in batch.items()}}, mesh)
+        assert len(b["tokens"].sharding.device_set) == len(devices)
+        for _ in range(2):
+            state, opt_state, m = update(state, opt_state, b)
+        assert len(jax.tree_util.tree_leaves(state)[0].sharding.device_set) == len(devices)
+        results.append((leaves(state), float(m["loss"])))
+    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(results[0][0], results[1][0]))
+    print(json.dumps({{"max_abs_diff": diff, "loss": [results[0][1], results[1][1]]}}))
+    """
+)
+
+
+def test_sharded_update_equals_single_device(tmp_path):
+    """Data-parallel update over 4 (host) devices == the single-device update."""
+    script = tmp_path / "sharded.py"
+    script.write_text(SHARDED_SCRIPT.format(tests=str(Path(__file__).parent)))
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600,
+                         cwd=str(Path(__file__).parents[1]))
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["max_abs_diff"] < 1e-5, res
+    assert abs(res["loss"][0] - res["loss"][1]) < 1e-5
+
+
+# ----------------------------------------------------------------------------- warm start
+
+
+def test_warmstart_targets_and_completion_only_loss(policy, tokenizer):
+    lakes = tr.sample_lakes(jax.random.PRNGKey(0), ENV, 4)
+    tokens, mask, solved, texts = ws.plan_targets(lakes, tokenizer, 16)
+    assert solved.all()
+    eos = tokenizer.eos_token_id
+    for i in range(4):
+        n = int(mask[i].sum())
+        assert tokens[i, n - 1] == eos and tokenizer.decode(tokens[i, : n - 1].tolist()) == texts[i]
+    prompter = tr.Prompter.fit(tokenizer, tr.TrainConfig().prompt, lakes, None, 16)
+    ids, pmask = prompter.encode(lakes)
+    weights = (mask / mask.sum()).astype(np.float32)
+    batch = {k: jnp.asarray(v) for k, v in
+             dict(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask, weights=weights).items()}
+    opt = tr.make_optimizer(tr.OptimConfig(lr=1e-3, warmup_steps=0), 5)
+    update = ws.make_sft_update(policy.graphdef, opt, micro_batches=2)
+    state = tr._copy(policy.state)
+    _, _, m = update(state, opt.init(state), batch)
+    # the loss is the token-mean NLL of the completion tokens only (independent forward)
+    logp = sequence_logprobs((policy.graphdef, policy.state), ids, pmask, tokens, mask)
+    np.testing.assert_allclose(float(m["nll"]), -float(jnp.sum(logp)) / mask.sum(), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- stage runs
+
+
+def stage_cfg(grpo_steps: int = 4, beta: float = 0.0) -> dict:
+    return {
+        "train": {
+            "seed": 3,
+            "progress": False,
+            "warmstart": {"steps": 2, "batch_size": 4, "checkpoint_every": 1},
+            "grpo": {"steps": grpo_steps, "lakes_per_step": 4, "group_size": 2, "checkpoint_every": 2,
+                     "max_new_tokens": 10, "optim": {"lr": 3e-3, "warmup_steps": 1},
+                     "loss": {"beta": beta}},
+            "eval": {"num_lakes": 4, "batch_size": 4},
+        },
+        "prompt": {"system": "", "user": "{grid}\n{agents}", "use_system": False},
+    }
+
+
+TIMING = ("time/", "tokens_per_s")
+
+
+def comparable(rows):
+    return [{k: v for k, v in r.items() if not any(t in k for t in TIMING)} for r in rows]
+
+
+@pytest.mark.slow
+def test_end_to_end_stage_and_kill_resume(tokenizer, tmp_path):
+    """A few warm-start and GRPO steps change the parameters, write and restore checkpoints;
+    a run killed after GRPO step 3 (last checkpoint at 2) and restarted equals a straight run."""
+    start = tr.Policy.from_model(tiny_model(len(tokenizer), seed=1), tokenizer)
+    init = leaves(start.state)
+
+    full = tr.train_stage(stage_cfg(beta=0.05), ENV, tmp_path / "full", policy=start)
+    assert (full.warmstart_steps, full.grpo_steps) == (2, 4)
+    assert (tmp_path / "full" / "checkpoint").is_dir() and full.curves_path.is_file()
+    ev = json.loads(full.eval_path.read_text())
+    assert ev["final"]["num_lakes"] == 4 and "success" in ev["before_grpo"]
+    # checkpoints restore to the final parameters (and they moved away from the start)
+    restored = tr.Checkpoints(full.checkpoint_dir, 2).restore(start, tr.make_optimizer(tr.OptimConfig(), 1).init(start.state))
+    final = leaves(restored[0])
+    assert restored[2] == 4
+    assert any(not np.allclose(a, b) for a, b in zip(init, final))
+    from llm.hf_io import from_pretrained
+
+    exported, _ = from_pretrained(full.policy_dir)
+    for a, b in zip(final, leaves(nnx.state(exported))):
+        np.testing.assert_allclose(a, b, atol=0)
+    rows_full = tr.MetricsLog(full.metrics_path).rows()
+    assert [(r["phase"], r["step"]) for r in rows_full] == [("warmstart", 1), ("warmstart", 2)] + [("grpo", k) for k in range(1, 5)]
+    for key in ("reward", "success", "kl", "clip_frac", "entropy", "zero_adv_share", "completion_len",
+                "fall_rate", "timeout_rate", "malformed_rate", "conflict_rate", "term/efficiency", "tokens_per_s"):
+        assert key in rows_full[-1], key
+    assert rows_full[-1]["kl"] >= 0
+
+    # killed after GRPO step 3 (step 3's row written, its checkpoint not), then the same call again
+    part = tr.train_stage(stage_cfg(beta=0.05), ENV, tmp_path / "resumed", policy=start, max_steps={"grpo": 3})
+    assert part.grpo_steps == 3 and len(tr.MetricsLog(part.metrics_path).rows()) == 5
+    again = tr.train_stage(stage_cfg(beta=0.05), ENV, tmp_path / "resumed", policy=start)
+    assert again.resumed and again.grpo_steps == 4
+    rows_again = tr.MetricsLog(again.metrics_path).rows()
+    assert comparable(rows_again) == comparable(rows_full)
+    resumed = tr.Checkpoints(again.checkpoint_dir, 2).restore(start, tr.make_optimizer(tr.OptimConfig(), 1).init(start.state))
+    for a, b in zip(final, leaves(resumed[0])):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    # a finished stage rerun does nothing new
+    done = tr.train_stage(stage_cfg(beta=0.05), ENV, tmp_path / "resumed", policy=start)
+    assert comparable(tr.MetricsLog(done.metrics_path).rows()) == comparable(rows_full)
+
+
+def test_metrics_log_truncation(tmp_path):
+    log = tr.MetricsLog(tmp_path / "m.jsonl")
+    for phase, n in (("warmstart", 3), ("grpo", 4)):
+        for k in range(1, n + 1):
+            log.append({"phase": phase, "step": k})
+    with open(log.path, "a") as f:
+        f.write('{"phase": "grpo", "st')  # torn line of a killed run
+    log.truncate("grpo", 2)
+    assert [(r["phase"], r["step"]) for r in log.rows()] == [("warmstart", 1), ("warmstart", 2), ("warmstart", 3),
+                                                            ("grpo", 1), ("grpo", 2)]
+    log.truncate("warmstart", 3, drop_later=False)
+    assert len(log.rows()) == 5
+    log.truncate("warmstart", 1)
+    assert [(r["phase"], r["step"]) for r in log.rows()] == [("warmstart", 1)]
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ValueError, match="grpo.group_size"):
+        tr.GRPOConfig(group_size=1)
+    with pytest.raises(ValueError, match="micro_batches"):
+        tr.GRPOConfig(lakes_per_step=3, group_size=3, micro_batches=2)
+    with pytest.raises(ValueError, match=r"unknown train.grpo field\(s\) \['lakes'\]"):
+        tr.TrainConfig.from_dict({"grpo": {"lakes": 3}})
+    with pytest.raises(ValueError, match="optim.lr"):
+        tr.TrainConfig.from_dict({"grpo": {"optim": {"lr": 0}}})
+    with pytest.raises(ValueError, match="aggregation"):
+        tr.TrainConfig.from_dict({"grpo": {"loss": {"aggregation": "mean"}}})
+
+
+def test_optimizer_schedule_warmup_then_cosine():
+    cfg = tr.OptimConfig(lr=1.0, warmup_steps=4, min_lr_ratio=0.1)
+    lrs = [tr.schedule_value(cfg, 20, k) for k in range(21)]
+    assert lrs[0] == 0.0 and lrs[4] == pytest.approx(1.0)
+    assert all(a <= b for a, b in zip(lrs[:4], lrs[1:5]))
+    assert all(a >= b - 1e-9 for a, b in zip(lrs[4:], lrs[5:]))
+    assert lrs[20] == pytest.approx(0.1)
