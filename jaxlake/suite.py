@@ -28,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import os
+from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 import jax
@@ -149,6 +151,36 @@ def cell_config(spec: SuiteSpec, values: Mapping[str, Any]) -> LakeConfig:
     return LakeConfig(**fields)
 
 
+#: ``conf/eval`` of this checkout.
+EVAL_CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "eval"
+
+
+def load_eval_conf(name_or_path: str | os.PathLike = "default") -> Any:
+    """An eval node from ``conf/eval/<name>.yaml`` (or a YAML path), its ``defaults`` list
+    (other files of the same folder, then ``_self_``) merged as Hydra would."""
+    from omegaconf import OmegaConf
+
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = EVAL_CONF_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        choices = sorted(p.stem for p in EVAL_CONF_DIR.glob("*.yaml"))
+        raise SuiteError(f"eval config {str(path)!r} not found (choices in {EVAL_CONF_DIR}: {choices})")
+    node = OmegaConf.load(path)
+    defaults = list(node.pop("defaults", []) or [])
+    merged = OmegaConf.create()
+    self_done = False
+    for entry in defaults:
+        if entry == "_self_":
+            merged = OmegaConf.merge(merged, node)
+            self_done = True
+        else:
+            merged = OmegaConf.merge(merged, load_eval_conf(path.parent / f"{entry}.yaml"))
+    if not self_done:
+        merged = OmegaConf.merge(merged, node)
+    return merged
+
+
 # ============================================================================ suite
 @dataclasses.dataclass
 class Suite:
@@ -197,25 +229,26 @@ class Suite:
         }
 
 
-@functools.lru_cache(maxsize=None)
-def _generate_batch_fn():
-    from jaxlake.generator import generate
-
-    return jax.jit(jax.vmap(generate))
-
-
 def generate_lakes(keys: jax.Array, configs: Sequence[LakeConfig]) -> Lake:
     """``vmap(generate)`` over ``keys [N]`` and ``N`` configs of one capacity (one compile)."""
-    return _generate_batch_fn()(keys, stack_configs(list(configs)))
+    from jaxlake.generator import generate_many
+
+    return generate_many(keys, stack_configs(list(configs)))
 
 
 def build_suite(spec: SuiteSpec | Mapping[str, Any], solve: bool = True) -> Suite:
     """Generate the suite's lakes (deterministic in ``spec``); optionally run the planner.
 
+    Built suites are cached in the process (by spec), so every stage of a run reuses them.
     Raises :class:`SuiteError` when no cell is valid.
     """
     if not isinstance(spec, SuiteSpec):
         spec = SuiteSpec.from_conf(spec)
+    return _build_suite_cached(spec, bool(solve))
+
+
+@functools.lru_cache(maxsize=4)
+def _build_suite_cached(spec: SuiteSpec, solve: bool) -> Suite:
     cells, skipped = [], []
     for i, values in enumerate(cell_values(spec)):
         try:
@@ -358,7 +391,12 @@ def score_texts(
         parsed.append(p)
     if b == 0:
         return []
-    out = jax.device_get(_play(lakes, jnp.asarray(plans), jax.random.split(key, b), horizon=horizon))
+    # pad the batch to a power of two (>= 64) so that few shapes compile
+    padded = max(64, 1 << (b - 1).bit_length())
+    index = np.concatenate([np.arange(b), np.zeros(padded - b, dtype=np.int64)])
+    keys = jax.random.split(key, b)
+    out = _play(take_lakes(lakes, index), jnp.asarray(plans[index]), keys[jnp.asarray(index)], horizon=horizon)
+    out = {k: np.asarray(v)[:b] for k, v in jax.device_get(out).items()}
     goals = np.asarray(lakes.goals)
     records = []
     for i in range(b):
