@@ -4,15 +4,26 @@ Jumanji's ``AutoResetWrapper`` under ``vmap`` runs the generator on every step (
 ``lax.cond`` becomes a ``select`` that evaluates both branches), which costs ~1000x. Here a
 finished episode restarts on a lake that already exists: every instance holds an index into
 a shared *pool* (a :class:`~jaxlake.types.Lake` with a leading ``[P]`` axis, e.g. from
-``generate_batch``), reads its lake from the pool each step (one gather of a few hundred
-bytes), and when its episode is done after a step the index advances and the state becomes
-``env.reset`` of the next pool lake. Instances that are not done are left exactly as the
-plain step leaves them.
+``generate_batch``) and reads its lake from the pool each step (one gather).
 
 Index rule (deterministic, no randomness): instance ``i`` of a batch of ``B`` starts on pool
 lake ``(i * P) // B`` (spread evenly over the pool) and, after each finished episode, moves to
 the next lake ``(idx + 1) % P``; so every instance walks the whole pool in order, and
 ``episodes`` counts how many episodes it has finished.
+
+The restart is applied at the start of the next step ("pending" reset), which keeps the
+step to a single pool gather (a restart written into the state at the end of the step needs
+a second, dependent gather and cost ~20 % on CPU; this way it costs a few per cent):
+
+* after a step that ends an episode, :attr:`AutoResetState.state` is the *terminal* state
+  (what gymnasium calls the final observation), ``pool_idx`` already names the next lake and
+  ``pending`` is True;
+* the next :func:`step` starts from ``env.reset(pool[pool_idx])`` for pending instances, so
+  its action applies to the fresh episode - no step is wasted;
+* :func:`observe` gives the state the next step starts from (the reset state for pending
+  instances, the stepped state otherwise), e.g. to show the policy.
+
+Instances whose episode did not end are left exactly as the plain ``env.step`` leaves them.
 
 Public functions:
 
@@ -20,7 +31,7 @@ Public functions:
 * :func:`step` ``(pool, ar, actions, key) -> (AutoResetState, StepInfo)`` (one instance;
   ``vmap`` it with ``in_axes=(None, 0, 0, 0)``)
 * :func:`step_batch` ``(pool, ar, actions, keys) -> (AutoResetState, StepInfo)`` (batched)
-* :func:`current_lakes` ``(pool, ar) -> Lake`` (the lakes the instances are on)
+* :func:`observe` ``(pool, ar) -> State`` and :func:`current_lakes` ``(pool, ar) -> Lake``
 """
 
 from __future__ import annotations
@@ -42,14 +53,18 @@ class AutoResetState:
     """Per-instance auto-reset state (add a leading ``[B]`` axis for a batch).
 
     Attributes:
-      state: the :class:`~jaxlake.types.State` of the current episode.
-      pool_idx: ``[]`` int32, index of the current lake in the pool.
+      state: the :class:`~jaxlake.types.State` after the last step (the terminal state when
+        that step ended the episode; see ``pending``).
+      pool_idx: ``[]`` int32, index in the pool of the lake the next step plays.
       episodes: ``[]`` int32, episodes this instance has finished.
+      pending: ``[]`` bool, the last step ended the episode: the next step starts from
+        ``env.reset(pool[pool_idx])`` instead of ``state``.
     """
 
     state: State
     pool_idx: jax.Array
     episodes: jax.Array
+    pending: jax.Array
 
 
 def pool_size(pool: Lake) -> int:
@@ -79,31 +94,44 @@ def init(pool: Lake, batch_size: int) -> AutoResetState:
         state=env.reset(_take(pool, idx)),
         pool_idx=idx,
         episodes=jnp.zeros((batch_size,), jnp.int32),
+        pending=jnp.zeros((batch_size,), bool),
     )
 
 
 def current_lakes(pool: Lake, ar: AutoResetState) -> Lake:
-    """The lake each instance is playing (batched when ``ar`` is)."""
+    """The lake each instance plays next (batched when ``ar`` is)."""
     return _take(pool, ar.pool_idx)
+
+
+def _select(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
+    def pick(a, b):
+        return jnp.where(jnp.reshape(pred, jnp.shape(pred) + (1,) * (jnp.ndim(b) - jnp.ndim(pred))), a, b)
+
+    return jax.tree_util.tree_map(pick, on_true, on_false)
+
+
+def observe(pool: Lake, ar: AutoResetState) -> State:
+    """The state the next step starts from: ``env.reset`` of the next lake where pending."""
+    return _select(ar.pending, env.reset(current_lakes(pool, ar)), ar.state)
 
 
 def step(pool: Lake, ar: AutoResetState, actions: jax.Array, key: jax.Array,
          **step_kwargs: Any) -> tuple[AutoResetState, StepInfo]:
     """One auto-resetting step of one instance (``vmap`` over ``ar``, ``actions``, ``key``).
 
-    Steps the instance's pool lake with :func:`jaxlake.env.step`; when the episode is done
-    afterwards, the instance moves to pool lake ``(idx + 1) % P`` and its state becomes that
-    lake's ``env.reset``. The returned :class:`StepInfo` is the step's own (its ``done`` says
-    which instances were restarted). ``step_kwargs`` go to ``env.step`` (rewards).
+    Plays pool lake ``pool_idx`` with :func:`jaxlake.env.step` from :func:`observe`'s state.
+    When the episode is done afterwards, ``pool_idx`` moves to ``(idx + 1) % P``,
+    ``episodes`` grows by one and ``pending`` is set (``state`` keeps the terminal state).
+    The returned :class:`StepInfo` is the step's own. ``step_kwargs`` go to ``env.step``.
     """
     P = pool_size(pool)
     lake = _take(pool, ar.pool_idx)
-    state, info = env.step(lake, ar.state, actions, key, **step_kwargs)
+    start = _select(ar.pending, env.reset(lake), ar.state)
+    state, info = env.step(lake, start, actions, key, **step_kwargs)
     done = state.done
     next_idx = jnp.where(done, (ar.pool_idx + 1) % P, ar.pool_idx).astype(jnp.int32)
-    fresh = env.reset(_take(pool, next_idx))
-    state = jax.tree_util.tree_map(lambda new, old: jnp.where(done, new, old), fresh, state)
-    return AutoResetState(state=state, pool_idx=next_idx, episodes=ar.episodes + done.astype(jnp.int32)), info
+    return AutoResetState(state=state, pool_idx=next_idx, episodes=ar.episodes + done.astype(jnp.int32),
+                          pending=done), info
 
 
 def step_batch(pool: Lake, ar: AutoResetState, actions: jax.Array, keys: jax.Array,
