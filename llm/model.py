@@ -38,6 +38,9 @@ from jaxlake.config import ConfigError
 #: Supported parameter / compute dtypes, by name.
 DTYPES: dict[str, Any] = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
+#: Up to this many rows (B * T) the tied LM head is computed as ``table @ x.T`` (see __call__).
+_SMALL_HEAD_ROWS = 64
+
 #: Standard deviation of the normal initialiser (``initializer_range`` in transformers).
 INIT_STD = 0.02
 
@@ -454,6 +457,8 @@ class Qwen3ForCausalLM(nnx.Module):
         positions: jax.Array | None = None,
         attention_mask: jax.Array | None = None,
         cache: KVCache | None = None,
+        *,
+        logits_to_keep: int | None = None,
     ) -> tuple[jax.Array, KVCache | None]:
         """Logits ``[B, T, V]`` (float32) and the updated cache (``None`` without one).
 
@@ -463,6 +468,10 @@ class Qwen3ForCausalLM(nnx.Module):
         own. ``positions`` defaults to ``index + arange(T)`` (``arange(T)`` without a
         cache); for left-padded batches pass ``clip(cumsum(attention_mask) - 1, 0)``.
         Padded query rows get finite but meaningless logits.
+
+        ``logits_to_keep=k`` (a static int) computes the LM head for the last ``k`` positions
+        only and returns ``[B, k, V]``: with left padding, ``k=1`` after a prefill gives every
+        row's next-token logits without the ``[B, T, V]`` cost.
         """
         c = self.config
         chex.assert_rank(input_ids, 2)
@@ -500,10 +509,19 @@ class Qwen3ForCausalLM(nnx.Module):
             return h, new_kv
 
         x, new_kv = jax.lax.scan(body, x, (layer_state, kv_in))
+        if logits_to_keep is not None:
+            if not 1 <= logits_to_keep <= t:
+                raise ValueError(f"logits_to_keep={logits_to_keep} must be in [1, T={t}]")
+            x = x[:, t - logits_to_keep :]
         x = self.norm(x)
         if self.lm_head is None:
             table = self.embed_tokens.embedding[...].astype(c.jnp_dtype)
-            logits = jnp.einsum("bth,vh->btv", x, table, preferred_element_type=jnp.float32)
+            if x.shape[0] * x.shape[1] <= _SMALL_HEAD_ROWS:
+                # Decode-sized batches: XLA:CPU runs the [V, H] x [H, rows] form ~1.3-1.6x faster.
+                logits = jnp.einsum("vh,bth->vbt", table, x, preferred_element_type=jnp.float32)
+                logits = logits.transpose(1, 2, 0)
+            else:
+                logits = jnp.einsum("bth,vh->btv", x, table, preferred_element_type=jnp.float32)
         else:
             kernel = self.lm_head.kernel[...].astype(c.jnp_dtype)
             logits = jnp.einsum("bth,hv->btv", x, kernel, preferred_element_type=jnp.float32)

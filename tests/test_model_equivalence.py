@@ -145,6 +145,17 @@ def test_left_padding_does_not_change_real_logits(pair):
     np.testing.assert_allclose(padded[2, W - 2 :], plain[2, :2], atol=1e-5, rtol=0)
 
 
+def test_tied_head_on_many_rows_matches_transformers():
+    """Above ``_SMALL_HEAD_ROWS`` (B * T) the tied head takes its other einsum form."""
+    from llm.model import _SMALL_HEAD_ROWS
+
+    tm = make_torch_model(5, **CASES["mqa_tied_theta500"])
+    fm = to_flax(tm)
+    ids = np.random.RandomState(4).randint(0, VOCAB, (2, _SMALL_HEAD_ROWS // 2 + 3)).astype(np.int32)
+    ours = np.asarray(nnx.jit(lambda m, x: m(x)[0])(fm, jnp.asarray(ids)))
+    np.testing.assert_allclose(ours, torch_logits(tm, ids), atol=ATOL, rtol=0)
+
+
 def test_head_dim_is_independent_of_hidden_over_heads():
     tm = make_torch_model(7, **CASES["gqa_untied_hd16"])
     fm = to_flax(tm)
@@ -208,6 +219,12 @@ def test_cache_prefill_decode_matches_full_forward_and_transformers(gqa_pair):
     assert int(cache.index) == PROMPT + NEW
     np.testing.assert_array_equal(np.asarray(cache.mask[:, : PROMPT + NEW]), mask)
     assert not np.asarray(cache.mask[:, PROMPT + NEW :]).any()
+    # logits_to_keep=1 on the prefill gives exactly the last column (every row's next token)
+    last, _ = nnx.jit(lambda m, i, p, k, c: m(i, positions=p, attention_mask=k, cache=c, logits_to_keep=1))(
+        fm, jnp.asarray(ids[:, :PROMPT]), jnp.asarray(pos[:, :PROMPT]), jnp.asarray(mask[:, :PROMPT]), fm.init_cache(B, CAPACITY)
+    )
+    assert last.shape == (B, 1, VOCAB)
+    np.testing.assert_allclose(np.asarray(last[:, 0]), cached[:, PROMPT - 1], atol=1e-6, rtol=0)
 
 
 @settings(max_examples=8, deadline=None)
