@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -160,6 +161,10 @@ def _check_tensors(config: Qwen3Config, reader: _TensorReader) -> None:
         more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
         hint = " (config.json says tie_word_embeddings=false)" if "lm_head.weight" in missing else ""
         raise CheckpointError(f"checkpoint lacks tensor(s) {missing[:5]}{more}{hint}")
+    unexpected = sorted(present - set(expected) - {"lm_head.weight"})
+    if unexpected:
+        more = f" (and {len(unexpected) - 5} more)" if len(unexpected) > 5 else ""
+        warnings.warn(f"ignoring tensor(s) the Qwen3 model does not use: {unexpected[:5]}{more}", stacklevel=3)
     for name, shape in expected.items():
         got = reader.shape(name)
         if got != shape:
@@ -191,12 +196,12 @@ def model_from_hf_tensors(config: Qwen3Config, get: Callable[[str], np.ndarray])
         if name == "lm_head.weight" and config.tie_word_embeddings:
             continue
         arr = np.asarray(get(name))
-        _set_path(pure, path, jnp.asarray((arr.T if transpose else arr).astype(dtype)))
+        _set_path(pure, path, jnp.asarray((arr.T if transpose else arr).astype(dtype, copy=False)))
     for suffix, (path, transpose) in _LAYER_TENSORS.items():
         per_layer = []
         for i in range(config.num_hidden_layers):
             arr = np.asarray(get(f"model.layers.{i}.{suffix}"))
-            per_layer.append((arr.T if transpose else arr).astype(dtype))
+            per_layer.append((arr.T if transpose else arr).astype(dtype, copy=False))
         _set_path(pure, ("layers",) + path, jnp.asarray(np.stack(per_layer)))
         del per_layer
     nnx.replace_by_pure_dict(state, pure)
@@ -251,7 +256,15 @@ def from_pretrained(
     tokenizer and returns ``None`` in its place.
     """
     model = load_model(path, dtype=dtype, param_dtype=param_dtype)
-    return model, (load_tokenizer(path) if tokenizer else None)
+    if not tokenizer:
+        return model, None
+    tok = load_tokenizer(path)
+    if len(tok) > model.config.vocab_size:
+        raise CheckpointError(
+            f"the tokenizer in {str(path)!r} has {len(tok)} tokens but the model's vocab_size is "
+            f"{model.config.vocab_size}: token ids past the embedding would be invalid"
+        )
+    return model, tok
 
 
 # --------------------------------------------------------------------------- writing

@@ -44,10 +44,10 @@ def make_torch_model(seed: int, tied: bool):
     return model
 
 
-def make_tokenizer():
+def make_tokenizer(size: int = VOCAB):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    words = ["<pad>", "<eos>"] + [f"w{i}" for i in range(VOCAB - 2)]
+    words = ["<pad>", "<eos>"] + [f"w{i}" for i in range(size - 2)]
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
@@ -295,3 +295,23 @@ def test_failed_save_leaves_nothing_and_keeps_old_folder(hf_dirs, tmp_path):
     llm.save_pretrained(model, None, old)
     assert sorted(os.listdir(tmp_path)) == ["old"]
     assert "tokenizer.json" not in os.listdir(old)
+
+
+def test_tokenizer_larger_than_vocab_is_an_error(hf_dirs, tmp_path):
+    d, _ = hf_dirs[True]
+    c = copy_folder(d, tmp_path / "bigtok")
+    make_tokenizer(VOCAB + 5).save_pretrained(c)
+    with pytest.raises(CheckpointError, match=f"{VOCAB + 5} tokens.*vocab_size is {VOCAB}"):
+        llm.from_pretrained(c)
+
+
+def test_unexpected_tensors_warn(hf_dirs, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    d, _ = hf_dirs[True]
+    c = copy_folder(d, tmp_path / "extra")
+    tensors = load_file(str(c / WEIGHTS_FILE))
+    tensors["model.layers.0.self_attn.q_proj.bias"] = np.zeros(64, np.float32)
+    save_file(tensors, str(c / WEIGHTS_FILE), metadata={"format": "pt"})
+    with pytest.warns(UserWarning, match=r"q_proj\.bias"):
+        llm.from_pretrained(c, tokenizer=False)
