@@ -34,11 +34,16 @@ Conventions beyond the design text (all tested):
   second (RIGHT / DOWN). :func:`step_from_uniforms` takes ``u`` directly, so per-agent
   randomness can be controlled (e.g. permuted together with the agents).
 
-Implementation notes (speed under ``vmap`` on CPU): the conflict rules are ``[A, A]``
-pairwise comparisons on flat cell indices ``row * max_width + col``; the fixed point of rule
-(b) is a fixed ``A - 1`` rounds of an unrolled ``lax.fori_loop`` (a blocking chain holds at
-most ``A`` distinct agents, so ``A - 1`` rounds always reach the fixed point, and extra rounds
-change nothing); the lake's cells are read with one flat gather of ``A`` entries per step.
+Implementation notes (speed under ``vmap`` on CPU): cells are flat indices
+``row * max_width + col``; three ``[A, A]`` comparisons (same target, my target is your
+cell, your target is my cell) are folded into per-agent int32 bitmasks (bit ``j`` = agent
+``j``; ``A <= 26``), after which every rule is a few ``[A]`` bit operations. The fixed point
+of rule (b) is a fixed ``A - 1`` rounds of an unrolled ``lax.fori_loop`` (a blocking chain
+holds at most ``A`` distinct agents, so ``A - 1`` rounds always reach it and extra rounds
+change nothing); no data-dependent loop, so ``vmap`` adds no masking. The lake's cells are
+read with one flat gather of ``A`` entries per step. Folding the pairwise tables into
+bitmasks instead of reducing ``[A, A]`` boolean tables in every round made the vmapped step
+about 4x faster on CPU.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from jaxlake.types import (
     DOWN,
     FELL,
     LEFT,
+    MAX_AGENTS_LIMIT,
     NUM_ACTIONS,
     ON_GOAL_STAY,
     RIGHT,
@@ -177,6 +183,8 @@ def step_from_uniforms(
     _check_lake(lake)
     _check_state(lake, state)
     A = lake.max_agents
+    if A > MAX_AGENTS_LIMIT:
+        raise ValueError(f"max_agents={A} exceeds {MAX_AGENTS_LIMIT} (agent sets are int32 bitmasks)")
     H, W = lake.canvas_shape
     actions = jnp.asarray(actions)
     chex.assert_shape(actions, (A,))
