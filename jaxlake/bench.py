@@ -56,14 +56,14 @@ JSON fields (``schema == "jaxlake.bench/1"``):
     ``rollout_autoreset``), ``env`` (name), ``height``, ``width``, ``num_agents``,
     ``max_agents``, ``hole_density``, ``conflict_density``, ``slip_prob``, ``max_steps``,
     ``batch_size``, ``devices``, ``status`` (``ok`` | ``skipped``), ``note``. When ``ok``:
-    ``compile_s``, ``times_s`` (list), ``median_s``, ``memory_bytes`` (XLA's argument + output +
+    ``compile_s``, ``times_s`` (list, wall), ``cpu_times_s`` (process CPU seconds of the same
+    calls, all threads), ``median_s``, ``memory_bytes`` (XLA's argument + output +
     temp bytes per device, or null). Generator rows: ``lakes_per_s``, ``flops_per_lake``,
     ``bytes_per_lake``, ``achieved_gflops``, ``achieved_gbytes_per_s``, ``stats`` (means over
     the batch of ``hole_density``, ``conflict_density``, ``dist_ok``, ``attempts``).
     Rollout rows: ``steps``, ``env_steps_per_s``, ``agent_steps_per_s``,
-    ``flops_per_instance_step``, ``bytes_per_instance_step`` (analysed once per env at
-    ``bench.cost_batch`` instances), ``achieved_gflops``, ``achieved_gbytes_per_s``; autoreset
-    rows add ``pool_size`` and ``episodes_per_s``.
+    ``flops_per_instance_step``, ``bytes_per_instance_step``, ``achieved_gflops``,
+    ``achieved_gbytes_per_s``; autoreset rows add ``pool_size`` and ``episodes_per_s``.
 ``peers``
     rows from :mod:`jaxlake.peers`: ``peer``, ``status``, ``note``, and when ``ok``
     ``system``, ``version``, ``env`` (our env it was matched to), ``height``, ``width``,
@@ -111,6 +111,25 @@ RESULT_FILES = ("bench.json", "bench.csv", "bench.png")
 #: ``LakeConfig`` fields copied into every row.
 _ENV_FIELDS = ("height", "width", "num_agents", "max_agents", "hole_density", "conflict_density",
                "slip_prob", "max_steps")
+
+# Documented JSON fields (module docstring); tests/test_bench.py checks a real run has them.
+TOP_FIELDS = ("schema", "meta", "config", "results", "peers", "ratios", "autoreset_overhead", "files")
+META_FIELDS = ("device_kind", "platform", "device_count", "local_device_count", "process_count",
+               "versions", "git_commit", "git_dirty", "hostname", "cpu_count", "time_utc",
+               "memory_limit_bytes", "xla_flags")
+VERSION_FIELDS = ("jax", "jaxlib", "python", "numpy", "flax")
+ROW_FIELDS = ("kind", "env") + _ENV_FIELDS + ("batch_size", "devices", "status", "note")
+OK_ROW_FIELDS = ("compile_s", "times_s", "cpu_times_s", "median_s", "memory_bytes")
+GENERATOR_FIELDS = ("lakes_per_s", "flops_per_lake", "bytes_per_lake", "achieved_gflops",
+                    "achieved_gbytes_per_s", "stats")
+GENERATOR_STATS_FIELDS = ("hole_density", "conflict_density", "dist_ok", "attempts")
+ROLLOUT_FIELDS = ("steps", "env_steps_per_s", "agent_steps_per_s", "flops_per_instance_step",
+                  "bytes_per_instance_step", "achieved_gflops", "achieved_gbytes_per_s")
+AUTORESET_FIELDS = ROLLOUT_FIELDS + ("pool_size", "episodes_per_s")
+RATIO_FIELDS = ("peer", "system", "env", "batch_size", "peer_agent_steps_per_s", "ours_agent_steps_per_s",
+                "ours_autoreset_agent_steps_per_s", "ratio", "ratio_autoreset")
+OVERHEAD_FIELDS = ("env", "batch_size", "plain_agent_steps_per_s", "autoreset_agent_steps_per_s",
+                   "overhead_pct")
 
 
 # ============================================================================ environment
@@ -198,16 +217,22 @@ def memory_of(compiled: Any) -> Optional[int]:
     return int(sum(getattr(mem, p, 0) or 0 for p in parts))
 
 
-def time_calls(fn: Callable[..., Any], arg_sets: Sequence[tuple], warmup: int = 1) -> list[float]:
-    """Wall time of ``fn(*args)`` for each of ``arg_sets`` (after ``warmup`` untimed calls)."""
+def time_calls(fn: Callable[..., Any], arg_sets: Sequence[tuple], warmup: int = 1) -> tuple[list[float], list[float]]:
+    """Wall and process-CPU seconds of ``fn(*args)`` for each of ``arg_sets``.
+
+    ``warmup`` untimed calls first; each timed call ends with ``jax.block_until_ready``.
+    CPU time counts every thread of this process (XLA's too): on a shared machine, wall time
+    well above CPU time means the benchmark was waiting for the cores.
+    """
     for _ in range(warmup):
         jax.block_until_ready(fn(*arg_sets[0]))
-    times = []
+    wall, cpu = [], []
     for args in arg_sets:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return times
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return wall, cpu
 
 
 def _per(value: Optional[float], n: float) -> Optional[float]:
@@ -215,30 +240,6 @@ def _per(value: Optional[float], n: float) -> Optional[float]:
 
 
 # ============================================================================ jitted programs
-def step_costs(generate_fn: Callable, config: LakeConfig, batch: int, pool_size: int) -> dict:
-    """XLA cost analysis per instance-step of one batched step, plain and auto-reset.
-
-    Lowered from abstract shapes (no data) at ``batch`` instances on one device, so it costs
-    two compiles per env whatever the batch sizes measured. Returns
-    ``{"rollout": {"flops", "bytes"}, "rollout_autoreset": {...}}`` divided by ``batch``.
-    """
-    lake = jax.eval_shape(generate_fn, jax.random.key(0), config_arrays(config))
-
-    def batched(tree, n):
-        return jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct((n,) + s.shape, s.dtype), tree)
-
-    lakes, pool = batched(lake, batch), batched(lake, pool_size)
-    state = jax.eval_shape(env.reset, lakes)
-    ar = jax.eval_shape(lambda p: autoreset.init(p, batch), pool)
-    key = jax.random.key(0)
-    out = {}
-    for kind, fn, args in (("rollout", make_step(), (lakes, state, key)),
-                           ("rollout_autoreset", make_autoreset_step(), (pool, ar, key))):
-        cost = cost_of(fn.lower(*args).compile())
-        out[kind] = {k: _per(v, batch) for k, v in cost.items()}
-    return out
-
-
 def make_generator(generate_fn: Callable) -> Callable:
     """``jit(vmap(generate))`` over keys ``[B]`` and a stacked config ``[B]``."""
     return jax.jit(jax.vmap(generate_fn))
@@ -249,28 +250,6 @@ def _random_inputs(key: jax.Array, batch: int, num_slots: int, mesh) -> tuple[ja
     actions = jax.random.randint(k_act, (batch, num_slots), 0, NUM_ACTIONS, dtype=jnp.int32)
     keys = jax.random.split(k_step, batch)
     return constrain_batch(actions, mesh), constrain_batch(keys, mesh)
-
-
-def make_step(mesh=None) -> Callable:
-    """One batched random-action step ``(lakes, state, key) -> state`` (for cost analysis)."""
-
-    def one(lakes: Lake, state, key):
-        actions, keys = _random_inputs(key, state.t.shape[0], lakes.max_agents, mesh)
-        new_state, info = jax.vmap(env.step)(lakes, state, actions, keys)
-        return constrain_batch(new_state, mesh), jnp.sum(info.reward, axis=-1)
-
-    return jax.jit(one)
-
-
-def make_autoreset_step(mesh=None) -> Callable:
-    """One batched auto-reset step ``(pool, ar, key) -> ar`` (for cost analysis)."""
-
-    def one(pool: Lake, ar, key):
-        actions, keys = _random_inputs(key, ar.pool_idx.shape[0], pool.max_agents, mesh)
-        ar, info = autoreset.step_batch(pool, ar, actions, keys)
-        return constrain_batch(ar, mesh), jnp.sum(info.reward, axis=-1)
-
-    return jax.jit(one)
 
 
 def make_rollout(steps: int, mesh=None) -> Callable:
@@ -374,10 +353,10 @@ def measure_generator(gen, name: str, config: LakeConfig, batch: int, key: jax.A
     if why:
         return _skip(row, why), None
     lakes = jax.block_until_ready(compiled(*key_sets[0]))
-    times = time_calls(compiled, key_sets[1:], warmup=0)
+    times, cpu = time_calls(compiled, key_sets[1:], warmup=0)
     cost = cost_of(compiled)
     rate = batch / float(np.median(times))
-    row.update(times_s=times, median_s=float(np.median(times)), lakes_per_s=rate,
+    row.update(times_s=times, cpu_times_s=cpu, median_s=float(np.median(times)), lakes_per_s=rate,
                flops_per_lake=_per(cost["flops"], batch), bytes_per_lake=_per(cost["bytes"], batch))
     _achieved(row, row["flops_per_lake"], row["bytes_per_lake"], rate)
     stats = lakes.stats
@@ -391,7 +370,7 @@ def measure_generator(gen, name: str, config: LakeConfig, batch: int, key: jax.A
 
 
 def measure_rollout(name: str, config: LakeConfig, lakes: Lake, steps: int, key: jax.Array,
-                    repeats: int, cap: _Cap, cost: Mapping[str, Optional[float]]) -> dict:
+                    repeats: int, cap: _Cap) -> dict:
     """Plain rollout row: ``steps`` random-action steps of ``vmap(env.step)`` per call."""
     batch = int(lakes.num_agents.shape[0])
     mesh = mesh_for_batch(batch)
@@ -410,18 +389,20 @@ def measure_rollout(name: str, config: LakeConfig, lakes: Lake, steps: int, key:
     why = cap.check_compiled("rollout", batch, mesh.size, row["memory_bytes"])
     if why:
         return _skip(row, why)
-    times = time_calls(compiled, [(lakes, state, k) for k in keys[1:]], warmup=1)
+    cost = cost_of(compiled)
+    times, cpu = time_calls(compiled, [(lakes, state, k) for k in keys[1:]], warmup=1)
     median = float(np.median(times))
     env_rate = batch * steps / median
-    row.update(times_s=times, median_s=median, env_steps_per_s=env_rate,
+    row.update(times_s=times, cpu_times_s=cpu, median_s=median, env_steps_per_s=env_rate,
                agent_steps_per_s=env_rate * config.num_agents,
-               flops_per_instance_step=cost["flops"], bytes_per_instance_step=cost["bytes"])
+               flops_per_instance_step=_per(cost["flops"], batch),
+               bytes_per_instance_step=_per(cost["bytes"], batch))
     _achieved(row, row["flops_per_instance_step"], row["bytes_per_instance_step"], env_rate)
     return row
 
 
 def measure_autoreset(name: str, config: LakeConfig, pool: Lake, batch: int, steps: int,
-                      key: jax.Array, repeats: int, cap: _Cap, cost: Mapping[str, Optional[float]]) -> dict:
+                      key: jax.Array, repeats: int, cap: _Cap) -> dict:
     """Auto-reset rollout row over a replicated pool of pre-generated lakes."""
     mesh = mesh_for_batch(batch)
     row = _env_row("rollout_autoreset", name, config, batch, mesh.size)
@@ -439,15 +420,17 @@ def measure_autoreset(name: str, config: LakeConfig, pool: Lake, batch: int, ste
     why = cap.check_compiled("rollout_autoreset", batch, mesh.size, row["memory_bytes"])
     if why:
         return _skip(row, why)
-    times = time_calls(compiled, [(pool, ar, k) for k in keys[1:]], warmup=1)
+    cost = cost_of(compiled)
+    times, cpu = time_calls(compiled, [(pool, ar, k) for k in keys[1:]], warmup=1)
     median = float(np.median(times))
     final, _ = compiled(pool, ar, keys[-1])
     episodes = float(jnp.sum(final.episodes))
     env_rate = batch * steps / median
-    row.update(times_s=times, median_s=median, env_steps_per_s=env_rate,
+    row.update(times_s=times, cpu_times_s=cpu, median_s=median, env_steps_per_s=env_rate,
                agent_steps_per_s=env_rate * config.num_agents,
                episodes_per_s=episodes / median,
-               flops_per_instance_step=cost["flops"], bytes_per_instance_step=cost["bytes"])
+               flops_per_instance_step=_per(cost["flops"], batch),
+               bytes_per_instance_step=_per(cost["bytes"], batch))
     _achieved(row, row["flops_per_instance_step"], row["bytes_per_instance_step"], env_rate)
     return row
 
@@ -601,8 +584,9 @@ def format_report(result: Mapping[str, Any]) -> str:
 def _csv_rows(result: Mapping[str, Any]) -> tuple[list[str], list[dict]]:
     rows = []
     for r in result["results"]:
-        flat = {k: v for k, v in r.items() if k not in ("times_s", "stats")}
+        flat = {k: v for k, v in r.items() if k not in ("times_s", "cpu_times_s", "stats")}
         flat["times_s"] = ";".join(f"{t:.6g}" for t in r.get("times_s", []))
+        flat["cpu_times_s"] = ";".join(f"{t:.6g}" for t in r.get("cpu_times_s", []))
         for k, v in (r.get("stats") or {}).items():
             flat[f"stats_{k}"] = v
         rows.append(flat)
@@ -721,31 +705,31 @@ def run_bench(settings: Mapping[str, Any], out_dir: Optional[Path] = None, *,
     gen = make_generator(generate_fn)
     results: list[dict] = []
     print(f"[bench] {meta['local_device_count']} x {meta['device_kind']}; envs {list(envs)}", flush=True)
-    cost_batch = int(settings.get("cost_batch", 1024))
     for e, (name, (config, sizes)) in enumerate(envs.items()):
         k_env = jax.random.fold_in(key, e)
-        pool = None
-        pool_n = int(auto.get("pool_size", 1024))
-        print(f"[bench] {name}: XLA cost analysis of one step at batch {cost_batch}", flush=True)
-        costs = step_costs(generate_fn, config, cost_batch, pool_n)
-        if auto.get("enabled", True):
-            pool = jax.jit(jax.vmap(generate_fn))(
-                jax.random.split(jax.random.fold_in(k_env, 10**6), pool_n), repeat_config(config, pool_n))
+        generated: dict[int, Lake] = {}
         for batch in sorted(sizes or default_sizes):
-            k_b = jax.random.fold_in(k_env, batch)
-            k_gen, k_roll, k_auto = jax.random.split(k_b, 3)
             print(f"[bench] {name} B={batch}: generator", flush=True)
-            row, lakes = measure_generator(gen, name, config, batch, k_gen, gen_repeats, cap)
+            row, lakes = measure_generator(gen, name, config, batch, jax.random.fold_in(k_env, batch),
+                                           gen_repeats, cap)
             results.append(row)
-            if lakes is None:
-                continue
+            if lakes is not None:
+                generated[batch] = lakes
+        pool = None
+        if auto.get("enabled", True):
+            pool_n = int(auto.get("pool_size", 1024))
+            big = [b for b in sorted(generated) if b >= pool_n]
+            if big:  # the pool: the first lakes of a batch already generated
+                pool = jax.tree_util.tree_map(lambda x: x[:pool_n], generated[big[0]])
+            else:
+                pool = gen(jax.random.split(jax.random.fold_in(k_env, 2**31 - 1), pool_n), repeat_config(config, pool_n))
+        for batch in sorted(generated):
+            k_roll, k_auto = jax.random.split(jax.random.fold_in(k_env, batch + 1))
             print(f"[bench] {name} B={batch}: rollout", flush=True)
-            results.append(measure_rollout(name, config, lakes, steps, k_roll, repeats, cap, costs["rollout"]))
-            del lakes
+            results.append(measure_rollout(name, config, generated.pop(batch), steps, k_roll, repeats, cap))
             if pool is not None:
                 print(f"[bench] {name} B={batch}: rollout with auto-reset", flush=True)
-                results.append(measure_autoreset(name, config, pool, batch, steps, k_auto, repeats, cap,
-                                                 costs["rollout_autoreset"]))
+                results.append(measure_autoreset(name, config, pool, batch, steps, k_auto, repeats, cap))
     peer_settings = dict(settings.get("peer") or {})
     configs = {n: c for n, (c, _) in envs.items()}
     peers = measure_peers(list(settings.get("peers") or []), configs, peer_settings, steps,
