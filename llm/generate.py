@@ -186,6 +186,23 @@ def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, bucket: int = 1) 
 
 
 # ----------------------------------------------------------------------------- device core
+def _prefill_all_but_last(model, input_ids, prompt_mask, capacity: int):
+    """Write the KV cache of every prompt token but the last; return ``(cache, positions)``.
+
+    The logits of this call are unused, so XLA drops the ``[B, P-1, vocab]`` LM-head
+    product (the most expensive part of a prefill for large vocabularies); the caller runs
+    the last prompt token (and, for :func:`sequence_logprobs`, the completion) through the
+    cache to get exactly the logits it needs.
+    """
+    batch, prompt_len = input_ids.shape
+    positions = left_pad_positions(prompt_mask)
+    cache = model.init_cache(batch, capacity)
+    if prompt_len > 1:
+        _, cache = model(input_ids[:, :-1], positions=positions[:, :-1], attention_mask=prompt_mask[:, :-1],
+                         cache=cache)
+    return cache, positions
+
+
 #: EOS ids travel as a fixed-size int32 array (padded with -1) so that changing them does
 #: not recompile; at most this many.
 MAX_EOS_IDS = 8
@@ -216,9 +233,9 @@ def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, to
     def is_eos(tok):
         return jnp.any(tok[:, None] == eos[None, :], axis=-1)
 
-    positions = left_pad_positions(prompt_mask)
-    cache = model.init_cache(batch, prompt_len + n)
-    logits, cache = model(input_ids, positions=positions, attention_mask=prompt_mask, cache=cache)
+    cache, positions = _prefill_all_but_last(model, input_ids, prompt_mask, prompt_len + n)
+    logits, cache = model(input_ids[:, -1:], positions=positions[:, -1:], attention_mask=prompt_mask[:, -1:],
+                          cache=cache)
     tok, logp = choose(0, logits[:, -1])
     done = is_eos(tok)
     tokens = jnp.full((batch, n), pad_id, jnp.int32).at[:, 0].set(tok)
@@ -405,15 +422,21 @@ def generate(model: Any, tokenizer: Any, prompts: Any, config: GenerationConfig 
 # ----------------------------------------------------------------------------- log-probs
 def sequence_logprobs(model: Any, prompt_ids, prompt_mask, completion_ids, completion_mask, *,
                       temperature: float = 1.0) -> jax.Array:
-    """Per-token log-probs of completions under the model, from one full forward pass.
+    """Per-token log-probs of completions under the model, in one pass over the sequence.
 
     Pure and differentiable (no ``jit`` inside; call it inside the GRPO loss). The prompt is
     left-padded and the completion right-padded, exactly as :func:`generate` returns them,
     so positions (``cumsum(mask) - 1``) match the cached decoding.
 
+    The pass runs the prompt (all but its last token) into a KV cache, then the last prompt
+    token and the completion through that cache: numerically the full causal forward, but the
+    LM head is evaluated only at the ``T`` positions that predict completion tokens (no
+    ``[B, P, vocab]`` logits, which dominate memory for real Qwen3 vocabularies).
+
     Args:
       model: ``nnx.Module`` or ``(graphdef, state)``.
-      prompt_ids, prompt_mask: ``[B, P]`` left-padded prompts and their mask.
+      prompt_ids, prompt_mask: ``[B, P]`` left-padded prompts and their mask (the last
+        column must be a real token in every row, as left padding guarantees).
       completion_ids, completion_mask: ``[B, T]`` completions and their mask.
       temperature: divide logits by it first (1 = the raw model distribution, the one
         :func:`generate` reports).
@@ -426,15 +449,20 @@ def sequence_logprobs(model: Any, prompt_ids, prompt_mask, completion_ids, compl
     chex.assert_equal_shape([completion_ids, completion_mask])
     chex.assert_equal_shape_prefix([prompt_ids, completion_ids], 1)
     module = _as_module(model)
-    prompt_len = prompt_ids.shape[1]
-    t = completion_ids.shape[1]
-    ids = jnp.concatenate([jnp.asarray(prompt_ids, jnp.int32), jnp.asarray(completion_ids, jnp.int32)], axis=1)
+    prompt_ids = jnp.asarray(prompt_ids, jnp.int32)
+    completion_ids = jnp.asarray(completion_ids, jnp.int32)
+    pmask = jnp.asarray(prompt_mask).astype(bool)
     cmask = jnp.asarray(completion_mask).astype(bool)
-    mask = jnp.concatenate([jnp.asarray(prompt_mask).astype(bool), cmask], axis=1)
-    logits, _ = module(ids, positions=left_pad_positions(mask), attention_mask=mask)
-    logits = logits[:, prompt_len - 1: prompt_len - 1 + t].astype(jnp.float32)
+    t = completion_ids.shape[1]
+    cache, positions = _prefill_all_but_last(module, prompt_ids, pmask, prompt_ids.shape[1] + t)
+    # inputs that predict the completion: last prompt token, then completion[:, :-1]
+    ids = jnp.concatenate([prompt_ids[:, -1:], completion_ids[:, :-1]], axis=1)
+    mask = jnp.concatenate([pmask[:, -1:], cmask[:, :-1]], axis=1)
+    pos = positions[:, -1:] + jnp.cumsum(mask.astype(jnp.int32), axis=1) - mask[:, :1].astype(jnp.int32)
+    logits, _ = module(ids, positions=pos, attention_mask=mask, cache=cache)
+    logits = logits.astype(jnp.float32)
     if temperature != 1.0:
         logits = logits / temperature
     logp = jax.nn.log_softmax(logits, axis=-1)
-    out = jnp.take_along_axis(logp, ids[:, prompt_len:, None], axis=-1)[..., 0]
+    out = jnp.take_along_axis(logp, completion_ids[..., None], axis=-1)[..., 0]
     return jnp.where(cmask, out, 0.0)
