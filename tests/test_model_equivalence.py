@@ -262,6 +262,37 @@ def test_default_positions_and_mask_continue_from_cache_index(gqa_pair):
     assert np.asarray(cache.mask[:, : PROMPT + 1]).all()
 
 
+# ----------------------------------------------------------------------------- gradients
+def test_gradients_match_transformers(gqa_pair):
+    """d(sum(w * logits))/d(params) equals torch's for every tensor (GRPO trains through this)."""
+    from llm.hf_io import model_to_hf_tensors
+
+    tm, fm = gqa_pair
+    ids, mask, pos = left_padded_batch(np.random.RandomState(12), [W, 6, 3], W)
+    weights = np.random.RandomState(13).standard_normal((B, W, VOCAB)).astype(np.float32) * mask[..., None]
+
+    @nnx.jit
+    def grads(model):
+        def loss(m):
+            return jnp.sum(m(jnp.asarray(ids), positions=jnp.asarray(pos), attention_mask=jnp.asarray(mask))[0] * weights)
+
+        return nnx.grad(loss)(model)
+
+    g = grads(fm)
+    graphdef, _ = nnx.split(fm)
+    ours = dict(model_to_hf_tensors(nnx.merge(graphdef, g)))
+    tm.zero_grad()
+    out = tm(input_ids=torch.as_tensor(ids, dtype=torch.long), attention_mask=torch.as_tensor(mask.astype(np.int64)),
+             position_ids=torch.as_tensor(pos, dtype=torch.long)).logits
+    (out * torch.as_tensor(weights)).sum().backward()
+    theirs = {name: p.grad.numpy() for name, p in tm.named_parameters()}
+    assert set(ours) == set(theirs)
+    for name, ref in theirs.items():
+        scale = max(np.abs(ref).max(), 1e-3)
+        np.testing.assert_allclose(ours[name], ref, atol=2e-4 * scale, rtol=0, err_msg=name)
+    tm.zero_grad()
+
+
 # ----------------------------------------------------------------------------- precision
 def test_bfloat16_runs_and_is_close(gqa_pair):
     tm, fm32 = gqa_pair
