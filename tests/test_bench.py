@@ -1,0 +1,140 @@
+"""``python -m jaxlake.bench``: end-to-end tiny run writes its documented JSON; report helpers;
+peers are skipped with a note when missing."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jaxlake import bench
+from jaxlake.config import ConfigError
+from jaxlake.peers import measure_peer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    cmd = [sys.executable, "-m", "jaxlake.bench", "bench=tiny", f"hydra.run.dir={out}",
+           "bench.peers=[gymnasium,pogema]", "bench.peer.root=/nonexistent/peers"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out, proc.stdout
+
+
+@pytest.mark.slow
+def test_tiny_run_writes_json_with_documented_fields(tiny_run):
+    out, stdout = tiny_run
+    result = json.loads((out / "bench.json").read_text())
+    assert result["schema"] == bench.SCHEMA
+    for name in bench.TOP_FIELDS:
+        assert name in result, name
+        assert f"``{name}``" in bench.__doc__, f"{name} undocumented"
+    for name in bench.META_FIELDS:
+        assert name in result["meta"], name
+    assert set(bench.VERSION_FIELDS) <= set(result["meta"]["versions"])
+    assert result["meta"]["device_count"] >= 1 and result["meta"]["device_kind"]
+    kinds = {(r["kind"], r["batch_size"]) for r in result["results"]}
+    assert kinds == {(k, b) for k in ("generator", "rollout", "rollout_autoreset") for b in (1, 8)}
+    for row in result["results"]:
+        assert row["status"] == "ok", row
+        wanted = bench.ROW_FIELDS + bench.OK_ROW_FIELDS + {
+            "generator": bench.GENERATOR_FIELDS, "rollout": bench.ROLLOUT_FIELDS,
+            "rollout_autoreset": bench.AUTORESET_FIELDS}[row["kind"]]
+        missing = [f for f in wanted if f not in row]
+        assert not missing, (row["kind"], missing)
+        assert len(row["times_s"]) == result["config"]["repeats"] or row["kind"] == "generator"
+        assert row["compile_s"] > 0 and row["median_s"] > 0
+        rate = row["lakes_per_s"] if row["kind"] == "generator" else row["env_steps_per_s"]
+        assert rate == pytest.approx(row["batch_size"] * row.get("steps", 1) / row["median_s"])
+        if row["kind"] != "generator":
+            assert row["agent_steps_per_s"] == pytest.approx(rate * row["num_agents"])
+            assert row["flops_per_instance_step"] > 0 and row["bytes_per_instance_step"] > 0
+    gen = next(r for r in result["results"] if r["kind"] == "generator" and r["batch_size"] == 8)
+    assert set(bench.GENERATOR_STATS_FIELDS) <= set(gen["stats"])
+    assert gen["stats"]["dist_ok"] == 1.0
+    assert {(o["env"], o["batch_size"]) for o in result["autoreset_overhead"]} == {("4x4_a2", 1), ("4x4_a2", 8)}
+    # Peers: gymnasium measured, pogema missing -> skipped with a note, never an error.
+    peers = {p["peer"]: p for p in result["peers"]}
+    assert peers["gymnasium"]["status"] == "ok" and peers["gymnasium"]["agent_steps_per_s"] > 0
+    assert peers["pogema"]["status"] == "skipped" and "jaxlake.peers.setup" in peers["pogema"]["note"]
+    (ratio,) = result["ratios"]
+    assert set(bench.RATIO_FIELDS) <= set(ratio) and ratio["peer"] == "gymnasium"
+    assert ratio["ratio"] == pytest.approx(ratio["ours_agent_steps_per_s"] / ratio["peer_agent_steps_per_s"])
+    assert "skipped" in stdout and "auto-reset overhead" in stdout
+
+
+@pytest.mark.slow
+def test_tiny_run_writes_csv_and_png(tiny_run):
+    out, _ = tiny_run
+    result = json.loads((out / "bench.json").read_text())
+    assert result["files"] == ["bench.json", "bench.csv", "bench.png"]
+    with open(out / "bench.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(result["results"]) + len(result["peers"])
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(out.glob(".*.tmp"))  # atomic writes leave no temp files
+
+
+def _row(kind, env, batch, rate, **extra):
+    return {"kind": kind, "env": env, "batch_size": batch, "status": "ok", "agent_steps_per_s": rate, **extra}
+
+
+def test_ratios_and_overheads_are_computed_from_matching_rows():
+    from jaxlake.config import LakeConfig
+
+    envs = {"8x8": LakeConfig(height=8, width=8, num_agents=4, max_height=8, max_width=8, max_agents=4),
+            "10x10": LakeConfig(height=10, width=10, num_agents=10, hole_density=0.0, max_height=10,
+                                max_width=10, max_agents=10)}
+    results = [_row("rollout", "8x8", 16, 400.0), _row("rollout_autoreset", "8x8", 16, 380.0),
+               _row("rollout", "8x8", 4, 100.0), _row("rollout_autoreset", "8x8", 4, 125.0),
+               _row("rollout", "10x10", 16, 900.0)]
+    peers = [{"peer": "pogema", "status": "ok", "env": "8x8", "system": "P", "height": 8, "width": 8,
+              "num_agents": 4, "agent_steps_per_s": 4.0},
+             {"peer": "jumanji_connector", "status": "ok", "env": "8x8", "system": "J", "height": 10,
+              "width": 10, "num_agents": 10, "agent_steps_per_s": 300.0},
+             {"peer": "gymnasium", "status": "skipped", "note": "missing", "env": "8x8"}]
+    pog, jum = bench.peer_ratios(results, peers, envs, batch=16)
+    assert (pog["env"], pog["ratio"], pog["ratio_autoreset"]) == ("8x8", 100.0, 95.0)
+    assert (jum["env"], jum["ratio"], jum["ratio_autoreset"]) == ("10x10", 3.0, None)  # matched by shape
+    over = {o["batch_size"]: o["overhead_pct"] for o in bench.autoreset_overheads(results)}
+    assert over[16] == pytest.approx(100 * (400 / 380 - 1)) and over[4] == pytest.approx(-20.0)
+    text = bench.format_report({"meta": {"local_device_count": 1, "device_kind": "cpu", "platform": "cpu",
+                                         "versions": {"jax": "x"}, "git_commit": None},
+                                "results": [], "peers": peers, "ratios": [pog, jum], "autoreset_overhead": []})
+    assert "skipped: missing" in text and "| P " in text
+
+
+def test_memory_cap_skips_batches_that_do_not_fit():
+    cap = bench._Cap(limit=1000, fraction=0.5, max_batch=64)
+    assert cap.reason("rollout", 128, 1).startswith("batch 128 > bench.max_batch")
+    assert cap.reason("rollout", 32, 1) is None  # nothing known yet
+    assert cap.check_compiled("rollout", 10, 1, mem=100) is None  # 10 bytes per instance
+    assert "device memory" in cap.reason("rollout", 60, 1)  # 600 > 500
+    assert cap.reason("rollout", 60, 2) is None  # 300 per device
+    assert "device memory" in cap.check_compiled("rollout", 60, 1, mem=501)
+
+
+def test_parse_envs_validates_names_and_fields():
+    envs = bench.parse_envs([{"name": "a", "height": 4, "width": 4, "num_agents": 2, "max_height": 4,
+                              "max_width": 4, "max_agents": 2, "batch_sizes": [8, 2]}])
+    assert envs["a"][1] == [8, 2] and envs["a"][0].height == 4
+    with pytest.raises(ValueError, match="repeated"):
+        bench.parse_envs([{"name": "a"}, {"name": "a"}])
+    with pytest.raises(ConfigError, match="num_agents"):
+        bench.parse_envs([{"name": "b", "num_agents": 9}])
+
+
+def test_unknown_or_missing_peer_is_a_skipped_row():
+    (row,) = measure_peer("nope", {})
+    assert row["status"] == "skipped" and "unknown peer" in row["note"]
+    (row,) = measure_peer("jumanji_connector", {"height": 4, "width": 4, "num_agents": 2}, root="/nonexistent")
+    assert row["status"] == "skipped" and "setup jumanji_connector" in row["note"]
