@@ -60,19 +60,23 @@ JSON fields (``schema == "jaxlake.bench/1"``):
     calls, all threads), ``median_s``, ``memory_bytes`` (XLA's argument + output +
     temp bytes per device, or null). Generator rows: ``lakes_per_s``, ``flops_per_lake``,
     ``bytes_per_lake``, ``achieved_gflops``, ``achieved_gbytes_per_s``, ``stats`` (means over
-    the batch of ``hole_density``, ``conflict_density``, ``dist_ok``, ``attempts``).
-    Rollout rows: ``steps``, ``env_steps_per_s``, ``agent_steps_per_s``,
+    the batch of ``hole_density``, ``conflict_density``, ``dist_ok``, ``attempts``),
+    ``lakes_per_cpu_s`` (per process-CPU second).
+    Rollout rows: ``steps``, ``env_steps_per_s``, ``agent_steps_per_s``, ``agent_steps_per_cpu_s``,
     ``flops_per_instance_step``, ``bytes_per_instance_step``, ``achieved_gflops``,
     ``achieved_gbytes_per_s``; autoreset rows add ``pool_size`` and ``episodes_per_s``.
 ``peers``
     rows from :mod:`jaxlake.peers`: ``peer``, ``status``, ``note``, and when ``ok``
     ``system``, ``version``, ``env`` (our env it was matched to), ``height``, ``width``,
     ``num_agents``, ``hole_density``, ``num_envs``, ``agent_steps_per_s``,
-    ``env_steps_per_s`` (+ peer-specific extras such as ``resets_per_s``).
+    ``env_steps_per_s``, ``agent_steps_per_cpu_s`` (+ peer-specific extras such as
+    ``resets_per_s``).
 ``ratios``
     one row per measured peer row: ``peer``, ``system``, ``env``, ``batch_size``,
     ``peer_agent_steps_per_s``, ``ours_agent_steps_per_s`` (plain rollout),
-    ``ours_autoreset_agent_steps_per_s``, ``ratio`` (plain / peer), ``ratio_autoreset``.
+    ``ours_autoreset_agent_steps_per_s``, ``ratio`` (plain / peer), ``ratio_autoreset``,
+    ``ratio_cpu`` (agent-steps per process-CPU second, ours / theirs: robust to a loaded
+    machine; null when the peer does not report CPU time).
 ``autoreset_overhead``
     per env and batch size: ``plain_agent_steps_per_s``, ``autoreset_agent_steps_per_s``,
     ``overhead_pct`` (``100 * (plain / autoreset - 1)``).
@@ -120,14 +124,14 @@ META_FIELDS = ("device_kind", "platform", "device_count", "local_device_count", 
 VERSION_FIELDS = ("jax", "jaxlib", "python", "numpy", "flax")
 ROW_FIELDS = ("kind", "env") + _ENV_FIELDS + ("batch_size", "devices", "status", "note")
 OK_ROW_FIELDS = ("compile_s", "times_s", "cpu_times_s", "median_s", "memory_bytes")
-GENERATOR_FIELDS = ("lakes_per_s", "flops_per_lake", "bytes_per_lake", "achieved_gflops",
+GENERATOR_FIELDS = ("lakes_per_s", "lakes_per_cpu_s", "flops_per_lake", "bytes_per_lake", "achieved_gflops",
                     "achieved_gbytes_per_s", "stats")
 GENERATOR_STATS_FIELDS = ("hole_density", "conflict_density", "dist_ok", "attempts")
-ROLLOUT_FIELDS = ("steps", "env_steps_per_s", "agent_steps_per_s", "flops_per_instance_step",
+ROLLOUT_FIELDS = ("steps", "env_steps_per_s", "agent_steps_per_s", "agent_steps_per_cpu_s", "flops_per_instance_step",
                   "bytes_per_instance_step", "achieved_gflops", "achieved_gbytes_per_s")
 AUTORESET_FIELDS = ROLLOUT_FIELDS + ("pool_size", "episodes_per_s")
 RATIO_FIELDS = ("peer", "system", "env", "batch_size", "peer_agent_steps_per_s", "ours_agent_steps_per_s",
-                "ours_autoreset_agent_steps_per_s", "ratio", "ratio_autoreset")
+                "ours_autoreset_agent_steps_per_s", "ratio", "ratio_autoreset", "ratio_cpu")
 OVERHEAD_FIELDS = ("env", "batch_size", "plain_agent_steps_per_s", "autoreset_agent_steps_per_s",
                    "overhead_pct")
 
@@ -357,6 +361,7 @@ def measure_generator(gen, name: str, config: LakeConfig, batch: int, key: jax.A
     cost = cost_of(compiled)
     rate = batch / float(np.median(times))
     row.update(times_s=times, cpu_times_s=cpu, median_s=float(np.median(times)), lakes_per_s=rate,
+               lakes_per_cpu_s=batch / max(float(np.median(cpu)), 1e-12),
                flops_per_lake=_per(cost["flops"], batch), bytes_per_lake=_per(cost["bytes"], batch))
     _achieved(row, row["flops_per_lake"], row["bytes_per_lake"], rate)
     stats = lakes.stats
@@ -395,6 +400,7 @@ def measure_rollout(name: str, config: LakeConfig, lakes: Lake, steps: int, key:
     env_rate = batch * steps / median
     row.update(times_s=times, cpu_times_s=cpu, median_s=median, env_steps_per_s=env_rate,
                agent_steps_per_s=env_rate * config.num_agents,
+               agent_steps_per_cpu_s=batch * steps * config.num_agents / max(float(np.median(cpu)), 1e-12),
                flops_per_instance_step=_per(cost["flops"], batch),
                bytes_per_instance_step=_per(cost["bytes"], batch))
     _achieved(row, row["flops_per_instance_step"], row["bytes_per_instance_step"], env_rate)
@@ -428,6 +434,7 @@ def measure_autoreset(name: str, config: LakeConfig, pool: Lake, batch: int, ste
     env_rate = batch * steps / median
     row.update(times_s=times, cpu_times_s=cpu, median_s=median, env_steps_per_s=env_rate,
                agent_steps_per_s=env_rate * config.num_agents,
+               agent_steps_per_cpu_s=batch * steps * config.num_agents / max(float(np.median(cpu)), 1e-12),
                episodes_per_s=episodes / median,
                flops_per_instance_step=_per(cost["flops"], batch),
                bytes_per_instance_step=_per(cost["bytes"], batch))
@@ -491,6 +498,7 @@ def peer_ratios(results: Sequence[dict], peer_rows: Sequence[dict], envs: Mappin
         ours = plain["agent_steps_per_s"] if plain else None
         ours_auto = auto["agent_steps_per_s"] if auto else None
         theirs = float(p["agent_steps_per_s"])
+        theirs_cpu = p.get("agent_steps_per_cpu_s")
         ratios.append({
             "peer": p["peer"], "system": p.get("system", p["peer"]), "env": env_name,
             "batch_size": (plain or auto or {}).get("batch_size"),
@@ -498,6 +506,7 @@ def peer_ratios(results: Sequence[dict], peer_rows: Sequence[dict], envs: Mappin
             "ours_agent_steps_per_s": ours, "ours_autoreset_agent_steps_per_s": ours_auto,
             "ratio": None if ours is None else ours / theirs,
             "ratio_autoreset": None if ours_auto is None else ours_auto / theirs,
+            "ratio_cpu": None if not (plain and theirs_cpu) else plain["agent_steps_per_cpu_s"] / theirs_cpu,
         })
     return ratios
 
@@ -571,13 +580,13 @@ def format_report(result: Mapping[str, Any]) -> str:
         rows = []
         for p in result["peers"]:
             if p.get("status") != "ok":
-                rows.append([p.get("peer"), p.get("env"), "-", "-", "-", "-", "-", f"skipped: {p.get('note')}"])
+                rows.append([p.get("peer"), p.get("env"), "-", "-", "-", "-", "-", f"skipped: {p.get('note')}", "-"])
         for q in result.get("ratios", []):
             rows.append([q["system"], q["env"], q["batch_size"], q["peer_agent_steps_per_s"],
                          q["ours_agent_steps_per_s"], q["ratio"], q["ours_autoreset_agent_steps_per_s"],
-                         q["ratio_autoreset"]])
+                         q["ratio_autoreset"], q.get("ratio_cpu")])
         out.write(_table(["peer", "our env", "our batch", "theirs", "ours", "ours/theirs",
-                          "ours (auto-reset)", "ours/theirs (auto-reset)"], rows))
+                          "ours (auto-reset)", "ours/theirs (auto-reset)", "ours/theirs per CPU-s"], rows))
     return out.getvalue()
 
 

@@ -52,9 +52,9 @@ def _main(spec: dict) -> dict:
     )
     env.reset(seed=int(spec.get("seed", 0)))
     chunk = 4096
-    rates, resets = [], 0
+    rates, cpu_rates, resets = [], [], 0
     for _ in range(int(spec.get("repeats", 3))):
-        steps, start = 0, time.perf_counter()
+        steps, start, start_cpu = 0, time.perf_counter(), time.process_time()
         deadline = start + float(spec.get("seconds", 1.0))
         while time.perf_counter() < deadline:
             for a in rng.integers(0, 4, size=chunk).tolist():
@@ -64,6 +64,7 @@ def _main(spec: dict) -> dict:
                     resets += 1
             steps += chunk
         rates.append(steps / (time.perf_counter() - start))
+        cpu_rates.append(steps / max(time.process_time() - start_cpu, 1e-9))
     rate = float(np.median(rates))
     return {
         "peer": PEER,
@@ -76,6 +77,7 @@ def _main(spec: dict) -> dict:
         "num_envs": 1,
         "env_steps_per_s": rate,
         "agent_steps_per_s": rate,
+        "agent_steps_per_cpu_s": float(np.median(cpu_rates)),
         "rates": rates,
         "resets": resets,
         "note": "single agent; episodes reset on the same map (gymnasium does not regenerate)",

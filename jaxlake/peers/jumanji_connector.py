@@ -58,11 +58,12 @@ def _measure_one(grid_size: int, num_agents: int, spec: dict) -> dict:
     compile_s = time.perf_counter() - t0
     jax.block_until_ready(roll_c(state, jax.random.PRNGKey(2)))  # warm-up
 
-    times, gen_times = [], []
+    times, cpu_times, gen_times = [], [], []
     for r in range(int(spec.get("repeats", 3))):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         jax.block_until_ready(roll_c(state, jax.random.PRNGKey(10 + r)))
         times.append(time.perf_counter() - t0)
+        cpu_times.append(time.process_time() - c0)
         t0 = time.perf_counter()
         jax.block_until_ready(reset_c(jax.random.split(jax.random.PRNGKey(100 + r), batch)))
         gen_times.append(time.perf_counter() - t0)
@@ -80,6 +81,7 @@ def _measure_one(grid_size: int, num_agents: int, spec: dict) -> dict:
         "steps": steps,
         "env_steps_per_s": env_rate,
         "agent_steps_per_s": env_rate * num_agents,
+        "agent_steps_per_cpu_s": batch * steps * num_agents / max(float(np.median(cpu_times)), 1e-12),
         "resets_per_s": batch / float(np.median(gen_times)),
         "compile_s": compile_s,
         "times_s": times,
