@@ -245,7 +245,7 @@ def step_from_uniforms(
     # 4. Holes (only a move can put an agent on a hole: starts are frozen).
     fell = moving & (code == CELL_HOLE)
     new_cell = jnp.where(moving, tgt, cur)
-    new_pos = jnp.where(moving[:, None], jnp.stack([new_row, new_col], axis=-1), state.pos)
+    new_pos = jnp.where(moving[:, None], jnp.stack([tgt // W, tgt % W], axis=-1), state.pos)
 
     # 5. Goals.
     goal_cell = lake.goals[:, 0] * W + lake.goals[:, 1]
