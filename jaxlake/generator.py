@@ -162,8 +162,8 @@ def _attempt(st: _Static, keys: jax.Array, cfg: dict, attempt: jax.Array, hole_f
     height, width, num_agents = cfg["height"], cfg["width"], cfg["num_agents"]
     cells = height * width
 
-    words = _random_words(st, keys, attempt, n + 1 + a * (2 * p + 1))
-    cell_words, round_word, agent_words = words[:n], words[n], words[n + 1 :].reshape(a, 2 * p + 1, b)
+    words = _random_words(st, keys, attempt, n + 1 + a * 2 * p)
+    cell_words, round_word, agent_words = words[:n], words[n], words[n + 1 :].reshape(a, 2 * p, b)
 
     # ---- holes and pool: selection sampling over the cells in row-major order
     flat = jnp.arange(n, dtype=jnp.int32)
@@ -201,7 +201,10 @@ def _attempt(st: _Static, keys: jax.Array, cfg: dict, attempt: jax.Array, hole_f
     distinct = ~jnp.eye(k_pool, dtype=bool)[:, :, None]
     reach = (at_pool(visited) != 0) & filled[None] & distinct
     in_bounds = reach & (pair >= cfg["min_dist"]) & (pair <= cfg["max_dist"])
-    conflict_fixed = _fixed(cfg["conflict_density"])
+    # conflicting pairs this lake aims at: stochastic rounding of conflict_density * pairs
+    pairs = num_agents * (num_agents - 1) // 2
+    aim = (_fixed(cfg["conflict_density"]) * pairs + (round_word & jnp.uint32(0xFFFF)).astype(jnp.int32)) >> 16
+    lean = jnp.sign(2 * aim - pairs)  # -1: prefer small shortest-path sets, +1: large ones
 
     def place(carry, x):
         used, sp_all, conflicts, valid, dist_ok = carry
@@ -227,10 +230,15 @@ def _attempt(st: _Static, keys: jax.Array, cfg: dict, attempt: jax.Array, hole_f
         sp = _sum_equals(ps, pg, length)
         sp = sp & _take(visited, s[:, None], 0) & _take(visited, g[:, None], 0)  # [P, nw, B]
         meets = jnp.sum(jnp.any((sp[:, None] & sp_all[None]) != 0, axis=-2), axis=1, dtype=jnp.int32)
-        # steer the running conflict count toward the target (stochastic rounding)
-        noise = (bits[2 * p] >> 16).astype(jnp.int32)
-        wanted = (conflict_fixed * (i * (i + 1) // 2) - conflicts * _FIXED_ONE + noise) >> 16
-        best = jnp.argmin(jnp.abs(meets - wanted[None]), axis=0).astype(jnp.int32)[None]  # [1, B]
+        # steer the running count along the schedule aim * pairs(i+1) / pairs (rounded)
+        done_pairs = i * (i + 1) // 2
+        wanted = (2 * aim * done_pairs + pairs) // jnp.maximum(2 * pairs, 1) - conflicts
+        # ties: with a low aim prefer small shortest-path sets (they leave later agents room
+        # to avoid them), with a high aim large ones
+        size = jnp.sum(jax.lax.population_count(sp), axis=1, dtype=jnp.int32)  # [P, B]
+        tie = jnp.where(lean < 0, size, jnp.where(lean > 0, n - size, 0))
+        score = jnp.abs(meets - wanted[None]) * (n + 1) + tie
+        best = jnp.argmin(score, axis=0).astype(jnp.int32)[None]  # [1, B]
         take = present & found
         s_b, g_b = _take(s, best, 0)[0], _take(g, best, 0)[0]
         used = used | (take & ((slots == s_b) | (slots == g_b)))
@@ -320,6 +328,27 @@ def _generate_many(st: _Static, keys: jax.Array, leaves: Sequence[jax.Array]) ->
     )
 
 
+#: Lakes generated together inside one batched call, per backend (keeps the CPU working set
+#: in cache; accelerators take the whole batch at once).
+CHUNK = {"cpu": 1024}
+
+
+def _generate_chunked(st: _Static, keys: jax.Array, leaves: Sequence[jax.Array], size: int) -> Lake:
+    """:func:`_generate_many` over chunks of lakes (``lax.map``) where :data:`CHUNK` asks for it."""
+    chunk = CHUNK.get(jax.default_backend())
+    if chunk is None or size <= chunk:
+        return _generate_many(st, keys, leaves)
+    chunks = -(-size // chunk)
+    pad = chunks * chunk - size
+
+    def split(x):
+        x = jnp.concatenate([x, jnp.broadcast_to(x[:1], (pad,) + x.shape[1:])]) if pad else x
+        return x.reshape((chunks, chunk) + x.shape[1:])
+
+    out = jax.lax.map(lambda args: _generate_many(st, args[0], args[1]), (split(keys), [split(x) for x in leaves]))
+    return jax.tree_util.tree_map(lambda x: x.reshape((chunks * chunk,) + x.shape[2:])[:size], out)
+
+
 @functools.lru_cache(maxsize=None)
 def _generator(st: _Static):
     """The ``custom_vmap`` generator for one static setting."""
@@ -335,7 +364,7 @@ def _generator(st: _Static):
             x if batched else jnp.broadcast_to(x, (axis_size,) + x.shape)
             for x, batched in zip((key_data,) + leaves, in_batched)
         ]
-        lake = _generate_many(st, args[0], args[1:])
+        lake = _generate_chunked(st, args[0], args[1:], axis_size)
         return lake, jax.tree_util.tree_map(lambda _: True, lake)
 
     return gen
