@@ -31,6 +31,8 @@ Public functions:
 * :func:`step` ``(pool, ar, actions, key) -> (AutoResetState, StepInfo)`` (one instance;
   ``vmap`` it with ``in_axes=(None, 0, 0, 0)``)
 * :func:`step_batch` ``(pool, ar, actions, keys) -> (AutoResetState, StepInfo)`` (batched)
+* :func:`step_from_uniforms` / :func:`step_batch_from_uniforms`: the same with the slip
+  uniforms given (as :func:`jaxlake.env.step_from_uniforms`)
 * :func:`observe` ``(pool, ar) -> State`` and :func:`current_lakes` ``(pool, ar) -> Lake``
 """
 
@@ -124,10 +126,19 @@ def step(pool: Lake, ar: AutoResetState, actions: jax.Array, key: jax.Array,
     ``episodes`` grows by one and ``pending`` is set (``state`` keeps the terminal state).
     The returned :class:`StepInfo` is the step's own. ``step_kwargs`` go to ``env.step``.
     """
+    u = jax.random.uniform(key, (pool.max_agents,), dtype=jnp.float32)
+    return step_from_uniforms(pool, ar, actions, u, **step_kwargs)
+
+
+def step_from_uniforms(pool: Lake, ar: AutoResetState, actions: jax.Array, u: jax.Array,
+                       **step_kwargs: Any) -> tuple[AutoResetState, StepInfo]:
+    """:func:`step` with the slip noise ``u`` (``[A]`` uniforms) given, as
+    :func:`jaxlake.env.step_from_uniforms`; ``step(pool, ar, a, key)`` equals
+    ``step_from_uniforms(pool, ar, a, jax.random.uniform(key, [A]))``."""
     P = pool_size(pool)
     lake = _take(pool, ar.pool_idx)
     start = _select(ar.pending, env.reset(lake), ar.state)
-    state, info = env.step(lake, start, actions, key, **step_kwargs)
+    state, info = env.step_from_uniforms(lake, start, actions, u, **step_kwargs)
     done = state.done
     next_idx = jnp.where(done, (ar.pool_idx + 1) % P, ar.pool_idx).astype(jnp.int32)
     return AutoResetState(state=state, pool_idx=next_idx, episodes=ar.episodes + done.astype(jnp.int32),
@@ -139,3 +150,10 @@ def step_batch(pool: Lake, ar: AutoResetState, actions: jax.Array, keys: jax.Arr
     """:func:`step` over a batch: ``ar`` ``[B]``, ``actions`` ``[B, A]``, ``keys`` ``[B]``."""
     chex.assert_rank(ar.pool_idx, 1)
     return jax.vmap(lambda a, x, k: step(pool, a, x, k, **step_kwargs))(ar, actions, keys)
+
+
+def step_batch_from_uniforms(pool: Lake, ar: AutoResetState, actions: jax.Array, u: jax.Array,
+                             **step_kwargs: Any) -> tuple[AutoResetState, StepInfo]:
+    """:func:`step_from_uniforms` over a batch: ``actions`` and ``u`` ``[B, A]``."""
+    chex.assert_rank(ar.pool_idx, 1)
+    return jax.vmap(lambda a, x, v: step_from_uniforms(pool, a, x, v, **step_kwargs))(ar, actions, u)

@@ -15,9 +15,13 @@ every batch size ``B`` (capped by device memory):
 * ``generator``: ``jit(vmap(generate))(keys, configs)`` with every guarantee on
   (reachability, distance bounds, conflict targeting); lakes/s, plus the achieved statistics
   of the generated lakes (so a fast but failing generator shows).
-* ``rollout``: ``lax.scan`` over ``bench.steps`` steps of ``vmap(env.step)`` with uniformly
-  random actions drawn inside the scan (``[B, max_agents]`` per step) and one slip key per
-  instance per step; env-steps/s and agent-steps/s (``num_agents`` agents per env-step).
+* ``rollout``: ``lax.scan`` over ``bench.steps`` steps of the vmapped step with uniformly
+  random actions drawn inside the scan (``[B, max_agents]`` per step); env-steps/s and
+  agent-steps/s (``num_agents`` agents per env-step). ``bench.rng="bits"`` (default) draws
+  actions and slip noise from one ``random.bits`` word per agent slot and steps with
+  ``env.step_from_uniforms`` (:func:`random_actions`); ``bench.rng="keys"`` uses ``randint``
+  and one split key per instance with the keyed ``env.step`` (threefry then costs about as
+  much as the step itself on CPU).
   Episodes that end keep being stepped (a done episode does not change), as in a raw step
   benchmark.
 * ``rollout_autoreset``: the same with :mod:`jaxlake.autoreset` over a pool of
@@ -62,7 +66,7 @@ JSON fields (``schema == "jaxlake.bench/1"``):
     ``bytes_per_lake``, ``achieved_gflops``, ``achieved_gbytes_per_s``, ``stats`` (means over
     the batch of ``hole_density``, ``conflict_density``, ``dist_ok``, ``attempts``),
     ``lakes_per_cpu_s`` (per process-CPU second).
-    Rollout rows: ``steps``, ``env_steps_per_s``, ``agent_steps_per_s``, ``agent_steps_per_cpu_s``,
+    Rollout rows: ``steps``, ``rng``, ``env_steps_per_s``, ``agent_steps_per_s``, ``agent_steps_per_cpu_s``,
     ``flops_per_instance_step``, ``bytes_per_instance_step``, ``achieved_gflops``,
     ``achieved_gbytes_per_s``; autoreset rows add ``pool_size`` and ``episodes_per_s``.
 ``peers``
@@ -127,7 +131,7 @@ OK_ROW_FIELDS = ("compile_s", "times_s", "cpu_times_s", "median_s", "memory_byte
 GENERATOR_FIELDS = ("lakes_per_s", "lakes_per_cpu_s", "flops_per_lake", "bytes_per_lake", "achieved_gflops",
                     "achieved_gbytes_per_s", "stats")
 GENERATOR_STATS_FIELDS = ("hole_density", "conflict_density", "dist_ok", "attempts")
-ROLLOUT_FIELDS = ("steps", "env_steps_per_s", "agent_steps_per_s", "agent_steps_per_cpu_s", "flops_per_instance_step",
+ROLLOUT_FIELDS = ("steps", "rng", "env_steps_per_s", "agent_steps_per_s", "agent_steps_per_cpu_s", "flops_per_instance_step",
                   "bytes_per_instance_step", "achieved_gflops", "achieved_gbytes_per_s")
 AUTORESET_FIELDS = ROLLOUT_FIELDS + ("pool_size", "episodes_per_s")
 RATIO_FIELDS = ("peer", "system", "env", "batch_size", "peer_agent_steps_per_s", "ours_agent_steps_per_s",
@@ -249,23 +253,58 @@ def make_generator(generate_fn: Callable) -> Callable:
     return jax.jit(jax.vmap(generate_fn))
 
 
-def _random_inputs(key: jax.Array, batch: int, num_slots: int, mesh) -> tuple[jax.Array, jax.Array]:
+#: How random actions (and slip noise) are drawn inside the rollout (``bench.rng``).
+RNG_MODES = ("bits", "keys")
+
+
+def random_actions(key: jax.Array, batch: int, num_slots: int, mesh=None) -> tuple[jax.Array, jax.Array]:
+    """``[B, A]`` uniform actions in ``0..4`` and slip uniforms from one ``random.bits`` draw.
+
+    Each 32-bit word gives an action from its low 16 bits (multiply-shift, bias < 1e-4) and a
+    uniform in ``[0, 1)`` with 16-bit resolution from its high 16 bits: one threefry block per
+    two agent slots, several times cheaper than ``randint`` + a split key per instance.
+    """
+    bits = jax.random.bits(key, (batch, num_slots), jnp.uint32)
+    actions = (((bits & 0xFFFF) * NUM_ACTIONS) >> 16).astype(jnp.int32)
+    u = (bits >> 16).astype(jnp.float32) * (1.0 / 65536.0)
+    return constrain_batch(actions, mesh), constrain_batch(u, mesh)
+
+
+def _draw(rng: str, key: jax.Array, batch: int, num_slots: int, mesh) -> tuple[jax.Array, jax.Array]:
+    if rng == "bits":
+        return random_actions(key, batch, num_slots, mesh)
+    if rng != "keys":
+        raise ValueError(f"bench.rng={rng!r} not in {RNG_MODES}")
     k_act, k_step = jax.random.split(key)
     actions = jax.random.randint(k_act, (batch, num_slots), 0, NUM_ACTIONS, dtype=jnp.int32)
-    keys = jax.random.split(k_step, batch)
-    return constrain_batch(actions, mesh), constrain_batch(keys, mesh)
+    return constrain_batch(actions, mesh), constrain_batch(jax.random.split(k_step, batch), mesh)
 
 
-def make_rollout(steps: int, mesh=None) -> Callable:
-    """``(lakes, state, key) -> (state, reward_sum)``: ``steps`` random-action steps in a scan."""
+def _env_step(rng: str) -> Callable:
+    return jax.vmap(env.step_from_uniforms if rng == "bits" else env.step)
+
+
+def _autoreset_step(rng: str) -> Callable:
+    return autoreset.step_batch_from_uniforms if rng == "bits" else autoreset.step_batch
+
+
+def make_rollout(steps: int, mesh=None, rng: str = "bits") -> Callable:
+    """``(lakes, state, key) -> (state, reward_sum)``: ``steps`` random-action steps in a scan.
+
+    ``rng="bits"``: actions and slip noise from :func:`random_actions`, stepped with
+    ``env.step_from_uniforms``; ``rng="keys"``: ``randint`` actions and one split key per
+    instance, stepped with ``env.step`` (the keyed public API; its RNG costs about as much as
+    the step on CPU).
+    """
+    step_fn = _env_step(rng)
 
     def rollout(lakes: Lake, state, key):
         batch = state.t.shape[0]
 
         def body(carry, k):
             state, total = carry
-            actions, keys = _random_inputs(k, batch, lakes.max_agents, mesh)
-            state, info = jax.vmap(env.step)(lakes, state, actions, keys)
+            actions, noise = _draw(rng, k, batch, lakes.max_agents, mesh)
+            state, info = step_fn(lakes, state, actions, noise)
             return (constrain_batch(state, mesh), total + jnp.sum(info.reward, axis=-1)), None
 
         init = (state, constrain_batch(jnp.zeros((batch,), jnp.float32), mesh))
@@ -275,16 +314,17 @@ def make_rollout(steps: int, mesh=None) -> Callable:
     return jax.jit(rollout)
 
 
-def make_autoreset_rollout(steps: int, mesh=None) -> Callable:
+def make_autoreset_rollout(steps: int, mesh=None, rng: str = "bits") -> Callable:
     """``(pool, ar, key) -> (ar, reward_sum)``: ``steps`` auto-reset steps in a scan."""
+    step_fn = _autoreset_step(rng)
 
     def rollout(pool: Lake, ar, key):
         batch = ar.pool_idx.shape[0]
 
         def body(carry, k):
             ar, total = carry
-            actions, keys = _random_inputs(k, batch, pool.max_agents, mesh)
-            ar, info = autoreset.step_batch(pool, ar, actions, keys)
+            actions, noise = _draw(rng, k, batch, pool.max_agents, mesh)
+            ar, info = step_fn(pool, ar, actions, noise)
             return (constrain_batch(ar, mesh), total + jnp.sum(info.reward, axis=-1)), None
 
         init = (ar, constrain_batch(jnp.zeros((batch,), jnp.float32), mesh))
@@ -375,12 +415,12 @@ def measure_generator(gen, name: str, config: LakeConfig, batch: int, key: jax.A
 
 
 def measure_rollout(name: str, config: LakeConfig, lakes: Lake, steps: int, key: jax.Array,
-                    repeats: int, cap: _Cap) -> dict:
+                    repeats: int, cap: _Cap, rng: str = "bits") -> dict:
     """Plain rollout row: ``steps`` random-action steps of ``vmap(env.step)`` per call."""
     batch = int(lakes.num_agents.shape[0])
     mesh = mesh_for_batch(batch)
     row = _env_row("rollout", name, config, batch, mesh.size)
-    row["steps"] = steps
+    row.update(steps=steps, rng=rng)
     why = cap.reason("rollout", batch, mesh.size)
     if why:
         return _skip(row, why)
@@ -388,7 +428,7 @@ def measure_rollout(name: str, config: LakeConfig, lakes: Lake, steps: int, key:
     state = shard_batch(env.reset(lakes), mesh)
     keys = list(jax.random.split(key, repeats + 1))
     start = time.perf_counter()
-    compiled = make_rollout(steps, mesh).lower(lakes, state, keys[0]).compile()
+    compiled = make_rollout(steps, mesh, rng).lower(lakes, state, keys[0]).compile()
     row["compile_s"] = time.perf_counter() - start
     row["memory_bytes"] = memory_of(compiled)
     why = cap.check_compiled("rollout", batch, mesh.size, row["memory_bytes"])
@@ -408,11 +448,11 @@ def measure_rollout(name: str, config: LakeConfig, lakes: Lake, steps: int, key:
 
 
 def measure_autoreset(name: str, config: LakeConfig, pool: Lake, batch: int, steps: int,
-                      key: jax.Array, repeats: int, cap: _Cap) -> dict:
+                      key: jax.Array, repeats: int, cap: _Cap, rng: str = "bits") -> dict:
     """Auto-reset rollout row over a replicated pool of pre-generated lakes."""
     mesh = mesh_for_batch(batch)
     row = _env_row("rollout_autoreset", name, config, batch, mesh.size)
-    row.update(steps=steps, pool_size=int(pool.num_agents.shape[0]))
+    row.update(steps=steps, rng=rng, pool_size=int(pool.num_agents.shape[0]))
     why = cap.reason("rollout_autoreset", batch, mesh.size)
     if why:
         return _skip(row, why)
@@ -420,7 +460,7 @@ def measure_autoreset(name: str, config: LakeConfig, pool: Lake, batch: int, ste
     ar = shard_batch(autoreset.init(pool, batch), mesh)
     keys = list(jax.random.split(key, repeats + 1))
     start = time.perf_counter()
-    compiled = make_autoreset_rollout(steps, mesh).lower(pool, ar, keys[0]).compile()
+    compiled = make_autoreset_rollout(steps, mesh, rng).lower(pool, ar, keys[0]).compile()
     row["compile_s"] = time.perf_counter() - start
     row["memory_bytes"] = memory_of(compiled)
     why = cap.check_compiled("rollout_autoreset", batch, mesh.size, row["memory_bytes"])
@@ -705,6 +745,9 @@ def run_bench(settings: Mapping[str, Any], out_dir: Optional[Path] = None, *,
     settings = dict(settings)
     envs = parse_envs(settings["envs"])
     repeats, steps = int(settings.get("repeats", 5)), int(settings.get("steps", 64))
+    rng = str(settings.get("rng", "bits"))
+    if rng not in RNG_MODES:
+        raise ValueError(f"bench.rng={rng!r} not in {RNG_MODES}")
     gen_repeats = int((settings.get("generator") or {}).get("repeats", repeats))
     default_sizes = [int(b) for b in settings.get("batch_sizes", [1, 1024])]
     auto = dict(settings.get("autoreset") or {})
@@ -735,10 +778,10 @@ def run_bench(settings: Mapping[str, Any], out_dir: Optional[Path] = None, *,
         for batch in sorted(generated):
             k_roll, k_auto = jax.random.split(jax.random.fold_in(k_env, batch + 1))
             print(f"[bench] {name} B={batch}: rollout", flush=True)
-            results.append(measure_rollout(name, config, generated.pop(batch), steps, k_roll, repeats, cap))
+            results.append(measure_rollout(name, config, generated.pop(batch), steps, k_roll, repeats, cap, rng))
             if pool is not None:
                 print(f"[bench] {name} B={batch}: rollout with auto-reset", flush=True)
-                results.append(measure_autoreset(name, config, pool, batch, steps, k_auto, repeats, cap))
+                results.append(measure_autoreset(name, config, pool, batch, steps, k_auto, repeats, cap, rng))
     peer_settings = dict(settings.get("peer") or {})
     configs = {n: c for n, (c, _) in envs.items()}
     peers = measure_peers(list(settings.get("peers") or []), configs, peer_settings, steps,

@@ -185,3 +185,12 @@ def test_restarts_exactly_the_finished_lakes(seed):
     for i in range(B):
         expect = take(fresh, i) if done[i] else take(ref_state, i)
         assert_tree_equal(take(after, i), expect, f"instance {i} (done={done[i]})")
+
+
+def test_uniforms_variant_equals_keyed_step():
+    pool = random_pool(3)
+    ar = autoreset.init(pool, B)
+    a = jnp.asarray(np.random.default_rng(0).integers(0, 5, size=(B, A)), jnp.int32)
+    keys = jax.random.split(jax.random.key(1), B)
+    u = jax.vmap(lambda k: jax.random.uniform(k, (A,)))(keys)
+    assert_tree_equal(autoreset.step_batch_from_uniforms(pool, ar, a, u), step_batch(pool, ar, a, keys))

@@ -98,6 +98,10 @@ SCRIPT = textwrap.dedent(
         got = bench.make_rollout(20, mesh)(shard_batch(lakes, mesh), shard_batch(state, mesh), key)
         out[f"plain_{B}"] = {"same": same(ref, got), "devices": len(got[0].pos.sharding.device_set),
                              "moved": bool(np.any(np.asarray(ref[0].pos) != np.asarray(state.pos)))}
+        if B == 8:  # the keyed env.step path (one split key per instance) too
+            ref = bench.make_rollout(20, rng="keys")(lakes, state, key)
+            got = bench.make_rollout(20, mesh, rng="keys")(shard_batch(lakes, mesh), shard_batch(state, mesh), key)
+            out["keys_8"] = {"same": same(ref, got), "devices": len(got[0].pos.sharding.device_set)}
         pool = pool_of(5, 100 + B)
         ar = autoreset.init(pool, B)
         ref = bench.make_autoreset_rollout(20)(pool, ar, key)
@@ -115,7 +119,7 @@ def test_rollout_sharded_over_4_host_devices_matches_unsharded(tmp_path):
                           timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    for name, expect_devices in (("plain_8", 4), ("autoreset_8", 4), ("plain_6", 3), ("autoreset_6", 3)):
+    for name, expect_devices in (("plain_8", 4), ("keys_8", 4), ("autoreset_8", 4), ("plain_6", 3), ("autoreset_6", 3)):
         assert out[name]["same"], (name, out)
         assert out[name]["devices"] == expect_devices, (name, out)
     assert out["plain_8"]["moved"] and out["autoreset_8"]["episodes"] > 0  # the rollouts did something

@@ -2,7 +2,8 @@
 
 ``Connector(RandomWalkGenerator(grid_size, num_agents), time_limit=max_steps)``: ``num_envs``
 instances reset by ``jit(vmap(reset))`` and stepped by a ``lax.scan`` of ``vmap(step)`` with
-random actions drawn inside the scan (the same protocol as ``jaxlake.bench``'s rollout);
+random actions drawn inside the scan exactly as ``jaxlake.bench`` draws ours (one
+``random.bits`` word per agent);
 compile time excluded, median of ``repeats`` timed calls (``block_until_ready``). Connector
 grids are square and have no holes: the matched row uses ``grid_size = max(height, width)``
 and the spec's agent count; with ``connector_default`` the registered ``Connector-v3`` setting
@@ -45,7 +46,10 @@ def _measure_one(grid_size: int, num_agents: int, spec: dict) -> dict:
 
     def roll(state, key):
         def body(s, k):
-            actions = jax.random.randint(k, (batch, num_agents), 0, 5)
+            # Same draw as jaxlake.bench.random_actions: one random word per agent, action
+            # from its low 16 bits by multiply-shift.
+            bits = jax.random.bits(k, (batch, num_agents), jnp.uint32)
+            actions = (((bits & 0xFFFF) * 5) >> 16).astype(jnp.int32)
             s, ts = jax.vmap(env.step)(s, actions)
             return s, jnp.sum(ts.reward)
 
