@@ -81,7 +81,8 @@ class _Static:
     pool: int
     proposals: int
     attempts: int
-    key_impl: Optional[str]  # None: raw uint32 keys
+    chunk: int  # lakes per chunk under vmap; 0: the whole batch at once
+    key_impl: str  # PRNG implementation of the keys (their data travels as uint32)
 
 
 @chex.dataclass
@@ -103,7 +104,7 @@ def _random_words(st: _Static, keys: jax.Array, attempt: jax.Array, count: int) 
     """``[count, B]`` uint32 random words of each lake's attempt ``attempt``."""
 
     def one(key_data: jax.Array) -> jax.Array:
-        key = key_data if st.key_impl is None else jax.random.wrap_key_data(key_data, impl=st.key_impl)
+        key = jax.random.wrap_key_data(key_data, impl=st.key_impl)
         return jax.random.bits(jax.random.fold_in(key, attempt), (count,), jnp.uint32)
 
     return jax.vmap(one)(keys).T
@@ -301,8 +302,18 @@ def _generate_many(st: _Static, keys: jax.Array, leaves: Sequence[jax.Array]) ->
         best = jax.tree_util.tree_map(lambda x, y: jnp.where(better, x, y), new, best)
         return k + 1, best, jnp.where(active, k + 1, used)
 
-    one = jnp.ones((), jnp.int32)
-    _, best, used = jax.lax.while_loop(cond, body, (one, run(jnp.zeros((), jnp.int32)), jnp.ones((b,), jnp.int32)))
+    none = _Attempt(
+        holes=jnp.zeros((h * w, b), bool),
+        starts=jnp.zeros((a, 2, b), jnp.int32),
+        goals=jnp.zeros((a, 2, b), jnp.int32),
+        path_len=jnp.zeros((a, b), jnp.int32),
+        n_holes=jnp.zeros((b,), jnp.int32),
+        conflicts=jnp.zeros((b,), jnp.int32),
+        valid=jnp.zeros((b,), bool),
+        dist_ok=jnp.zeros((b,), bool),
+    )
+    zero = jnp.zeros((), jnp.int32)
+    _, best, used = jax.lax.while_loop(cond, body, (zero, none, jnp.zeros((b,), jnp.int32)))
 
     height, width, num_agents = cfg["height"], cfg["width"], cfg["num_agents"]
     cells = height * width
@@ -328,15 +339,15 @@ def _generate_many(st: _Static, keys: jax.Array, leaves: Sequence[jax.Array]) ->
     )
 
 
-#: Lakes generated together inside one batched call, per backend (keeps the CPU working set
-#: in cache; accelerators take the whole batch at once).
-CHUNK = {"cpu": 1024}
+#: Default lakes per chunk under ``vmap``, per backend: chunks keep the CPU working set in
+#: cache; accelerators take the whole batch at once.
+DEFAULT_CHUNK = {"cpu": 1024}
 
 
 def _generate_chunked(st: _Static, keys: jax.Array, leaves: Sequence[jax.Array], size: int) -> Lake:
-    """:func:`_generate_many` over chunks of lakes (``lax.map``) where :data:`CHUNK` asks for it."""
-    chunk = CHUNK.get(jax.default_backend())
-    if chunk is None or size <= chunk:
+    """:func:`_generate_many` over chunks of ``st.chunk`` lakes (``lax.map``)."""
+    chunk = st.chunk
+    if chunk <= 0 or size <= chunk:
         return _generate_many(st, keys, leaves)
     chunks = -(-size // chunk)
     pad = chunks * chunk - size
@@ -367,10 +378,20 @@ def _generator(st: _Static):
         lake = _generate_chunked(st, args[0], args[1:], axis_size)
         return lake, jax.tree_util.tree_map(lambda _: True, lake)
 
-    return gen
+    return jax.jit(gen)
 
 
-def _static_for(config: LakeConfig, key: Any, max_attempts: int, pool_size: Optional[int], num_proposals: int):
+def _static_for(
+    config: LakeConfig,
+    key: Any,
+    max_attempts: int,
+    pool_size: Optional[int],
+    num_proposals: int,
+    chunk_size: Optional[int],
+) -> tuple[_Static, jax.Array]:
+    """Check the static options and split the key into its data and implementation name."""
+    if not isinstance(config, LakeConfig):
+        raise ConfigError(f"config must be a LakeConfig, got {type(config).__name__}")
     h, w, a = config.max_height, config.max_width, config.max_agents
     k_pool = default_pool_size(h, w, a) if pool_size is None else int(pool_size)
     lowest = min(2 * a, h * w)
@@ -380,12 +401,14 @@ def _static_for(config: LakeConfig, key: Any, max_attempts: int, pool_size: Opti
         raise ConfigError(f"max_attempts={max_attempts} not in [2, inf)")
     if int(num_proposals) < 1:
         raise ConfigError(f"num_proposals={num_proposals} not in [1, inf)")
+    chunk = DEFAULT_CHUNK.get(jax.default_backend(), 0) if chunk_size is None else int(chunk_size)
+    if chunk < 0:
+        raise ConfigError(f"chunk_size={chunk_size} not in [0, inf) (0: no chunking)")
     key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
-    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        impl, data = str(jax.random.key_impl(key)), jax.random.key_data(key)
-    else:
-        impl, data = None, jnp.asarray(key, jnp.uint32)
-    return _Static(h, w, a, k_pool, int(num_proposals), int(max_attempts), impl), data
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(jnp.asarray(key, jnp.uint32))  # raw key: the default impl
+    impl, data = str(jax.random.key_impl(key)), jax.random.key_data(key)
+    return _Static(h, w, a, k_pool, int(num_proposals), int(max_attempts), chunk, impl), data
 
 
 # ============================================================================ public API
@@ -396,6 +419,7 @@ def generate(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     pool_size: Optional[int] = None,
     num_proposals: int = DEFAULT_NUM_PROPOSALS,
+    chunk_size: Optional[int] = None,
 ) -> Lake:
     """Generate one lake (DESIGN §4); pure and deterministic in ``key``.
 
@@ -410,34 +434,38 @@ def generate(
       pool_size: static number of cells that may become starts/goals per attempt (default
         :func:`default_pool_size`); between ``2 * max_agents`` and the canvas size.
       num_proposals: static number of candidate pairs scored per agent.
+      chunk_size: under ``vmap``, lakes generated together per ``lax.map`` step (``None``:
+        :data:`DEFAULT_CHUNK` for the backend; 0: the whole batch). Results do not depend on it.
 
     Returns:
       A :class:`Lake` on the ``max_height x max_width`` canvas with ``max_agents`` slots
       (absent slots: start/goal ``(0, 0)``, ``path_len = -1``) and its achieved
       :class:`LakeStats`.
     """
-    st, key_data = _static_for(config, key, max_attempts, pool_size, num_proposals)
+    st, key_data = _static_for(config, key, max_attempts, pool_size, num_proposals, chunk_size)
     leaves = jax.tree_util.tree_leaves(config_arrays(config))
     chex.assert_rank(leaves, 0)
     return _generator(st)(key_data, *leaves)
 
 
+_OPTIONS = ("max_attempts", "pool_size", "num_proposals", "chunk_size")
+
+
 @functools.lru_cache(maxsize=None)
-def _batch_fn(max_attempts: int, pool_size: Optional[int], num_proposals: int):
-    one = functools.partial(generate, max_attempts=max_attempts, pool_size=pool_size, num_proposals=num_proposals)
-    return jax.jit(jax.vmap(one))
+def _batch_fn(options: tuple[tuple[str, Any], ...]):
+    return jax.jit(jax.vmap(functools.partial(generate, **dict(options))))
 
 
-def generate_many(
-    keys: jax.Array,
-    configs: LakeConfig,
-    *,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    pool_size: Optional[int] = None,
-    num_proposals: int = DEFAULT_NUM_PROPOSALS,
-) -> Lake:
-    """``jit(vmap(generate))(keys [n], configs)`` for a stacked config (compiled once per shape)."""
-    return _batch_fn(int(max_attempts), pool_size, int(num_proposals))(keys, configs)
+def generate_many(keys: jax.Array, configs: LakeConfig, **options: Any) -> Lake:
+    """``jit(vmap(generate))(keys [n], configs)`` for a stacked config, compiled once per shape.
+
+    ``options`` are :func:`generate`'s keyword options (``max_attempts``, ``pool_size``,
+    ``num_proposals``, ``chunk_size``).
+    """
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown generator option(s) {unknown}; known: {list(_OPTIONS)}")
+    return _batch_fn(tuple(sorted(options.items())))(keys, configs)
 
 
 def generate_batch(key: jax.Array, config: LakeConfig, n: int, **options: Any) -> Lake:
