@@ -336,26 +336,39 @@ def make_autoreset_rollout(steps: int, mesh=None, rng: str = "bits") -> Callable
 
 # ============================================================================ measurements
 class _Cap:
-    """Skips batch sizes whose estimated memory exceeds the device budget."""
+    """Skips batch sizes whose memory would exceed the device budget.
+
+    Before compiling a batch size, XLA's memory figures of the batch sizes already compiled
+    (per kind) are extrapolated linearly (fixed part + per-instance part, from the two
+    largest); after compiling, XLA's own figure decides.
+    """
 
     def __init__(self, limit: Optional[int], fraction: float, max_batch: Optional[int]):
         self.budget = None if limit is None else limit * fraction
         self.max_batch = max_batch
-        self.per_instance: dict[str, float] = {}
+        self.points: dict[str, dict[int, float]] = {}
+
+    def estimate(self, kind: str, per_device_batch: float) -> Optional[float]:
+        pts = sorted(self.points.get(kind, {}).items())
+        if len(pts) < 2:
+            return None
+        (b1, m1), (b2, m2) = pts[-2], pts[-1]
+        slope = max(0.0, (m2 - m1) / (b2 - b1))
+        return m2 + slope * (per_device_batch - b2)
 
     def reason(self, kind: str, batch: int, devices: int) -> Optional[str]:
         if self.max_batch is not None and batch > self.max_batch:
             return f"batch {batch} > bench.max_batch={self.max_batch}"
-        est = self.per_instance.get(kind)
-        if self.budget is not None and est is not None and est * batch / devices > self.budget:
-            return (f"capped by device memory: ~{est * batch / devices / 2**30:.2f} GiB per device "
-                    f"estimated > budget {self.budget / 2**30:.2f} GiB")
+        est = self.estimate(kind, batch / devices)
+        if self.budget is not None and est is not None and est > self.budget:
+            return (f"capped by device memory: ~{est / 2**30:.2f} GiB per device estimated > "
+                    f"budget {self.budget / 2**30:.2f} GiB")
         return None
 
     def check_compiled(self, kind: str, batch: int, devices: int, mem: Optional[int]) -> Optional[str]:
         if mem is None:
             return None
-        self.per_instance[kind] = max(self.per_instance.get(kind, 0.0), mem * devices / batch)
+        self.points.setdefault(kind, {})[batch // devices] = float(mem)
         if self.budget is not None and mem > self.budget:
             return f"capped by device memory: XLA needs {mem / 2**30:.2f} GiB per device > budget {self.budget / 2**30:.2f} GiB"
         return None

@@ -114,13 +114,17 @@ def test_ratios_and_overheads_are_computed_from_matching_rows():
 
 
 def test_memory_cap_skips_batches_that_do_not_fit():
-    cap = bench._Cap(limit=1000, fraction=0.5, max_batch=64)
-    assert cap.reason("rollout", 128, 1).startswith("batch 128 > bench.max_batch")
-    assert cap.reason("rollout", 32, 1) is None  # nothing known yet
-    assert cap.check_compiled("rollout", 10, 1, mem=100) is None  # 10 bytes per instance
-    assert "device memory" in cap.reason("rollout", 60, 1)  # 600 > 500
-    assert cap.reason("rollout", 60, 2) is None  # 300 per device
-    assert "device memory" in cap.check_compiled("rollout", 60, 1, mem=501)
+    cap = bench._Cap(limit=2000, fraction=0.5, max_batch=1000)  # budget 1000 bytes per device
+    assert cap.reason("rollout", 2000, 1).startswith("batch 2000 > bench.max_batch")
+    assert cap.reason("rollout", 500, 1) is None  # nothing known yet
+    assert cap.check_compiled("rollout", 1, 1, mem=300) is None  # a fixed 300 bytes (e.g. the pool)...
+    assert cap.reason("rollout", 500, 1) is None  # one point: no extrapolation
+    assert cap.check_compiled("rollout", 11, 1, mem=320) is None  # ... + 2 bytes per instance
+    assert cap.estimate("rollout", 101) == pytest.approx(500.0)
+    assert cap.reason("rollout", 300, 1) is None  # 898 <= 1000
+    assert "device memory" in cap.reason("rollout", 400, 1)  # 1098 > 1000
+    assert cap.reason("rollout", 400, 2) is None  # 200 per device: 698
+    assert "device memory" in cap.check_compiled("rollout", 60, 1, mem=1001)
 
 
 def test_parse_envs_validates_names_and_fields():
