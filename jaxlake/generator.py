@@ -10,14 +10,18 @@ Algorithm of one *attempt* (static shapes only, no Python loop over lakes):
    ``pool_size`` cells that may become starts or goals (all frozen cells when fewer).
 2. **Distances.** One bit-packed BFS from every pool cell (:func:`distances.bfs_packed`)
    gives, bit-sliced, the distance field of every pool cell, hence every pool-pair distance.
-3. **Assignment.** Agents are placed one after the other (``lax.scan``). For agent ``i`` the
-   candidates are the unused pool pairs whose distance lies in ``[min_dist, max_dist]`` (or,
-   when there is none, every reachable unused pair; the lake is then flagged
-   ``dist_ok=False``). ``num_proposals`` pairs are drawn uniformly among them; each is scored
-   by how many earlier agents its shortest-path cell set (DESIGN §4) meets, and the one whose
-   count is closest to ``floor(conflict_density * i(i+1)/2 - conflicts_so_far + u)`` wins.
-   Steering the running total this way drives each lake toward the target and, through the
-   stochastic rounding, the batch mean onto it where the lakes allow.
+3. **Assignment.** Each lake first fixes how many of its agent pairs should conflict:
+   ``aim = floor(conflict_density * pairs + u)`` (stochastic rounding, so the batch mean of
+   ``aim / pairs`` is the target). Agents are then placed one after the other (``lax.scan``).
+   For agent ``i`` the candidates are the unused pool pairs whose distance lies in
+   ``[min_dist, max_dist]`` (or, when there is none, every reachable unused pair; the lake is
+   then flagged ``dist_ok=False``). ``num_proposals`` pairs are drawn (a uniform start among
+   those with a candidate goal, then a uniform goal); each is scored by how many earlier
+   agents its shortest-path cell set (DESIGN §4) meets, and the proposal that keeps the
+   running count closest to the schedule ``round(aim * pairs(i+1) / pairs)`` wins. Ties go
+   to the smallest shortest-path set when ``aim < pairs / 2`` (it leaves later agents room
+   to stay apart) and to the largest when ``aim > pairs / 2``; so low conflict targets lean
+   toward shorter, straighter paths within the distance bounds.
 
 An attempt is *valid* when every agent found a reachable pair and *ok* when moreover every
 distance lies in the bounds. Attempts ``0 .. max_attempts-2`` (fresh randomness each) run
@@ -340,8 +344,20 @@ def _generate_many(st: _Static, keys: jax.Array, leaves: Sequence[jax.Array]) ->
 
 
 #: Default lakes per chunk under ``vmap``, per backend: chunks keep the CPU working set in
-#: cache; accelerators take the whole batch at once.
+#: cache (fewer for big canvases, see :func:`default_chunk_size`); accelerators take the
+#: whole batch at once.
 DEFAULT_CHUNK = {"cpu": 1024}
+_CHUNK_BYTES = 1 << 24  # CPU: aim at ~16 MiB of distance bit planes per chunk
+
+
+def default_chunk_size(max_height: int, max_width: int, max_agents: int, backend: Optional[str] = None) -> int:
+    """Lakes per ``lax.map`` step under ``vmap`` (0: whole batch) for a canvas on ``backend``."""
+    chunk = DEFAULT_CHUNK.get(backend or jax.default_backend(), 0)
+    if chunk <= 0:
+        return 0
+    n = max_height * max_width
+    plane_bytes = max(1, (n - 1).bit_length()) * default_pool_size(max_height, max_width, max_agents) * num_words(n) * 4
+    return int(max(64, min(chunk, _CHUNK_BYTES // plane_bytes)))
 
 
 def _generate_chunked(st: _Static, keys: jax.Array, leaves: Sequence[jax.Array], size: int) -> Lake:
@@ -401,7 +417,7 @@ def _static_for(
         raise ConfigError(f"max_attempts={max_attempts} not in [2, inf)")
     if int(num_proposals) < 1:
         raise ConfigError(f"num_proposals={num_proposals} not in [1, inf)")
-    chunk = DEFAULT_CHUNK.get(jax.default_backend(), 0) if chunk_size is None else int(chunk_size)
+    chunk = default_chunk_size(h, w, a) if chunk_size is None else int(chunk_size)
     if chunk < 0:
         raise ConfigError(f"chunk_size={chunk_size} not in [0, inf) (0: no chunking)")
     key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
@@ -435,7 +451,7 @@ def generate(
         :func:`default_pool_size`); between ``2 * max_agents`` and the canvas size.
       num_proposals: static number of candidate pairs scored per agent.
       chunk_size: under ``vmap``, lakes generated together per ``lax.map`` step (``None``:
-        :data:`DEFAULT_CHUNK` for the backend; 0: the whole batch). Results do not depend on it.
+        :func:`default_chunk_size`; 0: the whole batch). Results do not depend on it.
 
     Returns:
       A :class:`Lake` on the ``max_height x max_width`` canvas with ``max_agents`` slots
