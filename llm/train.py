@@ -315,8 +315,9 @@ def completion_forward(
     t = tokens.shape[1]
     ids = jnp.concatenate([prompt_ids.astype(jnp.int32), tokens.astype(jnp.int32)], axis=1)
     m = jnp.concatenate([prompt_mask.astype(bool), mask.astype(bool)], axis=1)
-    logits, _ = model(ids, positions=left_pad_positions(m), attention_mask=m)
-    logits = logits[:, p - 1: p - 1 + t].astype(jnp.float32)
+    # the LM head only where a completion token is predicted: positions P-1 .. P+T-2
+    logits, _ = model(ids, positions=left_pad_positions(m), attention_mask=m, logits_to_keep=t + 1)
+    logits = logits[:, :t].astype(jnp.float32)
     logz = jax.nn.logsumexp(logits, axis=-1)
     target = jnp.take_along_axis(logits, tokens[..., None].astype(jnp.int32), axis=-1)[..., 0]
     logp = jnp.where(mask, target - logz, 0.0)
@@ -904,9 +905,16 @@ def load_policy(model_cfg: Any, init_from: Optional[str | os.PathLike] = None, s
         model, tokenizer = from_pretrained(path, dtype=dtype) if dtype else from_pretrained(path)
         return Policy.from_model(model, tokenizer)
     from llm import default as default_model
+    from llm.model import Qwen3Config, Qwen3ForCausalLM
 
-    out = default_model.load_default()
-    model, tokenizer = (out if isinstance(out, tuple) else (out.model, out.tokenizer))[:2]
+    model, tokenizer = default_model.load_default()
+    arch = {f.name: _get(model_cfg, f.name) for f in dataclasses.fields(Qwen3Config)}
+    arch = {k: v for k, v in arch.items() if v is not None and k not in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    base = model.config
+    if any(getattr(base, k) != v for k, v in arch.items() if k != "vocab_size") or arch.get("vocab_size", 0) > base.vocab_size:
+        # another architecture than the embedded default: fresh weights, the game tokenizer
+        config = dataclasses.replace(base, **{**arch, "vocab_size": max(int(arch.get("vocab_size", 0)), len(tokenizer))})
+        model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed))
     return Policy.from_model(model, tokenizer)
 
 

@@ -159,7 +159,20 @@ SHARDED_SCRIPT = textwrap.dedent(
         assert len(jax.tree_util.tree_leaves(state)[0].sharding.device_set) == len(devices)
         results.append((leaves(state), float(m["loss"])))
     diff = max(float(np.max(np.abs(a - b))) for a, b in zip(results[0][0], results[1][0]))
-    print(json.dumps({{"max_abs_diff": diff, "loss": [results[0][1], results[1][1]]}}))
+    # sampling with batch-sharded prompts: the same tokens on 1 and 4 devices
+    from llm.generate import GenerationConfig
+    gen = GenerationConfig(max_new_tokens=5, temperature=0.0)
+    ids, pmask = np.asarray(batch["prompt_ids"]), np.asarray(batch["prompt_mask"])
+    toks = []
+    for devices in (jax.devices()[:1], jax.devices()):
+        mesh = shd.make_mesh(devices)
+        policy.tokenizer = None
+        ids_d, mask_d = shd.shard_batch((ids, pmask), mesh)
+        from llm.generate import generate_ids
+        out = generate_ids((policy.graphdef, policy.state), ids_d, mask_d, None, gen, eos_token_ids=(), pad_token_id=0)
+        toks.append(np.asarray(out[0]))
+    same_tokens = bool(np.array_equal(toks[0], toks[1]))
+    print(json.dumps({{"max_abs_diff": diff, "loss": [results[0][1], results[1][1]], "same_tokens": same_tokens}}))
     """
 )
 
@@ -175,6 +188,7 @@ def test_sharded_update_equals_single_device(tmp_path):
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["max_abs_diff"] < 1e-5, res
     assert abs(res["loss"][0] - res["loss"][1]) < 1e-5
+    assert res["same_tokens"]
 
 
 # ----------------------------------------------------------------------------- warm start
