@@ -415,7 +415,8 @@ def measure_generator(gen, name: str, config: LakeConfig, batch: int, key: jax.A
     rate = batch / float(np.median(times))
     row.update(times_s=times, cpu_times_s=cpu, median_s=float(np.median(times)), lakes_per_s=rate,
                lakes_per_cpu_s=batch / max(float(np.median(cpu)), 1e-12),
-               flops_per_lake=_per(cost["flops"], batch), bytes_per_lake=_per(cost["bytes"], batch))
+               flops_per_lake=_per(cost["flops"], batch / mesh.size),
+               bytes_per_lake=_per(cost["bytes"], batch / mesh.size))
     _achieved(row, row["flops_per_lake"], row["bytes_per_lake"], rate)
     stats = lakes.stats
     row["stats"] = {
@@ -454,8 +455,8 @@ def measure_rollout(name: str, config: LakeConfig, lakes: Lake, steps: int, key:
     row.update(times_s=times, cpu_times_s=cpu, median_s=median, env_steps_per_s=env_rate,
                agent_steps_per_s=env_rate * config.num_agents,
                agent_steps_per_cpu_s=batch * steps * config.num_agents / max(float(np.median(cpu)), 1e-12),
-               flops_per_instance_step=_per(cost["flops"], batch),
-               bytes_per_instance_step=_per(cost["bytes"], batch))
+               flops_per_instance_step=_per(cost["flops"], batch / mesh.size),
+               bytes_per_instance_step=_per(cost["bytes"], batch / mesh.size))
     _achieved(row, row["flops_per_instance_step"], row["bytes_per_instance_step"], env_rate)
     return row
 
@@ -489,8 +490,8 @@ def measure_autoreset(name: str, config: LakeConfig, pool: Lake, batch: int, ste
                agent_steps_per_s=env_rate * config.num_agents,
                agent_steps_per_cpu_s=batch * steps * config.num_agents / max(float(np.median(cpu)), 1e-12),
                episodes_per_s=episodes / median,
-               flops_per_instance_step=_per(cost["flops"], batch),
-               bytes_per_instance_step=_per(cost["bytes"], batch))
+               flops_per_instance_step=_per(cost["flops"], batch / mesh.size),
+               bytes_per_instance_step=_per(cost["bytes"], batch / mesh.size))
     _achieved(row, row["flops_per_instance_step"], row["bytes_per_instance_step"], env_rate)
     return row
 
