@@ -618,10 +618,11 @@ def format_report(result: Mapping[str, Any]) -> str:
         unit = "lakes/s" if r["kind"] == "generator" else "agent-steps/s"
         flops = r.get("flops_per_lake") if r["kind"] == "generator" else r.get("flops_per_instance_step")
         nbytes = r.get("bytes_per_lake") if r["kind"] == "generator" else r.get("bytes_per_instance_step")
+        cpu_rate = r.get("lakes_per_cpu_s") if r["kind"] == "generator" else r.get("agent_steps_per_cpu_s")
         rows.append([r["kind"], r["env"], r["batch_size"], r["devices"], r.get("compile_s"), r.get("median_s"),
-                     rate, unit if r["status"] == "ok" else r["note"], r.get("env_steps_per_s"),
+                     rate, cpu_rate, unit if r["status"] == "ok" else r["note"], r.get("env_steps_per_s"),
                      flops, nbytes, r.get("achieved_gflops"), r.get("achieved_gbytes_per_s")])
-    out.write(_table(["kind", "env", "batch", "dev", "compile s", "median s", "rate", "unit",
+    out.write(_table(["kind", "env", "batch", "dev", "compile s", "median s", "rate", "rate per CPU-s", "unit",
                       "env-steps/s", "flops/inst", "bytes/inst", "GFLOP/s", "GB/s"], rows))
     if result.get("autoreset_overhead"):
         out.write("\n\nauto-reset overhead\n\n")
