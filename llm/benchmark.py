@@ -89,7 +89,7 @@ def _ours(model, ids: np.ndarray, new_tokens: int, repeats: int) -> tuple[float,
     return t1, tn, np.asarray(tokens)
 
 
-def _theirs(model, ids: np.ndarray, new_tokens: int, repeats: int) -> tuple[float, float, np.ndarray]:
+def _theirs(model, ids: np.ndarray, new_tokens: int, repeats: int, device: str = "cpu") -> tuple[float, float, np.ndarray]:
     import torch
 
     from llm.hf_io import model_to_hf_tensors
@@ -100,25 +100,31 @@ def _theirs(model, ids: np.ndarray, new_tokens: int, repeats: int) -> tuple[floa
     hf_cfg = HFConfig(**{k: v for k, v in model.config.to_hf_dict().items() if k not in ("architectures",)})
     torch.manual_seed(0)
     tmodel = HFModel(hf_cfg).eval().to(torch.float32)
-    state = {k: torch.from_numpy(np.asarray(v, np.float32)) for k, v in model_to_hf_tensors(model)}
+    state = {k: torch.from_numpy(np.array(v, np.float32)) for k, v in model_to_hf_tensors(model)}
     missing, unexpected = tmodel.load_state_dict(state, strict=False)
     if unexpected or [m for m in missing if m != "lm_head.weight"]:
         raise RuntimeError(f"weight copy failed: missing={missing} unexpected={unexpected}")
-    input_ids = torch.from_numpy(ids.astype(np.int64))
+    torch_device = torch.device("cuda" if device == "gpu" else "cpu")
+    tmodel = tmodel.to(torch_device)
+    input_ids = torch.from_numpy(ids.astype(np.int64)).to(torch_device)
     attention = torch.ones_like(input_ids)
 
     def run(n: int):
         with torch.inference_mode():
-            return tmodel.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=n, min_new_tokens=n,
-                                   do_sample=False, eos_token_id=None, pad_token_id=0, use_cache=True)
+            out = tmodel.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=n, min_new_tokens=n,
+                                  do_sample=False, eos_token_id=None, pad_token_id=0, use_cache=True)
+        if torch_device.type == "cuda":
+            torch.cuda.synchronize()
+        return out
 
-    run(1), run(new_tokens)  # warm-up
+    run(1), run(min(new_tokens, 4))  # warm-up (no compilation to amortise)
     t1, _ = _best(lambda: run(1), repeats)
     tn, out = _best(lambda: run(new_tokens), repeats)
-    return t1, tn, out[:, ids.shape[1]:].numpy()
+    return t1, tn, out[:, ids.shape[1]:].cpu().numpy()
 
 
-def bench_model(name: str, batch: int, prompt_len: int, new_tokens: int, repeats: int, seed: int = 0) -> Row:
+def bench_model(name: str, batch: int, prompt_len: int, new_tokens: int, repeats: int, seed: int = 0,
+                device: str = "cpu") -> Row:
     """Measure one config (see the module docstring)."""
     from flax import nnx
 
@@ -129,7 +135,7 @@ def bench_model(name: str, batch: int, prompt_len: int, new_tokens: int, repeats
     params = config.num_parameters() / 1e6
     ids = np.random.RandomState(seed).randint(3, config.vocab_size, size=(batch, prompt_len)).astype(np.int32)
     o1, on, ours_tok = _ours(model, ids, new_tokens, repeats)
-    h1, hn, their_tok = _theirs(model, ids, new_tokens, repeats)
+    h1, hn, their_tok = _theirs(model, ids, new_tokens, repeats, device)
     decode = batch * (new_tokens - 1)
     return Row(
         model=name, params_m=params, batch=batch, prompt_len=prompt_len, new_tokens=new_tokens,
@@ -155,10 +161,12 @@ def format_table(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> list[Row]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="tiny,small_100m", help="comma-separated conf/model names")
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--prompt-len", type=int, default=64)
-    parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                        help="where torch runs; JAX uses its default backend (set JAX_PLATFORMS)")
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
 
@@ -167,11 +175,12 @@ def main(argv: list[str] | None = None) -> list[Row]:
 
     threads = os.cpu_count() or 1
     torch.set_num_threads(threads)
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}; torch {torch.__version__} with {threads} threads")
+    where = torch.cuda.get_device_name(0) if args.device == "gpu" else f"cpu, {threads} threads"
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}; torch {torch.__version__} on {where}")
     rows = []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         t0 = time.perf_counter()
-        rows.append(bench_model(name, args.batch, args.prompt_len, args.new_tokens, args.repeats))
+        rows.append(bench_model(name, args.batch, args.prompt_len, args.new_tokens, args.repeats, device=args.device))
         print(f"  {name}: measured in {time.perf_counter() - t0:.0f}s", flush=True)
     print(format_table(rows))
     if args.out:
