@@ -7,9 +7,10 @@
 * Inside ``jit`` XLA partitions the computation from those input shardings: each device runs
   its slice of the batch, and the gradient (a sum over the batch) is all-reduced.
 
-Multi-host: every process holds the *local* rows of a batch (its share of the groups) and
-:func:`shard_batch` assembles the global array with
-``jax.make_array_from_process_local_data``; with one process that is a plain ``device_put``.
+Multi-host: every process builds the same global host batch from shared seeds and
+:func:`shard_batch` hands each process's rows to ``jax.make_array_from_process_local_data``;
+with one process that is a plain ``device_put``. (The multi-host path is written for
+``jax.distributed`` but only the single-process path is tested here.)
 """
 
 from __future__ import annotations
@@ -67,14 +68,28 @@ def check_divisible(rows: int, mesh: Mesh, what: str = "batch rows") -> None:
 
 
 def shard_batch(tree: Any, mesh: Mesh) -> Any:
-    """Place a pytree of per-row arrays (leading axis = rows) split over the mesh.
+    """Place a pytree of per-row host arrays (leading axis = rows) split over the mesh.
 
-    With several processes, each passes its local rows and gets the global array back.
+    Every process passes the same *global* host batch (the trainer derives it from shared
+    seeds); with several processes each one contributes only its own rows
+    (:func:`process_slice`) and gets the global array back.
     """
     sharding = batch_sharding(mesh)
     if jax.process_count() == 1:
         return jax.tree_util.tree_map(lambda x: jax.device_put(np.asarray(x), sharding), tree)
-    return jax.tree_util.tree_map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree)
+
+    def place(x):
+        x = np.asarray(x)
+        return jax.make_array_from_process_local_data(sharding, x[process_slice(x.shape[0])], x.shape)
+
+    return jax.tree_util.tree_map(place, tree)
+
+
+def host_copy(x: Any) -> np.ndarray:
+    """A numpy copy of a replicated (possibly multi-host) array, read from a local shard."""
+    if getattr(x, "is_fully_addressable", True):
+        return np.asarray(jax.device_get(x))
+    return np.asarray(x.addressable_data(0))
 
 
 def replicate(tree: Any, mesh: Mesh) -> Any:

@@ -511,12 +511,12 @@ class Checkpoints:
         from llm.checkpoint import save_checkpoint
 
         extra = {
-            "opt_state": [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.device_get(opt_state))],
+            "opt_state": [shd.host_copy(x) for x in jax.tree_util.tree_leaves(opt_state)],
             "rng": np.asarray(jax.device_get(rng)),
             "step": np.asarray(step, np.int64),
             "data_position": np.asarray(data_position, np.int64),
         }
-        model = nnx.merge(policy.graphdef, jax.device_get(policy.state))
+        model = nnx.merge(policy.graphdef, jax.tree_util.tree_map(shd.host_copy, policy.state))
         save_checkpoint(self.directory, model, int(step), extra=extra, max_to_keep=self.keep)
 
     def restore(self, policy: Policy, opt_template: Any, step: Optional[int] = None):
