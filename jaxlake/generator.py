@@ -18,10 +18,10 @@ Algorithm of one *attempt* (static shapes only, no Python loop over lakes):
    then flagged ``dist_ok=False``). ``num_proposals`` pairs are drawn (a uniform start among
    those with a candidate goal, then a uniform goal); each is scored by how many earlier
    agents its shortest-path cell set (DESIGN §4) meets, and the proposal that keeps the
-   running count closest to the schedule ``round(aim * pairs(i+1) / pairs)`` wins. Ties go
-   to the smallest shortest-path set when ``aim < pairs / 2`` (it leaves later agents room
-   to stay apart) and to the largest when ``aim > pairs / 2``; so low conflict targets lean
-   toward shorter, straighter paths within the distance bounds.
+   running count closest to the schedule ``round(aim * pairs(i+1) / pairs)`` wins. When
+   ``aim < pairs / 2``, ties go to the narrowest shortest-path set (fewest cells beyond a
+   single path), which leaves later agents room to stay apart; low conflict targets
+   therefore lean somewhat toward straighter, shorter paths within the distance bounds.
 
 An attempt is *valid* when every agent found a reachable pair and *ok* when moreover every
 distance lies in the bounds. Attempts ``0 .. max_attempts-2`` (fresh randomness each) run
@@ -66,7 +66,7 @@ from jaxlake.types import Lake, LakeStats
 #: Default number of attempts (the last one hole-free, run only if nothing valid was found).
 DEFAULT_MAX_ATTEMPTS = 6
 #: Default number of candidate pairs scored per agent.
-DEFAULT_NUM_PROPOSALS = 8
+DEFAULT_NUM_PROPOSALS = 12
 _FIXED_ONE = 1 << 16  # fixed-point scale of densities in the integer stochastic rounding
 
 
@@ -209,7 +209,7 @@ def _attempt(st: _Static, keys: jax.Array, cfg: dict, attempt: jax.Array, hole_f
     # conflicting pairs this lake aims at: stochastic rounding of conflict_density * pairs
     pairs = num_agents * (num_agents - 1) // 2
     aim = (_fixed(cfg["conflict_density"]) * pairs + (round_word & jnp.uint32(0xFFFF)).astype(jnp.int32)) >> 16
-    lean = jnp.sign(2 * aim - pairs)  # -1: prefer small shortest-path sets, +1: large ones
+    narrow = 2 * aim < pairs  # break ties toward narrow shortest-path sets
 
     def place(carry, x):
         used, sp_all, conflicts, valid, dist_ok = carry
@@ -238,10 +238,10 @@ def _attempt(st: _Static, keys: jax.Array, cfg: dict, attempt: jax.Array, hole_f
         # steer the running count along the schedule aim * pairs(i+1) / pairs (rounded)
         done_pairs = i * (i + 1) // 2
         wanted = (2 * aim * done_pairs + pairs) // jnp.maximum(2 * pairs, 1) - conflicts
-        # ties: with a low aim prefer small shortest-path sets (they leave later agents room
-        # to avoid them), with a high aim large ones
+        # ties: with a low aim prefer narrow shortest-path sets (fewest cells beyond one
+        # path): they leave later agents room to stay apart without shortening paths much
         size = jnp.sum(jax.lax.population_count(sp), axis=1, dtype=jnp.int32)  # [P, B]
-        tie = jnp.where(lean < 0, size, jnp.where(lean > 0, n - size, 0))
+        tie = jnp.where(narrow, size - length, 0)
         score = jnp.abs(meets - wanted[None]) * (n + 1) + tie
         best = jnp.argmin(score, axis=0).astype(jnp.int32)[None]  # [1, B]
         take = present & found

@@ -226,8 +226,9 @@ def test_generate_batch_matches_split_keys():
 
 # ============================================================================ densities
 def test_batch_mean_densities_near_targets():
-    targets = [(0.0, 0.0), (0.2, 0.3), (0.3, 0.6), (0.1, 1.0)]
-    configs = [cfg(height=8, width=8, num_agents=4, hole_density=h, conflict_density=c) for h, c in targets]
+    # (hole density, conflict density, tolerance): the extremes are harder to hit exactly
+    targets = [(0.0, 0.0, 0.05), (0.2, 0.3, 0.04), (0.3, 0.6, 0.04), (0.1, 1.0, 0.08)]
+    configs = [cfg(height=8, width=8, num_agents=4, hole_density=h, conflict_density=c) for h, c, _ in targets]
     per = BATCH // len(configs)
     stacked = stack_configs([c for c in configs for _ in range(per)])
     holes, conflict = [[] for _ in configs], [[] for _ in configs]
@@ -236,9 +237,9 @@ def test_batch_mean_densities_near_targets():
         for j in range(len(configs)):
             holes[j].append(np.asarray(lakes.stats.hole_density[j * per : (j + 1) * per]))
             conflict[j].append(np.asarray(lakes.stats.conflict_density[j * per : (j + 1) * per]))
-    for j, (h, c) in enumerate(targets):
+    for j, (h, c, tolerance) in enumerate(targets):
         assert np.concatenate(holes[j]).mean() == pytest.approx(h, abs=0.005)
-        assert np.concatenate(conflict[j]).mean() == pytest.approx(c, abs=0.06), (h, c)
+        assert np.concatenate(conflict[j]).mean() == pytest.approx(c, abs=tolerance), (h, c)
 
 
 # ============================================================================ property test
