@@ -690,10 +690,12 @@ def plot_throughput(result: Mapping[str, Any], path: Path) -> None:
             if pts:
                 label = name if kind == "generator" else f"{name} ({'auto-reset' if 'auto' in kind else 'step'})"
                 ax.plot(*zip(*pts), style, color=color, label=label)
+    peer_styles = [":", "-.", (0, (1, 3)), (0, (5, 2, 1, 2)), (0, (3, 1, 1, 1, 1, 1))]
+    peer_lines = []
     for j, q in enumerate(result.get("ratios", [])):
-        ax_roll.axhline(q["peer_agent_steps_per_s"], color="gray", ls=":", lw=1)
-        ax_roll.annotate(q["system"], (1, q["peer_agent_steps_per_s"]), fontsize=7, color="gray",
-                         xytext=(2, 2), textcoords="offset points")
+        line = ax_roll.axhline(q["peer_agent_steps_per_s"], color=str(0.15 + 0.5 * (j % 4) / 3),
+                               ls=peer_styles[j % len(peer_styles)], lw=1.2, label=f"peer: {q['system']}")
+        peer_lines.append(line)
     meta = result["meta"]
     for ax, title, ylabel in ((ax_roll, "rollout (random actions)", "agent-steps / s"),
                               (ax_gen, "generator (all guarantees on)", "lakes / s")):
@@ -703,8 +705,13 @@ def plot_throughput(result: Mapping[str, Any], path: Path) -> None:
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=7)
+        ours = [ln for ln in ax.lines if ln not in peer_lines]
+        if ours:
+            first = ax.legend(handles=ours, fontsize=7, loc="upper left")
+            if ax is ax_roll and peer_lines:
+                ax.add_artist(first)
+                ax.legend(handles=peer_lines, fontsize=6, loc="lower right", title="peers (same run)",
+                          title_fontsize=7)
     fig.suptitle(f"jaxlake.bench - {meta['local_device_count']} x {meta['device_kind']}, jax {meta['versions']['jax']}")
     fig.tight_layout()
     buf = io.BytesIO()

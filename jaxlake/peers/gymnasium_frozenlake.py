@@ -68,7 +68,7 @@ def _main(spec: dict) -> dict:
     rate = float(np.median(rates))
     return {
         "peer": PEER,
-        "system": "gymnasium FrozenLake-v1 (gym.make, one env)",
+        "system": f"gymnasium FrozenLake-v1 {spec['height']}x{spec['width']} (gym.make, one env)",
         "version": gym.__version__,
         "height": spec["height"],
         "width": spec["width"],

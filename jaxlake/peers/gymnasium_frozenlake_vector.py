@@ -65,7 +65,7 @@ def _main(spec: dict) -> dict:
     rate = float(np.median(rates))
     return {
         "peer": PEER,
-        "system": f"gymnasium FrozenLake-v1 vector env (sync, {n} envs)",
+        "system": f"gymnasium FrozenLake-v1 {spec['height']}x{spec['width']} vector env (sync, {n} envs)",
         "version": gym.__version__,
         "height": spec["height"],
         "width": spec["width"],
