@@ -408,7 +408,7 @@ def generate(model: Any, tokenizer: Any, prompts: Any, config: GenerationConfig 
         if prompts and isinstance(prompts[0], str):
             if tokenizer is None:
                 raise ValueError("string prompts need a tokenizer")
-            prompts = [tokenizer(p)["input_ids"] for p in prompts]
+            prompts = list(tokenizer(prompts)["input_ids"])
         ids, mask = pad_prompts(prompts, pad, config.prompt_bucket)
     if config.stop_strings and tokenizer is None:
         raise ValueError(f"stop_strings={config.stop_strings!r} need a tokenizer")
