@@ -1,0 +1,461 @@
+"""The staged pipeline: train -> evaluate -> summarize -> engineer, for N stages.
+
+One run lives in one directory, ``<run dir> = runs/<experiment>`` (Hydra's output folder;
+a multirun job's is ``runs/<experiment>/multirun/<job>``)::
+
+    run.json                    experiment, engineer, seed, stages, suite
+    report.md, *.png            per-stage table and plots (jaxlake.report), rewritten at the end
+    stage_<k>/env.yaml          the environment stage k trains on (a weighted mixture)
+    stage_<k>/checkpoint/       orbax checkpoints of the stage's policy   } llm.train.train_stage
+    stage_<k>/metrics.jsonl     training metrics                          } (also warmstart/,
+    stage_<k>/train.json        training finished: checkpoint, steps, ... } policy/, curves.png)
+    stage_<k>/train_eval.json   the trainer's own held-out check (renamed from its eval.json)
+    stage_<k>/eval.json         the held-out suite evaluation (llm.evaluate)
+    stage_<k>/summary.json/.txt the summaries (jaxlake.summaries)
+    stage_<k>/engineer.json     prompt, raw output, parsed config, errors, decision
+    stage_<k>/next_env.yaml     the environment of stage k + 1 (written last)
+
+:func:`run_pipeline` runs stages ``1..stages``, skipping complete ones (all files above
+present), so a killed pipeline restarted with the same command resumes where it stopped; a
+stage that was cut short resumes at its first missing step, and training resumes from its
+orbax checkpoint. :func:`run_stage` runs one stage; stage ``k > 1`` reads stage ``k - 1``'s
+``next_env.yaml`` and trained policy and, without them, fails with a message naming the
+missing file and the command that makes it. Every file is written atomically.
+
+Config keys used (``conf/config.yaml``): ``env`` (stage 1's environment), ``engineer``
+(``conf/engineer/<name>.yaml``), ``eval`` (``conf/eval/<name>.yaml``), ``stages``,
+``experiment``, ``runs_dir``, ``seed`` (run seed: training, engineer and environment
+statistics randomness; the suite's seeds are fixed by ``eval``), ``model``, ``train``,
+``reward``, ``prompt``, optional ``stage`` (run that stage alone) and ``pipeline.warmstart``
+(``first``: the supervised warm start only in stage 1, the default; ``all``: every stage).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from jaxlake.engineers import (
+    EngineerContext,
+    build_engineer,
+    load_mixture,
+    mixture_from_env_node,
+    mixture_to_obj,
+    mixture_to_yaml,
+    same_mixture,
+)
+
+#: Files that make a stage complete (the checkpoint is named by train.json).
+STAGE_FILES = ("env.yaml", "train.json", "eval.json", "summary.json", "engineer.json", "next_env.yaml")
+
+
+class PipelineError(RuntimeError):
+    """A stage cannot run (missing inputs, inconsistent run directory)."""
+
+
+# ============================================================================ helpers
+def _plain(node: Any) -> Any:
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if isinstance(node, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(node, resolve=True)
+    return node
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    try:
+        value = cfg.get(key, default)
+    except AttributeError:
+        value = getattr(cfg, key, default)
+    return default if value is None else value
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write ``text`` atomically (temporary file renamed into place)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def write_json(path: Path, obj: Any) -> Path:
+    return write_text(path, json.dumps(obj, indent=1, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def run_dir(cfg: Any) -> Path:
+    """The run folder: Hydra's output folder, or ``runs_dir/experiment`` outside Hydra."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return Path(HydraConfig.get().runtime.output_dir)
+    except (ValueError, ImportError):
+        return Path(_get(cfg, "runs_dir", "runs")) / str(_get(cfg, "experiment", "default"))
+
+
+def stage_dir(cfg: Any, k: int) -> Path:
+    return run_dir(cfg) / f"stage_{k}"
+
+
+def num_stages(cfg: Any) -> int:
+    n = _get(cfg, "stages", 3)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise PipelineError(f"stages={n!r} must be an integer in [1, inf)")
+    return n
+
+
+def command_for_stage(cfg: Any, k: int) -> str:
+    """The command line that runs stage ``k`` of this run (the current overrides kept)."""
+    overrides: list[str] = []
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = [o for o in HydraConfig.get().overrides.task]
+    except (ValueError, ImportError):
+        overrides = [f"experiment={_get(cfg, 'experiment', 'default')}"]
+    kept = [o for o in overrides if not re.match(r"^\+{0,2}stage=", o)]
+    return "python -m jaxlake.run " + " ".join(shlex.quote(o) for o in [f"+stage={k}"] + kept)
+
+
+def stage_complete(d: Path) -> bool:
+    from llm.evaluate import is_suite_eval
+
+    return all((d / f).is_file() for f in STAGE_FILES) and is_suite_eval(d / "eval.json")
+
+
+def _seed(cfg: Any) -> int:
+    return int(_get(cfg, "seed", 0))
+
+
+def _log(msg: str) -> None:
+    print(f"[pipeline] {msg}", file=sys.stderr, flush=True)
+
+
+# ============================================================================ stage inputs
+def initial_mixture(cfg: Any, engineer: Any) -> list:
+    if _get(cfg, "env") is None:
+        raise PipelineError("the config has no `env` (stage 1's environment); select one with env=<name>")
+    return engineer.initial_mixture(mixture_from_env_node(cfg.env))
+
+
+def stage_mixture(cfg: Any, k: int, engineer: Any) -> list:
+    """Stage ``k``'s environment: ``env`` (via the engineer) for k = 1, else stage k-1's
+    ``next_env.yaml``."""
+    if k == 1:
+        return initial_mixture(cfg, engineer)
+    prev = stage_dir(cfg, k - 1) / "next_env.yaml"
+    if not prev.is_file():
+        raise PipelineError(
+            f"stage {k} needs {prev}, written at the end of stage {k - 1}; it is missing. "
+            f"Run stage {k - 1} first: {command_for_stage(cfg, k - 1)}"
+        )
+    return load_mixture(prev)
+
+
+def previous_policy(cfg: Any, k: int) -> Optional[Path]:
+    """Where stage ``k`` starts from: stage k-1's trained policy (None for k = 1)."""
+    if k == 1:
+        return None
+    info = stage_dir(cfg, k - 1) / "train.json"
+    if not info.is_file():
+        raise PipelineError(
+            f"stage {k} needs the trained policy of stage {k - 1} ({info} is missing). "
+            f"Run stage {k - 1} first: {command_for_stage(cfg, k - 1)}"
+        )
+    t = read_json(info)
+    for key in ("policy_dir", "checkpoint_dir"):
+        if t.get(key) and Path(t[key]).exists():
+            return Path(t[key])
+    raise PipelineError(f"{info} names no existing policy folder; rerun stage {k - 1}: {command_for_stage(cfg, k - 1)}")
+
+
+def _env_spec(mixture: list) -> Any:
+    return mixture[0][1] if len(mixture) == 1 else list(mixture)
+
+
+def _train_cfg(cfg: Any, k: int) -> dict:
+    """The run config for stage ``k``'s trainer: per-stage training seed, warm start policy."""
+    c = _plain(cfg)
+    c = dict(c)
+    train = dict(c.get("train") or {})
+    train["seed"] = int(train.get("seed", 0)) + 7919 * _seed(cfg) + (k - 1)
+    mode = str((c.get("pipeline") or {}).get("warmstart", "first"))
+    if mode not in ("first", "all"):
+        raise PipelineError(f"pipeline.warmstart={mode!r} not in ['first', 'all']")
+    if k > 1 and mode == "first":
+        ws = dict(train.get("warmstart") or {})
+        ws["enabled"] = False
+        train["warmstart"] = ws
+    c["train"] = train
+    return c
+
+
+# ============================================================================ steps
+def step_train(cfg: Any, k: int, d: Path, mixture: list) -> dict:
+    """Train stage ``k`` (resuming from its checkpoint) unless ``train.json`` says it is done."""
+    info = d / "train.json"
+    if info.is_file():
+        return read_json(info)
+    from llm.evaluate import is_suite_eval
+    from llm.train import train_stage
+
+    init = previous_policy(cfg, k)
+    _log(f"stage {k}: training" + (f" from {init}" if init else ""))
+    res = train_stage(_train_cfg(cfg, k), _env_spec(mixture), d, init_from=init)
+    own = d / "eval.json"
+    if own.is_file() and not is_suite_eval(own):
+        os.replace(own, d / "train_eval.json")
+    if res.eval_after is None:  # the trainer stopped before the end of its schedule
+        raise PipelineError(
+            f"training of stage {k} stopped after {res.warmstart_steps} warm-start and {res.grpo_steps} GRPO "
+            f"steps; rerun the same command to resume from {res.checkpoint_dir}"
+        )
+    out = {
+        "checkpoint_dir": str(res.checkpoint_dir),
+        "policy_dir": str(res.policy_dir) if res.policy_dir else None,
+        "init_from": str(init) if init else None,
+        "warmstart_steps": res.warmstart_steps,
+        "grpo_steps": res.grpo_steps,
+        "resumed": res.resumed,
+        "eval_before": res.eval_before,
+        "eval_after": res.eval_after,
+        "wall_s": round(res.wall_s, 2),
+    }
+    write_json(info, out)
+    return out
+
+
+def _load(cfg: Any, path: Optional[Path]):
+    from llm.evaluate import load_policy
+
+    return load_policy(_get(cfg, "model"), path)
+
+
+def step_eval(cfg: Any, k: int, d: Path, mixture: list, train: dict) -> dict:
+    from llm.evaluate import evaluate_policy, is_suite_eval, write_eval
+
+    path = d / "eval.json"
+    if is_suite_eval(path):
+        return read_json(path)
+    if path.is_file():  # the trainer's own eval.json
+        os.replace(path, d / "train_eval.json")
+    policy_path = Path(train.get("policy_dir") or train["checkpoint_dir"])
+    _log(f"stage {k}: evaluating {policy_path} on the held-out suite")
+    policy = _load(cfg, policy_path)
+    result = evaluate_policy(policy, cfg.eval, _get(cfg, "prompt"), current=mixture, stage=k, checkpoint=str(policy_path))
+    write_eval(path, result)
+    return result
+
+
+def history(cfg: Any, k: int) -> list:
+    """History entries of stages 1..k (stage k without its engineer decision yet)."""
+    from jaxlake.summaries import history_entry
+
+    out = []
+    for j in range(1, k + 1):
+        dj = stage_dir(cfg, j)
+        if not (dj / "env.yaml").is_file():
+            continue
+        ev = read_json(dj / "eval.json") if (dj / "eval.json").is_file() else None
+        if ev is not None:
+            ev = {"modes": ev.get("modes", {}), "current_env": {"modes": (ev.get("current_env") or {}).get("modes", {})}}
+        train = read_json(dj / "train.json") if (dj / "train.json").is_file() else {}
+        after = train.get("eval_after") or {}
+        t = {"grpo_steps": train.get("grpo_steps"), "success_after_training": after.get("success")}
+        eng = read_json(dj / "engineer.json") if j < k and (dj / "engineer.json").is_file() else None
+        out.append(history_entry(j, load_mixture(dj / "env.yaml"), ev, t, eng))
+    return out
+
+
+def step_summary(cfg: Any, k: int, d: Path, mixture: list, ev: dict) -> dict:
+    path = d / "summary.json"
+    if path.is_file():
+        return read_json(path)
+    import jax
+
+    from jaxlake.summaries import environment_stats, render_summary, summarize
+
+    scfg = _plain(_get(cfg.eval, "summary", {})) or {}
+    n = int(scfg.get("env_stats_lakes", 64))
+    _log(f"stage {k}: summarizing")
+    stats = environment_stats(mixture, n, jax.random.PRNGKey(1_000 * _seed(cfg) + k), solve=bool(_get(cfg.eval, "planner", True)))
+    summary = summarize(ev, stats, history(cfg, k), int(scfg.get("k_failures", 6)), str(scfg.get("mode", "greedy")))
+    write_text(d / "summary.txt", render_summary(summary) + "\n")
+    write_json(path, summary)
+    return summary
+
+
+def step_engineer(cfg: Any, k: int, d: Path, mixture: list, ev: dict, summary: dict, train: dict, engineer: Any) -> dict:
+    done = d / "engineer.json"
+    nxt = d / "next_env.yaml"
+    if done.is_file() and nxt.is_file():
+        return read_json(done)
+    prev_state = {}
+    if k > 1 and (stage_dir(cfg, k - 1) / "engineer.json").is_file():
+        prev_state = read_json(stage_dir(cfg, k - 1) / "engineer.json").get("state") or {}
+
+    def load_model(which: str):
+        path = Path(train.get("policy_dir") or train["checkpoint_dir"]) if which == "policy" else None
+        policy = _load(cfg, path)
+        return policy.module(), policy.tokenizer
+
+    ctx = EngineerContext(
+        stage=k,
+        current=mixture,
+        initial=initial_mixture(cfg, engineer),
+        eval_result=ev,
+        summary=summary,
+        history=summary.get("history", []),
+        state=prev_state,
+        seed=_seed(cfg),
+        stage_dir=d,
+        checkpoint=Path(train["checkpoint_dir"]),
+        base_checkpoint=None,
+        run_cfg=cfg,
+        load_model=load_model,
+    )
+    _log(f"stage {k}: engineer {engineer.name} proposes stage {k + 1}'s environment")
+    t0 = time.perf_counter()
+    proposal = engineer.propose(ctx)
+    record = proposal.to_json(engineer.name, k)
+    record["wall_s"] = round(time.perf_counter() - t0, 2)
+    record["changed"] = not same_mixture(proposal.mixture, mixture)
+    write_json(done, record)
+    write_text(nxt, mixture_to_yaml(proposal.mixture))
+    return record
+
+
+# ============================================================================ entry points
+def write_run_info(cfg: Any, engineer: Any) -> None:
+    d = run_dir(cfg)
+    d.mkdir(parents=True, exist_ok=True)
+    info = {
+        "experiment": str(_get(cfg, "experiment", "default")),
+        "engineer": engineer.name,
+        "seed": _seed(cfg),
+        "stages": num_stages(cfg),
+        "eval": str(_get(cfg.eval, "name", "")),
+        "run_dir": str(d.resolve()),
+    }
+    path = d / "run.json"
+    if path.is_file():
+        old = read_json(path)
+        for key in ("engineer", "seed"):
+            if old.get(key) not in (None, info[key]):
+                raise PipelineError(
+                    f"{d} belongs to a run with {key}={old[key]}, not {info[key]}; choose another "
+                    "experiment=<name> (or delete the folder)"
+                )
+    write_json(path, info)
+
+
+def run_stage(cfg: Any, k: int, engineer: Any = None) -> dict:
+    """Run (or finish) stage ``k``: train, evaluate, summarize, engineer. Returns the
+    stage's record (``stage``, ``dir``, ``scores``, ``decision``)."""
+    k = int(k)
+    if not 1 <= k <= num_stages(cfg):
+        raise PipelineError(f"stage={k} not in [1, stages={num_stages(cfg)}]")
+    engineer = engineer or build_engineer(cfg.engineer)
+    write_run_info(cfg, engineer)
+    d = stage_dir(cfg, k)
+    mixture = stage_mixture(cfg, k, engineer)
+    previous_policy(cfg, k)  # fail early, before any work, when stage k-1 is missing
+    d.mkdir(parents=True, exist_ok=True)
+    env_file = d / "env.yaml"
+    if env_file.is_file():
+        if not same_mixture(load_mixture(env_file), mixture):
+            raise PipelineError(
+                f"{env_file} differs from the environment stage {k} should train on now (stage {k - 1}'s "
+                f"next_env.yaml or env changed); delete {d} to retrain the stage"
+            )
+    else:
+        write_text(env_file, mixture_to_yaml(mixture))
+    train = step_train(cfg, k, d, mixture)
+    ev = step_eval(cfg, k, d, mixture, train)
+    summary = step_summary(cfg, k, d, mixture, ev)
+    decision = step_engineer(cfg, k, d, mixture, ev, summary, train, engineer)
+    return stage_record(d, k)
+
+
+def stage_record(d: Path, k: int) -> dict:
+    ev = read_json(d / "eval.json")
+    eng = read_json(d / "engineer.json")
+    cur = (ev.get("current_env") or {}).get("modes") or {}
+    return {
+        "stage": k,
+        "dir": str(d),
+        "env": mixture_to_obj(load_mixture(d / "env.yaml")),
+        "scores": {m: r.get("score") for m, r in ev.get("modes", {}).items()},
+        "current_env": {m: r.get("score") for m, r in cur.items()},
+        "decision": eng.get("decision"),
+        "reason": eng.get("reason"),
+        "next_env": eng.get("proposal"),
+    }
+
+
+def _short_env(mixture_obj: list) -> str:
+    keys = ("height", "width", "num_agents", "hole_density", "conflict_density")
+    parts = []
+    for comp in mixture_obj:
+        c = comp["config"]
+        body = "{}x{} n={} holes={:g} conflict={:g}".format(*(c[k] for k in keys))
+        parts.append(body if len(mixture_obj) == 1 else f"{comp['weight']:.2f}*({body})")
+    return " + ".join(parts)
+
+
+def stage_table(records: list) -> str:
+    """Markdown table: stage, environment, suite scores, own-environment success, decision."""
+    modes = sorted({m for r in records for m in r["scores"]}, key=lambda m: (m != "greedy", m))
+    head = "| stage | environment | " + " | ".join(f"suite {m}" for m in modes) + " | own env (greedy) | engineer |"
+    rows = [head, "|---|---|" + "---|" * len(modes) + "---|---|"]
+    for r in records:
+        scores = " | ".join("–" if r["scores"].get(m) is None else f"{r['scores'][m]:.3f}" for m in modes)
+        own = r["current_env"].get("greedy")
+        rows.append(
+            f"| {r['stage']} | {_short_env(r['env'])} | {scores} | {'–' if own is None else f'{own:.3f}'} | "
+            f"{r['decision']}: {r['reason']} |"
+        )
+    return "\n".join(rows)
+
+
+def run_pipeline(cfg: Any) -> list:
+    """Run every stage, skipping complete ones; print and return the per-stage records."""
+    engineer = build_engineer(cfg.engineer)
+    write_run_info(cfg, engineer)
+    records = []
+    for k in range(1, num_stages(cfg) + 1):
+        d = stage_dir(cfg, k)
+        if stage_complete(d):
+            _log(f"stage {k}: complete, skipped ({d})")
+        else:
+            run_stage(cfg, k, engineer)
+        records.append(stage_record(d, k))
+    table = stage_table(records)
+    try:
+        from jaxlake.report import build_report
+
+        build_report(run_dir(cfg), plots=True)
+    except Exception as err:  # noqa: BLE001 - the report is a convenience; the run is done
+        _log(f"report not written: {err}")
+    print(f"\n{run_dir(cfg)}: engineer={engineer.name} seed={_seed(cfg)}\n{table}\n", flush=True)
+    return records
+
+
+def main(cfg: Any) -> Any:
+    """What ``python -m jaxlake.run`` does: ``+stage=K`` runs stage K alone, else all stages."""
+    stage = _get(cfg, "stage")
+    if stage is None:
+        return run_pipeline(cfg)
+    record = run_stage(cfg, int(stage))
+    print(stage_table([record]), flush=True)
+    return record
