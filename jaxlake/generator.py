@@ -86,7 +86,6 @@ class _Static:
     proposals: int
     attempts: int
     chunk: int  # lakes per chunk under vmap; 0: the whole batch at once
-    key_impl: str  # PRNG implementation of the keys (their data travels as uint32)
 
 
 @chex.dataclass
@@ -108,7 +107,7 @@ def _random_words(st: _Static, keys: jax.Array, attempt: jax.Array, count: int) 
     """``[count, B]`` uint32 random words of each lake's attempt ``attempt``."""
 
     def one(key_data: jax.Array) -> jax.Array:
-        key = jax.random.wrap_key_data(key_data, impl=st.key_impl)
+        key = jax.random.wrap_key_data(key_data, impl="threefry2x32")
         return jax.random.bits(jax.random.fold_in(key, attempt), (count,), jnp.uint32)
 
     return jax.vmap(one)(keys).T
@@ -423,8 +422,13 @@ def _static_for(
     key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jax.random.wrap_key_data(jnp.asarray(key, jnp.uint32))  # raw key: the default impl
-    impl, data = str(jax.random.key_impl(key)), jax.random.key_data(key)
-    return _Static(h, w, a, k_pool, int(num_proposals), int(max_attempts), chunk, impl), data
+    data = jax.random.key_data(key)
+    if str(jax.random.key_impl(key)) != "threefry2x32":
+        # other implementations (rbg, ...) are not vmap-invariant: fold their key words into a
+        # threefry key, so a lake never depends on the batch it was generated in
+        words = data.reshape(data.shape[:-1] + (-1, 2))
+        data = functools.reduce(jnp.bitwise_xor, [words[..., i, :] for i in range(words.shape[-2])])
+    return _Static(h, w, a, k_pool, int(num_proposals), int(max_attempts), chunk), data
 
 
 # ============================================================================ public API
@@ -444,7 +448,8 @@ def generate(
     compiled batch, each lake equal to the one generated alone from its key and config.
 
     Args:
-      key: a JAX PRNG key (typed, any implementation, or raw ``uint32``).
+      key: a JAX PRNG key (typed or raw ``uint32``; keys of implementations other than
+        threefry are folded into a threefry key, so every lake is vmap-invariant).
       config: a validated :class:`LakeConfig` (dynamic fields may be traced).
       max_attempts: static, at least 2; the last attempt is the hole-free fallback.
       pool_size: static number of cells that may become starts/goals per attempt (default
