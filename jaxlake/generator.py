@@ -404,7 +404,7 @@ def _static_for(
     num_proposals: int,
     chunk_size: Optional[int],
 ) -> tuple[_Static, jax.Array]:
-    """Check the static options and split the key into its data and implementation name."""
+    """Check the static options; return them with the key as threefry key data ``uint32[2]``."""
     if not isinstance(config, LakeConfig):
         raise ConfigError(f"config must be a LakeConfig, got {type(config).__name__}")
     h, w, a = config.max_height, config.max_width, config.max_agents
