@@ -3,7 +3,7 @@
 Each notebook runs in its own temporary working directory, in a kernel of *this*
 interpreter (a private kernel spec under a temporary ``JUPYTER_PATH``: nothing is registered
 globally), and must finish without a cell error and leave its artifacts (PNG figures, GIFs,
-bench files, a training run folder) under ``artifacts/``.
+bench files, a training run folder) under ``outputs/`` (git-ignored).
 """
 
 import json
@@ -84,7 +84,7 @@ def _gif_frames(path):
 @pytest.mark.slow
 def test_01_lakes_runs_and_writes_its_artifacts(tmp_path, kernel_name):
     _, outputs = _execute("01_lakes.ipynb", tmp_path, kernel_name)
-    out = tmp_path / "artifacts" / "01_lakes"
+    out = tmp_path / "outputs" / "01_lakes"
     for png in ("dimensions.png", "densities.png", "paths.png", "rollouts.png", "slip.png", "throughput.png",
                 "bench_gpu.png", "bench_cpu/bench.png"):
         assert (out / png).is_file() and (out / png).stat().st_size > 10_000, png
@@ -94,7 +94,7 @@ def test_01_lakes_runs_and_writes_its_artifacts(tmp_path, kernel_name):
     bench = json.loads((out / "bench_cpu" / "bench.json").read_text())
     assert bench["schema"] == "jaxlake.bench/1"
     assert {r["kind"] for r in bench["results"] if r["status"] == "ok"} >= {"generator", "rollout"}
-    assert len(_images(outputs, "image/png")) >= 7
+    assert len(_images(outputs, "image/png")) >= 6  # one per figure
     assert len(_images(outputs, "image/gif")) == 2
     text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert "planner plan: arrived 4/4" in text  # a planner plan executes without a cancelled move
@@ -103,7 +103,7 @@ def test_01_lakes_runs_and_writes_its_artifacts(tmp_path, kernel_name):
 @pytest.mark.slow
 def test_02_training_runs_and_writes_its_artifacts(tmp_path, kernel_name):
     _, outputs = _execute("02_training.ipynb", tmp_path, kernel_name)
-    out = tmp_path / "artifacts" / "02_training"
+    out = tmp_path / "outputs" / "02_training"
     for png in ("task.png", "curves.png", "failures.png", "examples.png"):
         assert (out / png).is_file() and (out / png).stat().st_size > 10_000, png
     assert _gif_frames(out / "final_policy.gif") >= 2
@@ -122,5 +122,5 @@ def test_02_training_runs_and_writes_its_artifacts(tmp_path, kernel_name):
     text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     # the notebook's own replay of the held-out lakes agrees with what train_stage reported
     assert f"GRPO: success here {ev['final']['success']:.3f}, reported by train_stage {ev['final']['success']:.3f}" in text
-    assert len(_images(outputs, "image/png")) >= 5
+    assert len(_images(outputs, "image/png")) >= 4  # task, curves, failures, examples
     assert len(_images(outputs, "image/gif")) == 1
