@@ -118,11 +118,11 @@ class WarmStartConfig:
     """
 
     enabled: bool = True
-    steps: int = 200
+    steps: int = 300
     batch_size: int = 32
     micro_batches: int = 1
-    optim: OptimConfig = OptimConfig(lr=2e-3, warmup_steps=20)
-    checkpoint_every: int = 100
+    optim: OptimConfig = OptimConfig(lr=3e-3, warmup_steps=20)
+    checkpoint_every: int = 50
     keep_checkpoints: int = 2
     log_every: int = 1
 
@@ -141,14 +141,14 @@ class GRPOConfig:
     """GRPO settings: ``lakes_per_step`` groups of ``group_size`` completions per step."""
 
     enabled: bool = True
-    steps: int = 50
+    steps: int = 30
     lakes_per_step: int = 8
     group_size: int = 8
     mu: int = 1
     micro_batches: int = 1
-    optim: OptimConfig = OptimConfig(lr=2e-4, warmup_steps=5)
+    optim: OptimConfig = OptimConfig(lr=1e-4, warmup_steps=3)
     loss: GRPOLossConfig = GRPOLossConfig()
-    max_new_tokens: int = 40
+    max_new_tokens: int = 32
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0

@@ -321,3 +321,20 @@ def test_optimizer_schedule_warmup_then_cosine():
     assert all(a <= b for a, b in zip(lrs[:4], lrs[1:5]))
     assert all(a >= b - 1e-9 for a, b in zip(lrs[4:], lrs[5:]))
     assert lrs[20] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("preset", ["default", "demo"])
+def test_train_presets_parse(preset):
+    """conf/train presets (with conf/reward and conf/prompt) build a valid TrainConfig."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(version_base=None, config_dir=str(conf)):
+        cfg = compose("config", overrides=[f"train={preset}"])
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    tc = tr.TrainConfig.from_dict(plain["train"], plain["reward"], plain["prompt"])
+    assert tc.grpo.loss == GRPOLossConfig(**plain["train"]["grpo"]["loss"])
+    if preset == "default":
+        # the Python defaults mirror the YAML defaults
+        assert tc.warmstart == tr.WarmStartConfig() and tc.grpo == tr.GRPOConfig()
