@@ -18,8 +18,8 @@ GRPO_PANELS = (
     ("success / arrival", ("success", "arrived_rate")),
     ("failure rates", ("fall_rate", "timeout_rate", "malformed_rate", "conflict_rate")),
     ("reward terms", ("term/arrived", "term/all_arrived", "term/fell", "term/conflict", "term/malformed", "term/efficiency")),
-    ("KL / entropy", ("kl", "entropy")),
-    ("clipping / zero-advantage groups", ("clip_frac", "zero_adv_share")),
+    ("KL / entropy", ("kl", "last/kl", "entropy")),
+    ("clipping / zero-advantage groups", ("clip_frac", "last/clip_frac", "zero_adv_share")),
     ("completion length (tokens)", ("completion_len",)),
     ("throughput (tokens/s)", ("tokens_per_s", "train_tokens_per_s")),
 )
