@@ -15,16 +15,12 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib import animation
+from matplotlib.patches import Circle, Rectangle
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib import animation  # noqa: E402
-from matplotlib.patches import Circle, Rectangle  # noqa: E402
-
-from jaxlake.types import ACTIVE, ARRIVED, ON_GOAL_STAY, Lake, State  # noqa: E402
+from jaxlake.types import ACTIVE, ARRIVED, ON_GOAL_STAY, Lake, State
 
 FROZEN = "#dcefff"
 HOLE = "#1b3a6b"
@@ -134,7 +130,7 @@ def plot_lake(
             flags = np.asarray(getattr(info, name))[:k]
             for s, i in zip(*np.nonzero(flags[:, : d["n"]])):
                 r, c = prev[s, i]
-                ax.plot(c, r, marker, ms=14, mfc="none", mec="red", color="red", mew=2)
+                ax.plot(c, r, linestyle="none", marker=marker, ms=14, mfc="none", mec="red", mew=2)
         if k > 0:
             pos, status = tpos[k - 1], tstatus[k - 1]
     if state is not None:

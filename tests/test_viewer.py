@@ -42,6 +42,13 @@ def test_conflicts_are_marked():
     assert len(ax.lines) == 2 + 2  # two paths and one red mark per cancelled agent
 
 
+def test_swap_conflicts_are_marked_and_animate():
+    lake, ro = _rollout("A B\nb a", "A: R\nB: L", steps=3)
+    assert bool(ro.trajectory.info.swap_conflict[0, 0]) and bool(ro.trajectory.info.swap_conflict[0, 1])
+    ax = plot_lake(lake, trajectory=ro.trajectory)
+    assert len(ax.lines) == 2 + 2
+
+
 def test_animate_rollout_writes_gif_atomically(tmp_path):
     lake, ro = _rollout(LAKE, "A: R R R\nB: R R")
     path = animate_rollout(lake, ro.trajectory, str(tmp_path / "sub" / "ro.gif"))
