@@ -19,12 +19,16 @@ touches JAX.
 
 from __future__ import annotations
 
+import logging
+
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    # orbax logs every checkpoint step at INFO through absl; keep the console for progress
+    logging.getLogger("absl").setLevel(logging.WARNING)
     from llm.sharding import initialize_distributed
 
     initialize_distributed(OmegaConf.to_container(cfg.train.get("distributed", {}), resolve=True))
