@@ -39,25 +39,14 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from jaxlake.config import FIELD_BOUNDS, ConfigError, LakeConfig
+from jaxlake.config import DYNAMIC_FIELDS, FIELD_BOUNDS, ConfigError, LakeConfig
 
 #: A weighted mixture of environment configs; weights are positive and sum to one.
 Mixture = list  # list[tuple[float, LakeConfig]]
 
 #: Order in which fields are chosen (constrained decoding, random sampling); later fields'
 #: allowed values depend on earlier choices (e.g. ``num_agents`` on the region size).
-FIELD_ORDER = (
-    "height",
-    "width",
-    "num_agents",
-    "hole_density",
-    "conflict_density",
-    "slip_prob",
-    "max_steps",
-    "min_dist",
-    "max_dist",
-    "on_goal",
-)
+FIELD_ORDER = DYNAMIC_FIELDS
 #: Fields an engineer may change by default; the rest stay at the current config's values.
 DEFAULT_EDITABLE = ("height", "width", "num_agents", "hole_density", "conflict_density", "slip_prob", "max_steps")
 CAPACITY_FIELDS = ("max_height", "max_width", "max_agents")
