@@ -30,7 +30,8 @@ Stage layout (``train_stage``)::
     <stage_dir>/checkpoint/     orbax checkpoints of GRPO (the stage's policy)
     <stage_dir>/policy/         the final policy as a Hugging Face folder (export_hf)
     <stage_dir>/metrics.jsonl   one row per step (phase "warmstart" / "grpo" / "eval")
-    <stage_dir>/eval.json       held-out success before GRPO (after the warm start) and after
+    <stage_dir>/train_eval.json held-out success before GRPO (after the warm start) and after
+                                (``eval.json`` is left to the suite evaluation, llm/evaluate.py)
     <stage_dir>/curves.png      learning curves
 """
 
@@ -833,7 +834,8 @@ class StageResult:
       checkpoint_dir: orbax directory of the final policy (GRPO, or the warm start when GRPO
         is disabled); pass it as ``init_from`` of the next stage.
       policy_dir: the final policy as a Hugging Face folder (``None`` without export_hf).
-      metrics_path / eval_path / curves_path: files written.
+      metrics_path / eval_path / curves_path: files written (``eval_path`` is
+        ``train_eval.json``).
       eval_before: held-out metrics before GRPO (after the warm start).
       eval_after: held-out metrics of the final policy.
       warmstart_steps / grpo_steps: steps done in each phase.
@@ -989,7 +991,7 @@ def train_stage(
                                   gc.max_new_tokens, mesh, max_steps.get("warmstart"))
         policy, ws_steps, resumed = res.policy, res.step, res.resumed_from is not None
         if ws_steps < wc.steps:  # stopped early on purpose
-            return StageResult(stage_dir, stage_dir / "warmstart", None, metrics.path, stage_dir / "eval.json", None,
+            return StageResult(stage_dir, stage_dir / "warmstart", None, metrics.path, stage_dir / "train_eval.json", None,
                                None, None, ws_steps, 0, resumed, time.perf_counter() - t_start)
         if not gc.enabled or gc.steps == 0:
             ckpt_dir = stage_dir / "warmstart"
@@ -1013,7 +1015,7 @@ def train_stage(
         policy, grpo_steps = res.policy, res.step
         resumed = resumed or res.resumed_from is not None
         if grpo_steps < gc.steps:
-            return StageResult(stage_dir, ckpt_dir, None, metrics.path, stage_dir / "eval.json", None, eval_before,
+            return StageResult(stage_dir, ckpt_dir, None, metrics.path, stage_dir / "train_eval.json", None, eval_before,
                                None, ws_steps, grpo_steps, resumed, time.perf_counter() - t_start)
     elif not (wc.enabled and wc.steps > 0):
         ckpt = Checkpoints(ckpt_dir, 1)
@@ -1021,7 +1023,7 @@ def train_stage(
             ckpt.save(policy, make_optimizer(gc.optim, 1).init(policy.state), 0, jax.random.PRNGKey(tcfg.seed), 0)
 
     eval_after = run_eval(policy)
-    _write_json(stage_dir / "eval.json", {
+    _write_json(stage_dir / "train_eval.json", {
         "env": _env_description(env_config),
         "num_lakes": ec.num_lakes,
         "eval_seed": ec.seed,
@@ -1042,7 +1044,7 @@ def train_stage(
         from llm.plots import plot_metrics
 
         curves = plot_metrics(metrics.path, stage_dir / "curves.png")
-    return StageResult(stage_dir, ckpt_dir, policy_dir, metrics.path, stage_dir / "eval.json", curves, eval_before,
+    return StageResult(stage_dir, ckpt_dir, policy_dir, metrics.path, stage_dir / "train_eval.json", curves, eval_before,
                        eval_after, ws_steps, grpo_steps, resumed, time.perf_counter() - t_start)
 
 
