@@ -108,7 +108,7 @@ def test_02_training_runs_and_writes_its_artifacts(tmp_path, kernel_name):
         assert (out / png).is_file() and (out / png).stat().st_size > 10_000, png
     assert _gif_frames(out / "final_policy.gif") >= 2
     stage = out / "stage_1"
-    for f in ("metrics.jsonl", "eval.json", "curves.png", "policy/config.json"):
+    for f in ("metrics.jsonl", "train_eval.json", "curves.png", "policy/config.json"):
         assert (stage / f).is_file(), f
     rows = [json.loads(line) for line in (stage / "metrics.jsonl").read_text().splitlines()]
     ws = [r["step"] for r in rows if r["phase"] == "warmstart"]
@@ -118,7 +118,7 @@ def test_02_training_runs_and_writes_its_artifacts(tmp_path, kernel_name):
     for r in grpo:  # the failure-type series the notebook plots
         for k in ("fall_rate", "conflict_rate", "timeout_rate", "malformed_rate", "success"):
             assert 0.0 <= r[k] <= 1.0, (k, r[k])
-    ev = json.loads((stage / "eval.json").read_text())
+    ev = json.loads((stage / "train_eval.json").read_text())
     text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     # the notebook's own replay of the held-out lakes agrees with what train_stage reported
     assert f"GRPO: success here {ev['final']['success']:.3f}, reported by train_stage {ev['final']['success']:.3f}" in text
