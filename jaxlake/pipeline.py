@@ -28,14 +28,24 @@ Config keys used (``conf/config.yaml``): ``env`` (stage 1's environment), ``engi
 statistics randomness; the suite's seeds are fixed by ``eval``), ``model``, ``train``,
 ``reward``, ``prompt``, optional ``stage`` (run that stage alone) and ``pipeline.warmstart``
 (``first``: the supervised warm start only in stage 1, the default; ``all``: every stage).
+
+``pipeline.share_stage1`` (a folder, or null) shares stage 1 between runs: stage 1's
+training, evaluation and summaries depend only on the run's seed, stage-1 environment,
+model, training, reward, prompt and suite settings -- not on the engineer, whose first
+decision comes after them. With a shared folder the first run stores its finished stage 1
+(without the engineer's files) under a key hashed from exactly those settings, and every
+later run with the same key copies it instead of retraining, then runs its own engineer. The
+results equal independent runs'; a sweep over engineers trains stage 1 once per seed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -198,6 +208,89 @@ def _train_cfg(cfg: Any, k: int) -> dict:
         train["warmstart"] = ws
     c["train"] = train
     return c
+
+
+# ============================================================================ stage-1 sharing
+#: Stage-1 files that belong to the engineer (never shared).
+_ENGINEER_FILES = ("engineer.json", "next_env.yaml")
+_SOURCE_FILE = "shared_from.json"
+
+
+def stage1_key(cfg: Any, mixture: list) -> str:
+    """Hash of everything stage 1's training, evaluation and summaries depend on."""
+    c = _train_cfg(cfg, 1)
+    train = dict(c.get("train") or {})
+    for cosmetic in ("progress", "plot"):
+        train.pop(cosmetic, None)
+    payload = {
+        "env": mixture_to_obj(mixture),
+        "seed": _seed(cfg),
+        "model": c.get("model"),
+        "train": train,
+        "reward": c.get("reward"),
+        "prompt": c.get("prompt"),
+        "eval": c.get("eval"),
+    }
+    blob = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _share_dir(cfg: Any) -> Optional[Path]:
+    node = _get(cfg, "pipeline", {})
+    value = _get(node, "share_stage1")
+    return Path(str(value)) if value not in (None, "", False) else None
+
+
+def _rewrite_paths(d: Path, old: str, new: str) -> None:
+    """Point the JSON files of stage folder ``d`` at ``new`` instead of ``old``."""
+    if old == new:
+        return
+    for f in d.glob("*.json"):
+        text = f.read_text(encoding="utf-8")
+        if old in text:
+            write_text(f, text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1]))
+
+
+def restore_shared_stage1(cfg: Any, d: Path, mixture: list) -> bool:
+    """Fill stage folder ``d`` from the shared stage-1 store when it holds this run's key."""
+    share = _share_dir(cfg)
+    if share is None or (d / "train.json").is_file():
+        return False
+    src = share / stage1_key(cfg, mixture)
+    if not (src / "summary.json").is_file():
+        return False
+    origin = read_json(src / _SOURCE_FILE)["dir"]
+    for item in src.iterdir():
+        if item.name in (_SOURCE_FILE, "env.yaml") + _ENGINEER_FILES:
+            continue
+        target = d / item.name
+        if item.is_dir():
+            shutil.copytree(item, target, dirs_exist_ok=True)
+        else:
+            shutil.copy2(item, target)
+    _rewrite_paths(d, origin, str(d))
+    write_json(d / _SOURCE_FILE, {"dir": origin, "key": src.name})
+    _log(f"stage 1: shared from {origin} (pipeline.share_stage1 key {src.name})")
+    return True
+
+
+def store_shared_stage1(cfg: Any, d: Path, mixture: list) -> None:
+    """Copy a finished stage 1 (engineer files excluded) into the shared store, atomically."""
+    share = _share_dir(cfg)
+    if share is None:
+        return
+    dst = share / stage1_key(cfg, mixture)
+    if dst.is_dir():
+        return
+    share.mkdir(parents=True, exist_ok=True)
+    tmp = share / f".{dst.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(d, tmp, ignore=shutil.ignore_patterns(*_ENGINEER_FILES, _SOURCE_FILE, "*.tmp"))
+    write_json(tmp / _SOURCE_FILE, {"dir": str(d)})
+    try:
+        os.replace(tmp, dst)
+    except OSError:  # another run stored the same key first
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ============================================================================ steps
@@ -380,9 +473,13 @@ def run_stage(cfg: Any, k: int, engineer: Any = None) -> dict:
             )
     else:
         write_text(env_file, mixture_to_yaml(mixture))
+    if k == 1:
+        restore_shared_stage1(cfg, d, mixture)
     train = step_train(cfg, k, d, mixture)
     ev = step_eval(cfg, k, d, mixture, train)
     summary = step_summary(cfg, k, d, mixture, ev)
+    if k == 1:
+        store_shared_stage1(cfg, d, mixture)
     decision = step_engineer(cfg, k, d, mixture, ev, summary, train, engineer)
     return stage_record(d, k)
 

@@ -2,3 +2,39 @@ import os
 
 # Tests run on the CPU; keep XLA from grabbing every core for one test's compile.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def micro_model(tmp_path_factory):
+    """A one-layer Qwen3 with the default tokenizer, saved as a Hugging Face folder: stands in
+    for the default model where a test runs the whole pipeline."""
+    from flax import nnx
+
+    from llm import default as default_model
+    from llm.hf_io import load_tokenizer, save_pretrained
+    from llm.model import Qwen3Config, Qwen3ForCausalLM
+
+    tok = load_tokenizer(default_model.default_model_dir())
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=2048,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    path = tmp_path_factory.mktemp("micro") / "model"
+    save_pretrained(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0)), tok, path)
+    return path
+
+
+def tiny_run_overrides(micro):
+    """Hydra overrides that make a pipeline stage take seconds: the micro model, a tiny suite,
+    one or two optimisation steps, lake counts equal to the trainer's (2) and the suite's (16)
+    so that no extra generator compiles happen."""
+    return [
+        "eval=tiny", f"+model.path={micro}",
+        "train.warmstart.steps=1", "train.warmstart.batch_size=4", "train.warmstart.checkpoint_every=1",
+        "train.grpo.steps=2", "train.grpo.lakes_per_step=2", "train.grpo.group_size=2",
+        "train.grpo.max_new_tokens=16", "train.grpo.checkpoint_every=1", "train.eval.num_lakes=2",
+        "train.eval.batch_size=2", "train.progress=false", "train.plot=false",
+        "eval.current_env_lakes=2", "eval.summary.env_stats_lakes=2", "eval.batch_size=16",
+        "eval.sampled.num_samples=1", "eval.max_new_tokens=16",
+    ]

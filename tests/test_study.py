@@ -1,0 +1,125 @@
+"""The engineer study end to end: ``python -m jaxlake.study`` runs its Hydra sweep
+(``conf/study/cpu.yaml``, narrowed to three engineers x two seeds x two tiny stages on the
+micro model), shares stage 1 per seed, and writes the results page, its plots and
+``results.json``; a rewrite keeps the hand-written text around the generated block."""
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import tiny_run_overrides
+
+from jaxlake import study
+from jaxlake.pipeline import stage1_key
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_study_config_composes_the_promised_sweep():
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+        cfg = compose("config", overrides=["+study=cpu"], return_hydra_config=True)
+    params = cfg.hydra.sweeper.params
+    engineers = params.engineer.split(",")
+    assert set(engineers) == {"policy", "policy_no_failures", "policy_no_env_stats", "policy_no_history",
+                              "base", "heuristic", "plr", "random", "fixed", "manual"}
+    assert len(params.seed.split(",")) >= 3 and cfg.stages >= 3
+    assert cfg.pipeline.share_stage1
+    for name in engineers:  # every variant is a real engineer config
+        assert (ROOT / "conf" / "engineer" / f"{name}.yaml").is_file()
+
+
+def test_context_ablations_switch_exactly_one_part_off():
+    from hydra import compose, initialize_config_dir
+
+    for part in ("failures", "env_stats", "history"):
+        with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+            cfg = compose("config", overrides=[f"engineer=policy_no_{part}"])
+        ctx = dict(cfg.engineer.context)
+        assert ctx.pop(part) is False and all(ctx.values()), (part, cfg.engineer.context)
+        assert cfg.engineer.name == f"policy_no_{part}"
+
+
+def test_stage1_key_ignores_the_engineer_and_cosmetics_but_not_training():
+    from hydra import compose, initialize_config_dir
+
+    from jaxlake.engineers import mixture_from_env_node
+
+    def key(*overrides):
+        with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+            cfg = compose("config", overrides=list(overrides))
+        return stage1_key(cfg, mixture_from_env_node(cfg.env))
+
+    base = key()
+    assert key("engineer=heuristic") == base
+    assert key("train.progress=false", "train.plot=false") == base
+    assert key("train.grpo.steps=31") != base
+    assert key("seed=1") != base
+    assert key("env.hole_density=0.2") != base
+    assert key("eval=tiny") != base
+
+
+def test_unknown_study_is_a_clear_error(capsys):
+    assert study.main(["--study", "nope", "--no-run"]) == 2
+    assert "conf/study/nope.yaml" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_study_end_to_end(tmp_path, micro_model, capfd):
+    runs = tmp_path / "runs"
+    page = tmp_path / "docs" / "results.md"
+    page.parent.mkdir()
+    page.write_text("# My study\n\nHand-written reading.\n")
+    extra = [f"runs_dir={runs}", "engineer=heuristic,fixed,policy_no_history", "seed=0,1", "stages=2",
+             *tiny_run_overrides(micro_model)]
+    assert study.main(["--results", str(page), "--", *extra]) == 0
+
+    root = runs / "study_cpu"
+    log = json.loads((root / "study.json").read_text())
+    assert len(log["invocations"]) == 1 and log["invocations"][0]["rc"] == 0
+
+    payload = json.loads(page.with_suffix(".json").read_text())
+    rows = payload["rows"]
+    assert {(r["variant"], r["seed"], r["stage"]) for r in rows} == {
+        (v, s, k) for v in ("heuristic", "fixed", "policy_no_history") for s in (0, 1) for k in (1, 2)
+    }
+    for seed in (0, 1):
+        first = [r for r in rows if r["seed"] == seed and r["stage"] == 1]
+        # stage 1 trained once per seed, copied into the other two runs: identical scores
+        assert sorted(r["shared_stage1"] for r in first) == [False, True, True]
+        assert len({(r["score_greedy"], r["score_sampled"], r["own_env_greedy"]) for r in first}) == 1
+    fixed = [r for r in rows if r["variant"] == "fixed"]
+    assert len({r["env"] for r in fixed}) == 1  # the baseline never moves
+    assert payload["wall_s"] > 0 and "python -m jaxlake.study" in payload["command"]
+
+    text = page.read_text()
+    assert text.startswith("# My study\n\nHand-written reading.\n")
+    assert text.count(study.BEGIN) == 1 and text.count(study.END) == 1
+    for v in ("heuristic", "fixed", "policy_no_history"):
+        assert f"| {v} | 2 |" in text
+    assert "stage 2 − fixed (paired)" in text
+    for png in ("last_stage.png", "score_per_stage.png", "breakdown.png"):
+        assert (page.parent / "results" / png).stat().st_size > 1000
+    assert payload["table_md"] in text
+
+    # rewriting from the finished runs keeps the prose and replaces the block
+    page.write_text(text.replace("Hand-written reading.", "Edited reading.") + "\nA footnote.\n")
+    assert study.main(["--no-run", "--results", str(page), "--", f"runs_dir={runs}"]) == 0
+    again = page.read_text()
+    assert "Edited reading." in again and again.rstrip().endswith("A footnote.")
+    assert again.count(study.BEGIN) == 1
+    assert len(json.loads((root / "study.json").read_text())["invocations"]) == 1
+
+    # a resumed sweep finds every stage complete and trains nothing
+    capfd.readouterr()
+    assert study.main(["--results", str(page), "--", *extra]) == 0
+    err = capfd.readouterr().err
+    assert "stage 2: complete, skipped" in err and "training" not in err
+
+
+def test_study_needs_runs(tmp_path, capsys):
+    code = study.main(["--no-run", "--results", str(tmp_path / "r.md"), "--", f"runs_dir={tmp_path}"])
+    assert code == 1
+    assert "run the sweep first" in capsys.readouterr().err
+    assert not (tmp_path / "r.md").exists()
