@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-NAMES = ("01_lakes.ipynb", "02_training.ipynb")
+NAMES = ("01_lakes.ipynb", "02_training.ipynb", "03_engineer.ipynb")
 KERNEL = "jaxlake-test-python"
 
 
@@ -124,3 +124,25 @@ def test_02_training_runs_and_writes_its_artifacts(tmp_path, kernel_name):
     assert f"GRPO: success here {ev['final']['success']:.3f}, reported by train_stage {ev['final']['success']:.3f}" in text
     assert len(_images(outputs, "image/png")) >= 4  # task, curves, failures, examples
     assert len(_images(outputs, "image/gif")) == 1
+
+
+@pytest.mark.slow
+def test_03_engineer_runs_and_writes_its_artifacts(tmp_path, kernel_name):
+    _, outputs = _execute("03_engineer.ipynb", tmp_path, kernel_name)
+    out = tmp_path / "outputs" / "03_engineer"
+    for png in ("current_env.png", "proposed_env.png"):
+        assert (out / png).is_file() and (out / png).stat().st_size > 10_000, png
+    stage = out / "run" / "stage_1"
+    for f in ("summary.txt", "engineer.json", "env.yaml", "next_env.yaml"):
+        assert (stage / f).is_file(), f
+    eng = json.loads((stage / "engineer.json").read_text())
+    assert eng["engineer"] == "policy" and eng["source"] == "policy"
+    assert eng["decision"] in ("proposed", "kept", "fallback")
+    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert eng["prompt"] in text  # the exact prompt is shown
+    assert "rebuilt full prompt == engineer.json prompt: True" in text
+    for name in ("policy_no_failures", "policy_no_env_stats", "policy_no_history"):
+        assert f"=== {name}:" in text, name
+    # the study section: the table when docs/results.json exists, else the command
+    assert "python -m jaxlake.study" in text or (ROOT / "docs" / "results.json").is_file()
+    assert len(_images(outputs, "image/png")) >= 2  # current and proposed lakes
