@@ -303,7 +303,14 @@ def _render_failures(f: Mapping[str, Any]) -> list[str]:
         if c.get("grid"):
             lines.append("grid:")
             lines.append(c["grid"])
-        lines.append("plan:")
+        written = (c.get("completion") or "").strip()
+        if written and written != (c["plan"] or "").strip():
+            # malformed answers: show what the policy wrote, then what the simulator ran
+            lines.append("answer as written:")
+            lines.append(written)
+            lines.append("plan as read:")
+        else:
+            lines.append("plan:")
         lines.append(c["plan"] or "(empty)")
         for cause in c["causes"] or [c["cause"]]:
             lines.append(f"- {cause}")

@@ -175,6 +175,18 @@ def test_summary_json_and_text_parts_switchable():
         render_summary(s, parts=["gossip"])
 
 
+def test_malformed_case_shows_the_answer_as_written():
+    bad = rec(0, 1, malformed=True, timed_out=2, events=TIMEOUT)
+    bad["completion"] = "A: U\nB: L\nC: R"
+    bad["plan"] = "A: U\nB: L"
+    ev = {"episodes": [bad], "grids": ["A . a\nB . b"], "suite": {"cells": CELLS}}
+    text = render_summary({"failures": failure_cases(ev, 2)}, parts=["failures"])
+    assert "answer as written:\nA: U\nB: L\nC: R\nplan as read:\nA: U\nB: L" in text
+    good = rec(1, 1, fell=1, events=FALL)
+    text = render_summary({"failures": failure_cases({**ev, "episodes": [good]}, 2)}, parts=["failures"])
+    assert "plan:\nA: R R\nB: D" in text and "answer as written" not in text
+
+
 def test_behaviour_falls_back_to_available_mode():
     ev = synthetic_eval()
     del ev["modes"]["greedy"]
