@@ -1,0 +1,60 @@
+"""Pictures used by README.md: ``python docs/figures.py`` rewrites ``docs/img/*.png``.
+
+``game.png``: one lake drawn by :mod:`jaxlake.viewer`, twice. Left, each agent follows the
+shortest path it would take alone (planned with the other agents removed), so both reach
+the gap at once and their moves are cancelled (conflict marks); right, the reference
+planner's joint plan, where one agent waits.
+"""
+
+from pathlib import Path
+
+import jax
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from jaxlake.env import rollout  # noqa: E402
+from jaxlake.planner import solve  # noqa: E402
+from jaxlake.text import format_plan, parse_lake  # noqa: E402
+from jaxlake.viewer import plot_lake  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "img"
+LAKE = """\
+A . . . B
+O O . O O
+b . . . a"""
+
+
+def alone_plan(text: str, letter: str, max_steps: int) -> np.ndarray:
+    """Agent ``letter``'s shortest plan with every other agent and goal removed."""
+    keep = {letter, letter.lower()}
+    cells = [[c if (c in keep or not c.isalpha() or c == "O") else "." for c in row.split()] for row in text.splitlines()]
+    solo = "\n".join(" ".join("A" if c == letter else "a" if c == letter.lower() else c for c in row) for row in cells)
+    return np.asarray(solve(parse_lake(solo, max_steps=max_steps)).actions)[0]
+
+
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    lake = parse_lake(LAKE, max_steps=12)
+    sol = solve(lake)
+    key = jax.random.PRNGKey(0)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    naive = np.zeros_like(np.asarray(sol.actions))
+    for i in range(int(lake.num_agents)):
+        naive[i] = alone_plan(LAKE, "ABCDEFGH"[i], int(lake.max_steps))
+    for ax, plan, title in ((axes[0], naive, "each agent's own shortest path"), (axes[1], np.asarray(sol.actions), "reference planner")):
+        out = rollout(lake, plan, key)
+        plot_lake(lake, out.final_state, trajectory=out.trajectory, ax=ax,
+                  title=f"{title}: success {bool(out.outcome.success)}")
+    fig.tight_layout()
+    fig.savefig(OUT / "game.png", dpi=90)
+    print("alone:\n" + format_plan(naive, num_agents=int(lake.num_agents)))
+    print("planner:\n" + format_plan(sol.actions, num_agents=int(lake.num_agents)))
+
+
+if __name__ == "__main__":
+    main()
