@@ -520,6 +520,17 @@ class Checkpoints:
         model = nnx.merge(policy.graphdef, jax.tree_util.tree_map(shd.host_copy, policy.state))
         save_checkpoint(self.directory, model, int(step), extra=extra, max_to_keep=self.keep)
 
+    def start(self, policy: Policy, optimizer: optax.GradientTransformation, seed: int):
+        """A phase's starting point: ``(state, opt_state, step, rng, resumed)``, fresh (step 0,
+        ``rng = PRNGKey(seed)``, ``resumed`` None) or from the latest checkpoint (``resumed``
+        = its step). ``state`` is a copy: the updates donate their inputs."""
+        state = _copy(policy.state)
+        opt_state = optimizer.init(state)
+        if self.latest() is None:
+            return state, opt_state, 0, jax.random.PRNGKey(seed), None
+        state, opt_state, step, rng, _ = self.restore(policy, opt_state)
+        return state, opt_state, step, rng, step
+
     def restore(self, policy: Policy, opt_template: Any, step: Optional[int] = None):
         """``(state, opt_state, step, rng, data_position)`` of ``step`` (default latest)."""
         from llm.checkpoint import restore_checkpoint
@@ -730,15 +741,9 @@ def run_grpo(
     if mesh is not None:
         shd.check_divisible(gc.rows // gc.micro_batches, mesh, "grpo rows per micro-batch")
     ckpt = Checkpoints(checkpoint_dir, gc.keep_checkpoints)
-    state = _copy(policy.state)  # the update donates its input: never consume the caller's arrays
+    state, opt_state, start, rng, resumed = ckpt.start(policy, optimizer, config.seed)
     if lc.use_reference:
-        ref_state = _copy(ref_state)
-    opt_state = optimizer.init(state)
-    rng = jax.random.PRNGKey(config.seed)
-    start, resumed = 0, None
-    if ckpt.latest() is not None:
-        state, opt_state, start, rng, _ = ckpt.restore(policy, opt_state)
-        resumed = start
+        ref_state = _copy(ref_state)  # the update donates its input: never consume the caller's arrays
     metrics.truncate("grpo", start, drop_later=start < gc.steps)
     if mesh is not None:
         state, opt_state = shd.replicate(state, mesh), shd.replicate(opt_state, mesh)

@@ -100,13 +100,7 @@ def run_warmstart(
     if mesh is not None:
         shd.check_divisible(wc.batch_size // wc.micro_batches, mesh, "warmstart rows per micro-batch")
     ckpt = tr.Checkpoints(checkpoint_dir, wc.keep_checkpoints)
-    state = tr._copy(policy.state)
-    opt_state = optimizer.init(state)
-    rng = jax.random.PRNGKey(config.seed)
-    start, resumed = 0, None
-    if ckpt.latest() is not None:
-        state, opt_state, start, rng, _ = ckpt.restore(policy, opt_state)
-        resumed = start
+    state, opt_state, start, rng, resumed = ckpt.start(policy, optimizer, config.seed)
     metrics.truncate("warmstart", start, drop_later=start < wc.steps)
     if mesh is not None:
         state, opt_state = shd.replicate(state, mesh), shd.replicate(opt_state, mesh)
