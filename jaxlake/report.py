@@ -189,17 +189,21 @@ def plot_scores(runs: Sequence[dict], path: Path, mode: str = "greedy") -> Path:
     import matplotlib.pyplot as plt
 
     data = collect(runs, mode)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6 + 1.6 * (len(data) > 4), 4))
     for eng in sorted(data):
         stages = sorted(data[eng])
         stats = [mean_ci(data[eng][s]) for s in stages]
         ax.errorbar(stages, [m for m, _, _ in stats], yerr=[h or 0.0 for _, h, _ in stats], marker="o", capsize=3, label=eng)
     ax.set_xlabel("stage")
     ax.set_ylabel(f"aggregate score ({mode} success)")
-    ax.set_ylim(-0.02, 1.02)
+    top = max([m + (h or 0.0) for per in data.values() for m, h, _ in (mean_ci(v) for v in per.values()) if m is not None] or [1.0])
+    ax.set_ylim(-0.02, 1.02 if top > 0.5 else max(0.1, 1.15 * top))  # low scores: zoom in
     ax.set_title("Held-out score per stage")
     if data:
-        ax.legend()
+        if len(data) > 4:  # many engineers: the legend beside the axes, not over the lines
+            ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.0, 0.5))
+        else:
+            ax.legend()
         all_stages = sorted({s for per in data.values() for s in per})
         ax.set_xticks(all_stages)
     fig.tight_layout()
