@@ -143,6 +143,12 @@ def test_03_engineer_runs_and_writes_its_artifacts(tmp_path, kernel_name):
     assert "rebuilt full prompt == engineer.json prompt: True" in text
     for name in ("policy_no_failures", "policy_no_env_stats", "policy_no_history"):
         assert f"=== {name}:" in text, name
-    # the study section: the table when docs/results.json exists, else the command
-    assert "python -m jaxlake.study" in text or (ROOT / "docs" / "results.json").is_file()
-    assert len(_images(outputs, "image/png")) >= 2  # current and proposed lakes
+    # the study section: the table and its plot when docs/results.json exists, else the command
+    results = ROOT / "docs" / "results.json"
+    if results.is_file():
+        md = "".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
+        assert json.loads(results.read_text())["table_md"] in md
+        assert len(_images(outputs, "image/png")) >= 3  # current and proposed lakes, study plot
+    else:
+        assert "python -m jaxlake.study" in text
+        assert len(_images(outputs, "image/png")) >= 2
