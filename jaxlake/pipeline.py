@@ -3,7 +3,8 @@
 One run lives in one directory, ``<run dir> = runs/<experiment>`` (Hydra's output folder;
 a multirun job's is ``runs/<experiment>/multirun/<job>``)::
 
-    run.json                    experiment, engineer, seed, stages, suite
+    run.json                    experiment, engineer, seed, stages, suite, settings (the run
+                                resumes only under the same settings: SETTINGS groups)
     report.md, *.png            per-stage table and plots (jaxlake.report), rewritten at the end
     stage_<k>/env.yaml          the environment stage k trains on (a weighted mixture)
     stage_<k>/checkpoint/       orbax checkpoints of the stage's policy   } llm.train.train_stage
@@ -440,6 +441,7 @@ def write_run_info(cfg: Any, engineer: Any) -> None:
         "eval": str(_get(cfg.eval, "name", "")),
         "run_dir": str(d.resolve()),
     }
+    info["settings"] = run_settings(cfg)
     path = d / "run.json"
     if path.is_file():
         old = read_json(path)
@@ -449,7 +451,43 @@ def write_run_info(cfg: Any, engineer: Any) -> None:
                     f"{d} belongs to a run with {key}={old[key]}, not {info[key]}; choose another "
                     "experiment=<name> (or delete the folder)"
                 )
+        changed = _diff(old.get("settings"), info["settings"]) if "settings" in old else []
+        if changed:
+            shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed[:6])
+            more = f" (+{len(changed) - 6} more)" if len(changed) > 6 else ""
+            raise PipelineError(
+                f"{d} was made with other settings ({shown}{more}); resuming would mix them. Choose "
+                "another experiment=<name>, restore the settings, or delete the folder"
+            )
     write_json(path, info)
+
+
+#: Config groups a run's results depend on; a run folder refuses to resume under others.
+SETTINGS = ("env", "model", "train", "reward", "prompt", "eval")
+#: Keys inside them that only change how a run reports, not what it computes.
+_COSMETIC = {"train": ("progress", "plot", "distributed")}
+
+
+def run_settings(cfg: Any) -> dict:
+    """The settings that fix a run's results (``SETTINGS`` groups and the warm-start policy)."""
+    out = {}
+    for group in SETTINGS:
+        node = _plain(_get(cfg, group, {}))
+        if isinstance(node, dict):
+            node = {k: v for k, v in node.items() if k not in _COSMETIC.get(group, ())}
+        out[group] = node
+    out["pipeline.warmstart"] = str(_get(_get(cfg, "pipeline", {}), "warmstart", "first"))
+    return json.loads(json.dumps(out, default=str))
+
+
+def _diff(old: Any, new: Any, prefix: str = "") -> list:
+    """``[(dotted key, old, new)]`` where two JSON trees differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new), key=str):
+            out += _diff(old.get(k), new.get(k), f"{prefix}{k}.")
+        return out
+    return [] if old == new else [(prefix.rstrip("."), old, new)]
 
 
 def run_stage(cfg: Any, k: int, engineer: Any = None) -> dict:

@@ -1,0 +1,48 @@
+"""A run folder resumes only under the settings that made it: changing what a run computes
+(model, training, reward, prompt, suite, initial environment, warm-start policy) names the
+changed keys; cosmetic switches and a longer run (more stages) are fine."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from jaxlake.engineers import build_engineer
+from jaxlake.pipeline import PipelineError, read_json, write_run_info
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write(tmp_path, *overrides):
+    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+        cfg = compose("config", overrides=[f"runs_dir={tmp_path}", "experiment=x", "engineer=fixed", *overrides])
+    write_run_info(cfg, build_engineer(cfg.engineer))
+    return read_json(tmp_path / "x" / "run.json")
+
+
+def test_same_or_cosmetic_settings_resume(tmp_path):
+    info = _write(tmp_path)
+    assert info["settings"]["train"]["grpo"]["steps"] == 30 and "progress" not in info["settings"]["train"]
+    _write(tmp_path)
+    _write(tmp_path, "train.progress=false", "train.plot=false", "stages=5")
+
+
+@pytest.mark.parametrize("override, key", [
+    ("train.grpo.steps=31", "train.grpo.steps: 30 -> 31"),
+    ("+model.path=/ckpt/Qwen3-4B", "model.path: None -> '/ckpt/Qwen3-4B'"),
+    ("eval=tiny", "eval.base.max_agents: 4 -> 2"),
+    ("env.hole_density=0.2", "env.hole_density: 0.1 -> 0.2"),
+    ("pipeline.warmstart=all", "pipeline.warmstart: 'first' -> 'all'"),
+])
+def test_changed_settings_are_refused_with_the_keys(tmp_path, override, key):
+    _write(tmp_path)
+    with pytest.raises(PipelineError, match="other settings") as err:
+        _write(tmp_path, override)
+    assert key in str(err.value) and "experiment=<name>" in str(err.value)
+
+
+def test_old_run_folders_without_settings_still_resume(tmp_path):
+    info = _write(tmp_path)
+    del info["settings"]
+    (tmp_path / "x" / "run.json").write_text(__import__("json").dumps(info))
+    assert _write(tmp_path, "train.grpo.steps=31")["settings"]["train"]["grpo"]["steps"] == 31
