@@ -315,7 +315,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     parser.add_argument("--study", default="cpu", help="conf/study/<name>.yaml (default: cpu)")
     parser.add_argument("--results", type=Path, default=ROOT / "docs" / "results.md",
-                        help="the results page (default: docs/results.md; plots and results.json beside it)")
+                        help="the results page (default: docs/results.md; its plots go to <page stem>/, its data to <page stem>.json)")
     parser.add_argument("--no-run", action="store_true", help="only rewrite the results from finished runs")
     args = parser.parse_args(argv)
     if not (ROOT / "conf" / "study" / f"{args.study}.yaml").is_file():
@@ -323,7 +323,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: --study={args.study!r}: no conf/study/{args.study}.yaml; choose from {known}", file=sys.stderr)
         return 2
     root = study_root(args.study, extra)
+    page = Path(args.results).resolve()
+    shown = page.relative_to(ROOT).as_posix() if page.is_relative_to(ROOT) else str(page)
     command = " ".join(["python -m jaxlake.study"] + ([f"--study {args.study}"] if args.study != "cpu" else [])
+                       + ([f"--results {shown}"] if page != (ROOT / "docs" / "results.md").resolve() else [])
                        + (["--", *map(shlex.quote, extra)] if extra else []))
     try:
         if not args.no_run:
