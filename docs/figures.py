@@ -35,8 +35,6 @@ def alone_plan(text: str, letter: str, max_steps: int) -> np.ndarray:
     return np.asarray(solve(parse_lake(solo, max_steps=max_steps)).actions)[0]
 
 
-
-
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     lake = parse_lake(LAKE, max_steps=12)

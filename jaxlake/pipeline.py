@@ -218,20 +218,13 @@ _SOURCE_FILE = "shared_from.json"
 
 
 def stage1_key(cfg: Any, mixture: list) -> str:
-    """Hash of everything stage 1's training, evaluation and summaries depend on."""
-    c = _train_cfg(cfg, 1)
-    train = dict(c.get("train") or {})
-    for cosmetic in ("progress", "plot"):
-        train.pop(cosmetic, None)
-    payload = {
-        "env": mixture_to_obj(mixture),
-        "seed": _seed(cfg),
-        "model": c.get("model"),
-        "train": train,
-        "reward": c.get("reward"),
-        "prompt": c.get("prompt"),
-        "eval": c.get("eval"),
-    }
+    """Hash of everything stage 1's training, evaluation and summaries depend on: the run's
+    settings (:func:`run_settings`, less the warm-start policy of later stages), its seed and
+    stage 1's environment (the engineer's initial mixture, which may replace ``env``)."""
+    settings = run_settings(cfg)
+    for later in ("env", "pipeline.warmstart"):
+        settings.pop(later)
+    payload = {"settings": settings, "seed": _seed(cfg), "env": mixture_to_obj(mixture)}
     blob = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -538,7 +531,8 @@ def stage_record(d: Path, k: int) -> dict:
     }
 
 
-def _short_env(mixture_obj: list) -> str:
+def short_env(mixture_obj: list) -> str:
+    """A mixture in one line: ``5x5 n=2 holes=0.1 conflict=0.5``, ``0.50*(...) + 0.50*(...)``."""
     keys = ("height", "width", "num_agents", "hole_density", "conflict_density")
     parts = []
     for comp in mixture_obj:
@@ -557,7 +551,7 @@ def stage_table(records: list) -> str:
         scores = " | ".join("–" if r["scores"].get(m) is None else f"{r['scores'][m]:.3f}" for m in modes)
         own = r["current_env"].get("greedy")
         rows.append(
-            f"| {r['stage']} | {_short_env(r['env'])} | {scores} | {'–' if own is None else f'{own:.3f}'} | "
+            f"| {r['stage']} | {short_env(r['env'])} | {scores} | {'–' if own is None else f'{own:.3f}'} | "
             f"{r['decision']}: {r['reason']} |"
         )
     return "\n".join(rows)

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from jaxlake.engineers import load_mixture, mixture_to_obj
+from jaxlake.pipeline import read_json, short_env, write_text
 from jaxlake.report import find_runs, load_run, mean_ci, plot_breakdown, plot_scores
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +75,7 @@ def run_sweep(study: str, overrides: Sequence[str], root: Path) -> float:
     log = _read(root / "study.json") or {"invocations": []}
     log["invocations"].append({"study": study, "overrides": list(overrides), "wall_s": round(wall, 1),
                                "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0)), "rc": code})
-    _write(root / "study.json", json.dumps(log, indent=1) + "\n")
+    write_text(root / "study.json", json.dumps(log, indent=1) + "\n")
     if code != 0:
         raise StudyError(f"the sweep exited with status {code}; rerun the same command to resume it")
     return wall
@@ -81,30 +83,8 @@ def run_sweep(study: str, overrides: Sequence[str], root: Path) -> float:
 
 # ============================================================================ results
 def _read(path: Path) -> Optional[Any]:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _write(path: Path, text: str) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
-def _short_env(env_yaml: Path) -> str:
-    from jaxlake.engineers import load_mixture, mixture_to_obj
-
-    keys = ("height", "width", "num_agents", "hole_density", "conflict_density")
-    parts = []
-    mix = mixture_to_obj(load_mixture(env_yaml))
-    for comp in mix:
-        c = comp["config"]
-        body = "{}x{} n={} h={:g} c={:g}".format(*(c[k] for k in keys))
-        parts.append(body if len(mix) == 1 else f"{comp['weight']:.2f}·({body})")
-    return " + ".join(parts)
+    """A JSON file, or None when it is not there."""
+    return read_json(path) if Path(path).is_file() else None
 
 
 def collect_rows(root: Path) -> list[dict]:
@@ -127,7 +107,7 @@ def collect_rows(root: Path) -> list[dict]:
                 "score_greedy": (modes.get("greedy") or {}).get("score"),
                 "score_sampled": (modes.get("sampled") or {}).get("score"),
                 "own_env_greedy": own.get("score"),
-                "env": _short_env(sd / "env.yaml") if (sd / "env.yaml").is_file() else None,
+                "env": short_env(mixture_to_obj(load_mixture(sd / "env.yaml"))) if (sd / "env.yaml").is_file() else None,
                 "decision": eng.get("decision"),
                 "changed": eng.get("changed"),
                 "shared_stage1": (sd / "shared_from.json").is_file(),
@@ -233,12 +213,11 @@ def wall_time(root: Path, rows: Sequence[dict]) -> tuple[float, str]:
     return (max(times) - min(times) if times else 0.0), "span of the run files' modification times"
 
 
-def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path, page: Path) -> tuple[str, dict]:
+def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path) -> tuple[str, dict]:
     """The generated markdown (between the markers) and the results.json payload."""
     wall, how = wall_time(root, rows)
     stages = sorted({r["stage"] for r in rows})
     seeds = sorted({r["seed"] for r in rows})
-    rel = lambda p: Path(p).resolve().relative_to(page.parent.resolve()).as_posix() if Path(p).resolve().is_relative_to(page.parent.resolve()) else str(p)  # noqa: E731
     greedy = score_table(rows, "score_greedy")
     parts = [
         f"**Command:** `{command}`  ",
@@ -260,15 +239,15 @@ def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path
         parts += ["", "### Success on the stage's own training environment (greedy)", "",
                   "Not comparable across engineers (each trains on its own environments); it shows",
                   "how hard each engineer made the task.", "", score_table(rows, "own_env_greedy", paired=False)]
-    parts += ["", "### Environments chosen (height x width, agents n, holes h, conflicts c)", "", env_table(rows)]
+    parts += ["", "### Environments chosen (height x width, agents n, hole and conflict densities)", "", env_table(rows)]
     assets.mkdir(parents=True, exist_ok=True)
     runs = [load_run(d) for d in find_runs(root)]
     plot_final(rows, assets / "last_stage.png")
     plot_scores(runs, assets / "score_per_stage.png")
     plot_breakdown(runs, assets / "breakdown.png")
-    parts += ["", f"![last-stage score per engineer]({rel(assets / 'last_stage.png')})", "",
-              f"![score per stage]({rel(assets / 'score_per_stage.png')})", "",
-              f"![last-stage score per suite dimension]({rel(assets / 'breakdown.png')})"]
+    parts += ["", f"![last-stage score per engineer]({assets.name}/last_stage.png)", "",
+              f"![score per stage]({assets.name}/score_per_stage.png)", "",
+              f"![last-stage score per suite dimension]({assets.name}/breakdown.png)"]
     payload = {"command": command, "wall_s": round(wall, 1), "wall_source": how, "root": str(root),
                "table_md": greedy, "rows": [{k: v for k, v in r.items() if k != "dir"} for r in rows]}
     return "\n".join(parts), payload
@@ -280,7 +259,7 @@ def write_results(root: Path, page: Path, command: str) -> dict:
     page = Path(page)
     rows = collect_rows(root)
     assets = page.parent / page.stem
-    section, payload = results_section(Path(root), rows, command, assets, page)
+    section, payload = results_section(Path(root), rows, command, assets)
     block = f"{BEGIN}\n{section}\n{END}"
     if page.is_file():
         text = page.read_text(encoding="utf-8")
@@ -291,8 +270,8 @@ def write_results(root: Path, page: Path, command: str) -> dict:
     else:
         text = f"# Study results\n\n{block}\n"
     page.parent.mkdir(parents=True, exist_ok=True)
-    _write(page, text)
-    _write(page.with_suffix(".json"), json.dumps(payload, indent=1) + "\n")
+    write_text(page, text)
+    write_text(page.with_suffix(".json"), json.dumps(payload, indent=1) + "\n")
     return payload
 
 
