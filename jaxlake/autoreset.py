@@ -126,8 +126,7 @@ def step(pool: Lake, ar: AutoResetState, actions: jax.Array, key: jax.Array,
     ``episodes`` grows by one and ``pending`` is set (``state`` keeps the terminal state).
     The returned :class:`StepInfo` is the step's own. ``step_kwargs`` go to ``env.step``.
     """
-    u = jax.random.uniform(key, (pool.max_agents,), dtype=jnp.float32)
-    return step_from_uniforms(pool, ar, actions, u, **step_kwargs)
+    return step_from_uniforms(pool, ar, actions, env.slip_uniforms(key, pool.max_agents), **step_kwargs)
 
 
 def step_from_uniforms(pool: Lake, ar: AutoResetState, actions: jax.Array, u: jax.Array,

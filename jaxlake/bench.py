@@ -254,7 +254,7 @@ def make_generator(generate_fn: Callable) -> Callable:
 
 
 #: How random actions (and slip noise) are drawn inside the rollout (``bench.rng``).
-RNG_MODES = ("bits", "keys")
+RNG_MODES = ("bits", "keys")  # see _RNG below
 
 
 def random_actions(key: jax.Array, batch: int, num_slots: int, mesh=None) -> tuple[jax.Array, jax.Array]:
@@ -270,22 +270,25 @@ def random_actions(key: jax.Array, batch: int, num_slots: int, mesh=None) -> tup
     return constrain_batch(actions, mesh), constrain_batch(u, mesh)
 
 
-def _draw(rng: str, key: jax.Array, batch: int, num_slots: int, mesh) -> tuple[jax.Array, jax.Array]:
-    if rng == "bits":
-        return random_actions(key, batch, num_slots, mesh)
-    if rng != "keys":
-        raise ValueError(f"bench.rng={rng!r} not in {RNG_MODES}")
+def keyed_actions(key: jax.Array, batch: int, num_slots: int, mesh=None) -> tuple[jax.Array, jax.Array]:
+    """``[B, A]`` ``randint`` actions and one split key per instance (for the keyed ``env.step``)."""
     k_act, k_step = jax.random.split(key)
     actions = jax.random.randint(k_act, (batch, num_slots), 0, NUM_ACTIONS, dtype=jnp.int32)
     return constrain_batch(actions, mesh), constrain_batch(jax.random.split(k_step, batch), mesh)
 
 
-def _env_step(rng: str) -> Callable:
-    return jax.vmap(env.step_from_uniforms if rng == "bits" else env.step)
+#: ``bench.rng`` -> (draw actions and noise, batched env step, batched auto-reset step).
+_RNG = {
+    "bits": (random_actions, jax.vmap(env.step_from_uniforms), autoreset.step_batch_from_uniforms),
+    "keys": (keyed_actions, jax.vmap(env.step), autoreset.step_batch),
+}
 
 
-def _autoreset_step(rng: str) -> Callable:
-    return autoreset.step_batch_from_uniforms if rng == "bits" else autoreset.step_batch
+def rng_mode(rng: str) -> tuple[Callable, Callable, Callable]:
+    """``(draw, env_step, autoreset_step)`` of ``bench.rng``; a clear error for unknown modes."""
+    if rng not in _RNG:
+        raise ValueError(f"bench.rng={rng!r} not in {RNG_MODES}")
+    return _RNG[rng]
 
 
 def make_rollout(steps: int, mesh=None, rng: str = "bits") -> Callable:
@@ -296,14 +299,14 @@ def make_rollout(steps: int, mesh=None, rng: str = "bits") -> Callable:
     instance, stepped with ``env.step`` (the keyed public API; its RNG costs about as much as
     the step on CPU).
     """
-    step_fn = _env_step(rng)
+    draw, step_fn, _ = rng_mode(rng)
 
     def rollout(lakes: Lake, state, key):
         batch = state.t.shape[0]
 
         def body(carry, k):
             state, total = carry
-            actions, noise = _draw(rng, k, batch, lakes.max_agents, mesh)
+            actions, noise = draw(k, batch, lakes.max_agents, mesh)
             state, info = step_fn(lakes, state, actions, noise)
             return (constrain_batch(state, mesh), total + jnp.sum(info.reward, axis=-1)), None
 
@@ -316,14 +319,14 @@ def make_rollout(steps: int, mesh=None, rng: str = "bits") -> Callable:
 
 def make_autoreset_rollout(steps: int, mesh=None, rng: str = "bits") -> Callable:
     """``(pool, ar, key) -> (ar, reward_sum)``: ``steps`` auto-reset steps in a scan."""
-    step_fn = _autoreset_step(rng)
+    draw, _, step_fn = rng_mode(rng)
 
     def rollout(pool: Lake, ar, key):
         batch = ar.pool_idx.shape[0]
 
         def body(carry, k):
             ar, total = carry
-            actions, noise = _draw(rng, k, batch, pool.max_agents, mesh)
+            actions, noise = draw(k, batch, pool.max_agents, mesh)
             ar, info = step_fn(pool, ar, actions, noise)
             return (constrain_batch(ar, mesh), total + jnp.sum(info.reward, axis=-1)), None
 
@@ -768,8 +771,7 @@ def run_bench(settings: Mapping[str, Any], out_dir: Optional[Path] = None, *,
     envs = parse_envs(settings["envs"])
     repeats, steps = int(settings.get("repeats", 5)), int(settings.get("steps", 64))
     rng = str(settings.get("rng", "bits"))
-    if rng not in RNG_MODES:
-        raise ValueError(f"bench.rng={rng!r} not in {RNG_MODES}")
+    rng_mode(rng)  # fail before any work on an unknown mode
     gen_repeats = int((settings.get("generator") or {}).get("repeats", repeats))
     default_sizes = [int(b) for b in settings.get("batch_sizes", [1, 1024])]
     auto = dict(settings.get("autoreset") or {})

@@ -160,10 +160,15 @@ def step(
     Returns:
       ``(next_state, info)`` with per-agent :class:`StepInfo` flags and rewards.
     """
-    u = jax.random.uniform(key, (lake.max_agents,), dtype=jnp.float32)
     return step_from_uniforms(
-        lake, state, actions, u, arrive_reward=arrive_reward, fall_reward=fall_reward
+        lake, state, actions, slip_uniforms(key, lake.max_agents), arrive_reward=arrive_reward,
+        fall_reward=fall_reward,
     )
+
+
+def slip_uniforms(key: jax.Array, num_slots: int) -> jax.Array:
+    """The slip noise :func:`step` draws from its key: ``[num_slots]`` float32 uniforms."""
+    return jax.random.uniform(key, (num_slots,), dtype=jnp.float32)
 
 
 def step_from_uniforms(

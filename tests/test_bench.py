@@ -127,6 +127,26 @@ def test_memory_cap_skips_batches_that_do_not_fit():
     assert "device memory" in cap.check_compiled("rollout", 60, 1, mem=1001)
 
 
+def test_both_rng_modes_compile_and_step():
+    import jax
+
+    from jaxlake import LakeConfig, autoreset
+    from jaxlake.env import reset
+    from jaxlake.generator import generate_batch
+
+    lakes = generate_batch(jax.random.key(0), LakeConfig(height=4, width=4, num_agents=2, max_height=4,
+                                                         max_width=4, max_agents=2, max_steps=8), 2)
+    state = jax.vmap(reset)(lakes)
+    ar = autoreset.init(lakes, 2)
+    for rng in bench.RNG_MODES:  # both modes trace, compile and step (the CI run uses only "bits")
+        final, total = bench.make_rollout(4, rng=rng)(lakes, state, jax.random.key(1))
+        assert total.shape == (2,) and int(final.t.min()) == 4, rng
+        ar4, total = bench.make_autoreset_rollout(4, rng=rng)(lakes, ar, jax.random.key(1))
+        assert total.shape == (2,) and int(ar4.state.t.max()) >= 1, rng
+    with pytest.raises(ValueError, match="bench.rng='dice' not in"):
+        bench.make_rollout(4, rng="dice")
+
+
 def test_parse_envs_validates_names_and_fields():
     envs = bench.parse_envs([{"name": "a", "height": 4, "width": 4, "num_agents": 2, "max_height": 4,
                               "max_width": 4, "max_agents": 2, "batch_sizes": [8, 2]}])

@@ -132,12 +132,9 @@ GUARANTEE_CONFIGS = [
 def test_guarantees_on_thousands_of_lakes():
     configs = [GUARANTEE_CONFIGS[i % len(GUARANTEE_CONFIGS)] for i in range(BATCH)]
     stacked = stack_configs(configs)
-    total = 0
-    for round_ in range(8):
+    for round_ in range(8):  # 8 x BATCH lakes
         keys = jax.random.split(jax.random.key(100 + round_), BATCH)
         check_batch(many(keys, stacked), configs)
-        total += BATCH
-    assert total >= 2000
 
 
 def test_dense_holes_fall_back_without_breaking_guarantees():
