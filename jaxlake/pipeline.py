@@ -10,7 +10,7 @@ a multirun job's is ``runs/<experiment>/multirun/<job>``)::
     stage_<k>/checkpoint/       orbax checkpoints of the stage's policy   } llm.train.train_stage
     stage_<k>/metrics.jsonl     training metrics                          } (also warmstart/,
     stage_<k>/train.json        training finished: checkpoint, steps, ... } policy/, curves.png)
-    stage_<k>/train_eval.json   the trainer's own held-out check (renamed from its eval.json)
+    stage_<k>/train_eval.json   the trainer's own held-out check (before / after GRPO)
     stage_<k>/eval.json         the held-out suite evaluation (llm.evaluate)
     stage_<k>/summary.json/.txt the summaries (jaxlake.summaries)
     stage_<k>/engineer.json     prompt, raw output, parsed config, errors, decision
@@ -293,15 +293,11 @@ def step_train(cfg: Any, k: int, d: Path, mixture: list) -> dict:
     info = d / "train.json"
     if info.is_file():
         return read_json(info)
-    from llm.evaluate import is_suite_eval
     from llm.train import train_stage
 
     init = previous_policy(cfg, k)
     _log(f"stage {k}: training" + (f" from {init}" if init else ""))
     res = train_stage(_train_cfg(cfg, k), _env_spec(mixture), d, init_from=init)
-    own = d / "eval.json"
-    if own.is_file() and not is_suite_eval(own):
-        os.replace(own, d / "train_eval.json")
     if res.eval_after is None:  # the trainer stopped before the end of its schedule
         raise PipelineError(
             f"training of stage {k} stopped after {res.warmstart_steps} warm-start and {res.grpo_steps} GRPO "
@@ -334,8 +330,6 @@ def step_eval(cfg: Any, k: int, d: Path, mixture: list, train: dict) -> dict:
     path = d / "eval.json"
     if is_suite_eval(path):
         return read_json(path)
-    if path.is_file():  # the trainer's own eval.json
-        os.replace(path, d / "train_eval.json")
     policy_path = Path(train.get("policy_dir") or train["checkpoint_dir"])
     _log(f"stage {k}: evaluating {policy_path} on the held-out suite")
     policy = _load(cfg, policy_path)
@@ -382,11 +376,11 @@ def step_summary(cfg: Any, k: int, d: Path, mixture: list, ev: dict) -> dict:
     return summary
 
 
-def step_engineer(cfg: Any, k: int, d: Path, mixture: list, ev: dict, summary: dict, train: dict, engineer: Any) -> dict:
-    done = d / "engineer.json"
-    nxt = d / "next_env.yaml"
-    if done.is_file() and nxt.is_file():
-        return read_json(done)
+def engineer_context(cfg: Any, k: int, d: Path, mixture: list, ev: dict, summary: dict, train: dict,
+                     engineer: Any) -> EngineerContext:
+    """What the engineer of stage ``k`` gets: the stage's environment, evaluation, summary and
+    history, the previous decision's state, and a loader for the trained (``"policy"``) or
+    stage-0 (``"base"``) model. Notebook 03 calls it to replay a decision."""
     prev_state = {}
     if k > 1 and (stage_dir(cfg, k - 1) / "engineer.json").is_file():
         prev_state = read_json(stage_dir(cfg, k - 1) / "engineer.json").get("state") or {}
@@ -396,7 +390,7 @@ def step_engineer(cfg: Any, k: int, d: Path, mixture: list, ev: dict, summary: d
         policy = _load(cfg, path)
         return policy.module(), policy.tokenizer
 
-    ctx = EngineerContext(
+    return EngineerContext(
         stage=k,
         current=mixture,
         initial=initial_mixture(cfg, engineer),
@@ -411,6 +405,14 @@ def step_engineer(cfg: Any, k: int, d: Path, mixture: list, ev: dict, summary: d
         run_cfg=cfg,
         load_model=load_model,
     )
+
+
+def step_engineer(cfg: Any, k: int, d: Path, mixture: list, ev: dict, summary: dict, train: dict, engineer: Any) -> dict:
+    done = d / "engineer.json"
+    nxt = d / "next_env.yaml"
+    if done.is_file() and nxt.is_file():
+        return read_json(done)
+    ctx = engineer_context(cfg, k, d, mixture, ev, summary, train, engineer)
     _log(f"stage {k}: engineer {engineer.name} proposes stage {k + 1}'s environment")
     t0 = time.perf_counter()
     proposal = engineer.propose(ctx)

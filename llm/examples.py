@@ -28,6 +28,7 @@ import numpy as np
 from jaxlake.env import Outcome, Trajectory, rollout
 from jaxlake.text import pad_plan_agents, parse_plan_detailed
 from jaxlake.types import Lake
+from llm.prompts import unbatch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,12 +94,6 @@ def _runner(horizon: int):
     return jax.jit(jax.vmap(lambda lake, plan, k: rollout(lake, plan, k, horizon=horizon)))
 
 
-def _unbatch(lakes: Lake) -> list[Lake]:
-    host = jax.tree_util.tree_map(np.asarray, lakes)
-    size = int(np.shape(host.num_agents)[0])
-    return [jax.tree_util.tree_map(lambda x, b=b: x[b], host) for b in range(size)]
-
-
 def play_texts(lakes: Lake, texts: Sequence[str], key: jax.Array, *, horizon: Optional[int] = None,
                prompts: Optional[Sequence[str]] = None) -> list[Example]:
     """Parse and play ``B`` completion texts on a batched ``lakes`` (leading axis ``B``).
@@ -112,7 +107,7 @@ def play_texts(lakes: Lake, texts: Sequence[str], key: jax.Array, *, horizon: Op
       prompts: optional ``B`` prompt texts to keep beside the completions.
     """
     texts = list(texts)
-    singles = _unbatch(lakes)
+    singles = unbatch(lakes)
     if len(singles) != len(texts):
         raise ValueError(f"got {len(texts)} texts for {len(singles)} lakes")
     if prompts is not None and len(prompts) != len(texts):

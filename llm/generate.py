@@ -186,26 +186,6 @@ def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, bucket: int = 1) 
 
 
 # ----------------------------------------------------------------------------- device core
-#: Prefill in one call (all-position logits) only while those logits stay below this size.
-_ONE_CALL_LOGITS_BYTES = 64 * 2**20
-
-
-def _split_prefill(config: Any, batch: int, prompt_len: int) -> bool:
-    """Whether to prefill as "all but the last token, then the last token" (static choice).
-
-    One call over the whole prompt computes the LM head at every prompt position; two calls
-    compute it once per row but pay one more (decode-sized) model call. Two calls win when
-    the head is a large share of the model (big vocabularies: ``vocab * hidden`` above a
-    quarter of the decoder weights) or when the ``[B, P, vocab]`` logits would be large.
-    """
-    if prompt_len <= 1:
-        return False
-    head = config.vocab_size * config.hidden_size
-    layers = config.num_parameters() - head * (1 if config.tie_word_embeddings else 2) - config.hidden_size
-    logits_bytes = 4 * batch * prompt_len * config.vocab_size
-    return head > layers / 4 or logits_bytes > _ONE_CALL_LOGITS_BYTES
-
-
 def _prefill_all_but_last(model, input_ids, prompt_mask, capacity: int):
     """Write the KV cache of every prompt token but the last; return ``(cache, positions)``.
 
@@ -253,14 +233,10 @@ def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, to
     def is_eos(tok):
         return jnp.any(tok[:, None] == eos[None, :], axis=-1)
 
-    if _split_prefill(model.config, batch, prompt_len):
-        cache, positions = _prefill_all_but_last(model, input_ids, prompt_mask, prompt_len + n)
-        logits, cache = model(input_ids[:, -1:], positions=positions[:, -1:], attention_mask=prompt_mask[:, -1:],
-                              cache=cache)
-    else:
-        positions = left_pad_positions(prompt_mask)
-        logits, cache = model(input_ids, positions=positions, attention_mask=prompt_mask,
-                              cache=model.init_cache(batch, prompt_len + n))
+    # prefill: the whole prompt into the cache, the LM head only at the last position
+    positions = left_pad_positions(prompt_mask)
+    logits, cache = model(input_ids, positions=positions, attention_mask=prompt_mask,
+                          cache=model.init_cache(batch, prompt_len + n), logits_to_keep=1)
     tok, logp = choose(0, logits[:, -1])
     done = is_eos(tok)
     tokens = jnp.full((batch, n), pad_id, jnp.int32).at[:, 0].set(tok)

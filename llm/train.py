@@ -903,8 +903,7 @@ def load_policy(model_cfg: Any, init_from: Optional[str | os.PathLike] = None, s
         from llm.checkpoint import restore_checkpoint
 
         restored = restore_checkpoint(init)
-        base = load_policy(model_cfg, None, seed)
-        return Policy.from_model(restored.model, base.tokenizer)
+        return Policy.from_model(restored.model, _tokenizer_for(model_cfg))
     if path:
         from llm.hf_io import from_pretrained
 
@@ -923,6 +922,15 @@ def load_policy(model_cfg: Any, init_from: Optional[str | os.PathLike] = None, s
         config = dataclasses.replace(base, **{**arch, "vocab_size": max(int(arch.get("vocab_size", 0)), len(tokenizer))})
         model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed))
     return Policy.from_model(model, tokenizer)
+
+
+def _tokenizer_for(model_cfg: Any):
+    """The tokenizer of ``model_cfg`` (its ``path`` folder, else the embedded default's),
+    without building a model."""
+    from llm import default as default_model
+    from llm.hf_io import load_tokenizer
+
+    return load_tokenizer(_get(model_cfg, "path") or default_model.default_model_dir())
 
 
 def _write_json(path: Path, obj: Any) -> None:

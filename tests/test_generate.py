@@ -167,23 +167,6 @@ def test_greedy_equals_argmax_of_full_forward(greedy_result, full_logits):
     assert len(set(np.asarray(r.tokens).ravel().tolist())) > 3  # not a degenerate repeat
 
 
-@pytest.mark.parametrize("split_prefill,extra", [(True, 1), (False, 2)])
-def test_prefill_strategies_agree(split, greedy_result, monkeypatch, split_prefill, extra):
-    """Both prefill paths (one call; all-but-last + last) give the same greedy run.
-
-    Each case uses a batch size no other test uses, so the patched choice is traced anew.
-    """
-    import importlib
-
-    gen = importlib.import_module("llm.generate")  # the module (``llm.generate`` is also the function)
-    monkeypatch.setattr(gen, "_split_prefill", lambda *a: split_prefill)
-    before = trace_count()
-    r = generate(split, None, PROMPTS + PROMPTS[:extra], GREEDY, decode=False)
-    assert trace_count() == before + 1
-    np.testing.assert_array_equal(r.tokens[:3], greedy_result.tokens)
-    np.testing.assert_allclose(r.logprobs[:3], greedy_result.logprobs, atol=1e-4)
-
-
 def test_greedy_is_deterministic_and_not_recompiled(split, greedy_result):
     before = trace_count()
     again = generate(split, None, PROMPTS, GREEDY, decode=False)

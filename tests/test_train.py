@@ -334,7 +334,12 @@ def test_train_presets_parse(preset):
         cfg = compose("config", overrides=[f"train={preset}"])
     plain = OmegaConf.to_container(cfg, resolve=True)
     tc = tr.TrainConfig.from_dict(plain["train"], plain["reward"], plain["prompt"])
-    assert tc.grpo.loss == GRPOLossConfig(**plain["train"]["grpo"]["loss"])
     if preset == "default":
         # the Python defaults mirror the YAML defaults
         assert tc.warmstart == tr.WarmStartConfig() and tc.grpo == tr.GRPOConfig()
+        assert tc.grpo.loss == GRPOLossConfig()
+    else:
+        # the demo's overrides arrive; everything else is inherited from the default
+        assert (tc.warmstart.steps, tc.grpo.steps, tc.grpo.mu, tc.grpo.lakes_per_step) == (400, 150, 2, 16)
+        assert tc.grpo.rows == 128 and tc.eval.num_lakes == 256
+        assert tc.grpo.group_size == tr.GRPOConfig().group_size and tc.grpo.loss == GRPOLossConfig()
