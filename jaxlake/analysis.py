@@ -25,11 +25,10 @@ import dataclasses
 from typing import Any, Optional, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from jaxlake.config import DYNAMIC_FIELDS, ConfigError, LakeConfig, stack_configs
-from jaxlake.generator import generate_many
+from jaxlake.config import DYNAMIC_FIELDS, ConfigError, LakeConfig
+from jaxlake.generator import generate_per_lake
 from jaxlake.planner import solve_batch
 from jaxlake.report import mean_ci
 from jaxlake.types import Lake
@@ -98,10 +97,8 @@ def generate_groups(key: jax.Array, configs: Sequence[LakeConfig], n: int, **opt
     if isinstance(n, bool) or int(n) != n or int(n) < 1:
         raise ConfigError(f"n={n!r} not in [1, inf)")
     n = int(n)
-    stacked = stack_configs(list(configs))
-    index = jnp.asarray(np.repeat(np.arange(len(configs)), n))
-    per_lake = jax.tree_util.tree_map(lambda x: x[index], stacked)
-    lakes = generate_many(jax.random.split(key, len(configs) * n), per_lake, **options)
+    ids = np.repeat(np.arange(len(configs)), n)
+    lakes = generate_per_lake(jax.random.split(key, len(configs) * n), configs, ids, **options)
     return LakeGroups(configs=configs, n=n, lakes=lakes)
 
 

@@ -582,7 +582,19 @@ def generate_mixture(
         raise ConfigError(f"n={n} not in [1, inf)")
     n = int(n)
     ids = mixture_components(mixture, n, key=key, shuffle=shuffle)
-    stacked = stack_configs(lift_configs(configs))
-    per_lake = jax.tree_util.tree_map(lambda x: x[jnp.asarray(ids)], stacked)
     k_lakes, _ = jax.random.split(key)
-    return generate_many(jax.random.split(k_lakes, n), per_lake, **options)
+    return generate_per_lake(jax.random.split(k_lakes, n), lift_configs(configs), ids, **options)
+
+
+def generate_per_lake(keys: jax.Array, configs: Sequence[LakeConfig], ids: Any, **options: Any) -> Lake:
+    """Lake ``i`` = ``generate(keys[i], configs[ids[i]])``, all in one compiled call.
+
+    Args:
+      keys: ``[N]`` PRNG keys.
+      configs: configs of one static capacity (see :func:`lift_configs`).
+      ids: ``[N]`` ints, each lake's config index.
+      options: generator options (:func:`generate_many`).
+    """
+    stacked = stack_configs(list(configs))
+    per_lake = jax.tree_util.tree_map(lambda x: x[jnp.asarray(ids)], stacked)
+    return generate_many(keys, per_lake, **options)
