@@ -112,6 +112,7 @@ from jaxlake import autoreset, env
 from jaxlake.config import LakeConfig, config_arrays, repeat_config
 from jaxlake.sharding import constrain_batch, mesh_for_batch, replicated, shard_batch
 from jaxlake.types import NUM_ACTIONS, Lake
+from jaxlake.conf import CONF_DIR
 
 SCHEMA = "jaxlake.bench/1"
 RESULT_FILES = ("bench.json", "bench.csv", "bench.png")
@@ -831,7 +832,7 @@ def _hydra_main() -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, OmegaConf
 
-    conf_dir = str(Path(__file__).resolve().parents[1] / "conf")
+    conf_dir = str(CONF_DIR)
 
     @hydra.main(config_path=conf_dir, config_name="bench", version_base=None)
     def main(cfg: DictConfig) -> None:

@@ -25,7 +25,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="config")
+@hydra.main(version_base=None, config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     # orbax logs every checkpoint step at INFO through absl; keep the console for progress
     logging.getLogger("absl").setLevel(logging.WARNING)

@@ -35,6 +35,7 @@ from typing import Any, Optional, Sequence
 from jaxlake.engineers import load_mixture, mixture_to_obj
 from jaxlake.pipeline import read_json, short_env, write_text
 from jaxlake.report import find_runs, load_run, mean_ci, plot_breakdown, plot_scores
+from jaxlake.conf import CONF_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN = "<!-- study:begin -->"
@@ -55,7 +56,7 @@ def study_root(study: str, overrides: Sequence[str]) -> Path:
     from hydra import compose, initialize_config_dir
 
     plain = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in ("runs_dir", "experiment")]
-    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=[f"+study={study}", *plain])
     return Path(str(cfg.runs_dir)) / str(cfg.experiment)
 
@@ -297,8 +298,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="the results page (default: docs/results.md; its plots go to <page stem>/, its data to <page stem>.json)")
     parser.add_argument("--no-run", action="store_true", help="only rewrite the results from finished runs")
     args = parser.parse_args(argv)
-    if not (ROOT / "conf" / "study" / f"{args.study}.yaml").is_file():
-        known = sorted(p.stem for p in (ROOT / "conf" / "study").glob("*.yaml"))
+    if not (CONF_DIR / "study" / f"{args.study}.yaml").is_file():
+        known = sorted(p.stem for p in (CONF_DIR / "study").glob("*.yaml"))
         print(f"error: --study={args.study!r}: no conf/study/{args.study}.yaml; choose from {known}", file=sys.stderr)
         return 2
     root = study_root(args.study, extra)

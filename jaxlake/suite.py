@@ -40,6 +40,7 @@ from jaxlake import env as lake_env
 from jaxlake.config import ConfigError, LakeConfig, stack_configs
 from jaxlake.text import format_plan, parse_plan_detailed, render_text
 from jaxlake.types import ACTION_LETTERS, Lake
+from jaxlake.conf import CONF_DIR
 
 #: Failure types an episode can show (a failed episode may show several).
 FAILURE_TYPES = ("malformed", "fell", "conflict", "timeout")
@@ -152,7 +153,7 @@ def cell_config(spec: SuiteSpec, values: Mapping[str, Any]) -> LakeConfig:
 
 
 #: ``conf/eval`` of this checkout.
-EVAL_CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "eval"
+EVAL_CONF_DIR = CONF_DIR / "eval"
 
 
 def load_eval_conf(name_or_path: str | os.PathLike = "default") -> Any:

@@ -28,9 +28,10 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
+from jaxlake.conf import CONF_DIR
 
 #: ``conf/model`` of this checkout.
-MODEL_CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "model"
+MODEL_CONF_DIR = CONF_DIR / "model"
 #: Seed of the default model's random initialisation.
 DEFAULT_SEED = 0
 #: Bump when the folder layout or the way it is built changes.

@@ -43,6 +43,7 @@ import numpy as np
 
 from jaxlake.suite import Suite, aggregate, build_suite, load_eval_conf, reference_soc, render_grids, score_texts, take_lakes
 from jaxlake.text import format_plan
+from jaxlake.conf import CONF_DIR
 
 EVAL_FORMAT = "jaxlake.eval/1"
 
@@ -253,7 +254,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     model_cfg = None
     if args.model:
-        model_cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "model" / f"{args.model}.yaml")
+        model_cfg = OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml")
     policy = load_policy(model_cfg, args.checkpoint)
     result = evaluate_policy(policy, load_eval_conf(args.eval), load_prompt_config(args.prompt),
                              checkpoint=args.checkpoint)

@@ -28,9 +28,10 @@ import numpy as np
 
 from jaxlake.text import format_plan, render_text
 from jaxlake.types import Lake
+from jaxlake.conf import CONF_DIR
 
 #: ``conf/prompt`` of this checkout (the wording's home).
-PROMPT_DIR = Path(__file__).resolve().parents[1] / "conf" / "prompt"
+PROMPT_DIR = CONF_DIR / "prompt"
 
 _USER_FIELDS = ("grid", "height", "width", "num_agents", "max_steps", "letters", "agents", "slip_note", "example", "slip_prob")
 _AGENT_FIELDS = ("agent", "row", "col", "goal", "goal_row", "goal_col")

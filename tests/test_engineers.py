@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from jaxlake.config import ConfigError, LakeConfig
 from jaxlake.engineers import (
+from jaxlake.conf import CONF_DIR
     ConfigSpace,
     EngineerContext,
     FixedEngineer,
@@ -28,7 +29,7 @@ from jaxlake.engineers import (
     space_from_conf,
 )
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "engineer"
+CONF = CONF_DIR / "engineer"
 BASE = LakeConfig(height=5, width=5, num_agents=2, hole_density=0.1, conflict_density=0.5, max_steps=16)
 
 

@@ -12,8 +12,9 @@ from omegaconf import OmegaConf
 from jaxlake.config import ConfigError, LakeConfig
 from jaxlake.engineers import EngineerContext, build_engineer
 from llm.engineer import ExternalEngineer
+from jaxlake.conf import CONF_DIR
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "engineer" / "external.yaml"
+CONF = CONF_DIR / "engineer" / "external.yaml"
 BASE = LakeConfig(height=5, width=5, num_agents=2, hole_density=0.1, conflict_density=0.5)
 SUMMARY = {
     "behaviour": {"mode": "greedy", "n": 4, "overall": {k: 0.5 for k in (

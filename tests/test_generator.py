@@ -27,11 +27,12 @@ from jaxlake.generator import (
     mixture_counts,
 )
 from jaxlake.types import ON_GOAL_CODES
+from jaxlake.conf import CONF_DIR
 
 BATCH = 256
 CANVAS = dict(max_height=8, max_width=8, max_agents=4)
 OPTIONS = dict(chunk_size=100)  # 256 lakes -> 3 chunks, the last one padded
-PRESETS = sorted((Path(__file__).resolve().parents[1] / "conf" / "env").glob("*.yaml"))
+PRESETS = sorted((CONF_DIR / "env").glob("*.yaml"))
 INF = 10**9
 
 

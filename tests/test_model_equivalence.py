@@ -22,6 +22,7 @@ transformers = pytest.importorskip("transformers")
 from jaxlake.config import ConfigError  # noqa: E402
 from llm.hf_io import model_from_hf_tensors  # noqa: E402
 from llm.model import KVCache, Qwen3Config, Qwen3ForCausalLM, count_params  # noqa: E402
+from jaxlake.conf import CONF_DIR
 
 VOCAB = 97
 ATOL = 1e-4
@@ -328,7 +329,7 @@ def test_num_parameters_matches_model_and_transformers():
 
 @pytest.mark.parametrize("name", ["tiny", "small_100m", "qwen3_0_6b", "qwen3_1_7b", "qwen3_4b"])
 def test_presets_match_transformers_parameter_count(name):
-    config = Qwen3Config.from_yaml(f"conf/model/{name}.yaml")
+    config = Qwen3Config.from_yaml(CONF_DIR / "model" / f"{name}.yaml")
     hf_cfg = transformers.Qwen3Config(**{k: v for k, v in config.to_hf_dict().items() if k not in ("architectures", "transformers_version", "model_type")})
     with torch.device("meta"):
         n_torch = sum(p.numel() for p in transformers.Qwen3ForCausalLM(hf_cfg).parameters())
@@ -400,7 +401,7 @@ def test_from_dict_rejects_unknown_fields():
 
 
 def test_layers_are_initialised_independently():
-    config = Qwen3Config.from_yaml("conf/model/tiny.yaml")
+    config = Qwen3Config.from_yaml(CONF_DIR / "model" / "tiny.yaml")
     model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))
     q = np.asarray(model.layers.self_attn.q_proj.kernel[...])
     assert q.shape[0] == config.num_hidden_layers

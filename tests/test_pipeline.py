@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import tiny_run_overrides
+from jaxlake.conf import CONF_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +40,7 @@ def run_cli(monkeypatch, args):
     import jaxlake.run as entry
 
     GlobalHydra.instance().clear()
-    # resolve config_path="../conf" from jaxlake/run.py as `python -m jaxlake.run` does
+    # resolve config_path="conf" from jaxlake/run.py as `python -m jaxlake.run` does
     monkeypatch.setenv("HYDRA_MAIN_MODULE", "__main__")
     # Hydra's logging set-up (dictConfig) closes existing handlers, and absl's handler closes
     # its stream (pytest's capture) when that is not the current sys.stderr: leave logging be
@@ -175,7 +176,7 @@ def test_launcher_configs_compose():
 
     targets = {}
     for launcher in ("slurm", "local_gpus", "processes"):
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             cfg = compose(config_name="config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
             targets[launcher] = cfg.hydra.launcher._target_.rsplit(".", 1)[-1]
     assert targets == {"slurm": "SlurmLauncher", "local_gpus": "LocalLauncher", "processes": "JoblibLauncher"}

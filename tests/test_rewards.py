@@ -7,6 +7,7 @@ import pytest
 from jaxlake.text import parse_lake
 from llm import rewards
 from llm.rewards import RewardConfig
+from jaxlake.conf import CONF_DIR
 
 # A at (0,0) -> a at (2,2); B at (2,0) -> b at (0,2); a hole in the middle.
 GRID = "A . b\n. O .\nB . a"
@@ -132,6 +133,6 @@ def test_conf_yaml_matches_dataclass_defaults():
 
     from omegaconf import OmegaConf
 
-    path = Path(__file__).resolve().parents[1] / "conf" / "reward" / "default.yaml"
+    path = CONF_DIR / "reward" / "default.yaml"
     cfg = RewardConfig.from_dict(OmegaConf.to_container(OmegaConf.load(path)))
     assert cfg == RewardConfig()

@@ -9,12 +9,13 @@ from hydra import compose, initialize_config_dir
 
 from jaxlake.engineers import build_engineer
 from jaxlake.pipeline import PipelineError, read_json, write_run_info
+from jaxlake.conf import CONF_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _write(tmp_path, *overrides):
-    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=[f"runs_dir={tmp_path}", "experiment=x", "engineer=fixed", *overrides])
     write_run_info(cfg, build_engineer(cfg.engineer))
     return read_json(tmp_path / "x" / "run.json")

@@ -11,6 +11,7 @@ from conftest import tiny_run_overrides
 
 from jaxlake import study
 from jaxlake.pipeline import stage1_key
+from jaxlake.conf import CONF_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_study_config_composes_the_promised_sweep():
     from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=["+study=cpu"], return_hydra_config=True)
     params = cfg.hydra.sweeper.params
     engineers = params.engineer.split(",")
@@ -27,14 +28,14 @@ def test_study_config_composes_the_promised_sweep():
     assert len(params.seed.split(",")) >= 3 and cfg.stages >= 3
     assert cfg.pipeline.share_stage1
     for name in engineers:  # every variant is a real engineer config
-        assert (ROOT / "conf" / "engineer" / f"{name}.yaml").is_file()
+        assert (CONF_DIR / "engineer" / f"{name}.yaml").is_file()
 
 
 def test_context_ablations_switch_exactly_one_part_off():
     from hydra import compose, initialize_config_dir
 
     for part in ("failures", "env_stats", "history"):
-        with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+        with initialize_config_dir(str(CONF_DIR), version_base=None):
             cfg = compose("config", overrides=[f"engineer=policy_no_{part}"])
         ctx = dict(cfg.engineer.context)
         assert ctx.pop(part) is False and all(ctx.values()), (part, cfg.engineer.context)
@@ -47,7 +48,7 @@ def test_stage1_key_ignores_the_engineer_and_cosmetics_but_not_training():
     from jaxlake.engineers import mixture_from_env_node
 
     def key(*overrides):
-        with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+        with initialize_config_dir(str(CONF_DIR), version_base=None):
             cfg = compose("config", overrides=list(overrides))
         return stage1_key(cfg, mixture_from_env_node(cfg.env))
 

@@ -23,6 +23,7 @@ from llm import warmstart as ws
 from llm.generate import GenerationConfig, generate_ids, sequence_logprobs
 from llm.grpo import GRPOLossConfig
 from llm.model import Qwen3Config, Qwen3ForCausalLM
+from jaxlake.conf import CONF_DIR
 
 ENV = LakeConfig(height=3, width=3, num_agents=1, hole_density=0.0, max_steps=6, max_height=4, max_width=4, max_agents=2)
 B, P, T = 8, 12, 6
@@ -329,7 +330,7 @@ def test_train_presets_parse(preset):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    conf = Path(__file__).resolve().parents[1] / "conf"
+    conf = CONF_DIR
     with initialize_config_dir(version_base=None, config_dir=str(conf)):
         cfg = compose("config", overrides=[f"train={preset}"])
     plain = OmegaConf.to_container(cfg, resolve=True)
