@@ -29,6 +29,7 @@ import numpy as np
 from jaxlake.text import format_plan, render_text
 from jaxlake.types import Lake
 from jaxlake.conf import CONF_DIR
+from llm.reasoning import ReasoningConfig
 
 #: ``conf/prompt`` of this checkout (the wording's home).
 PROMPT_DIR = CONF_DIR / "prompt"
@@ -55,6 +56,8 @@ class PromptConfig:
         placeholder ``{slip_prob}``.
       chat_template_kwargs: extra keywords of ``apply_chat_template`` (``enable_thinking``).
       use_system: whether to send the system turn.
+      reasoning: :class:`llm.reasoning.ReasoningConfig` (a mapping is converted): think
+        before answering, the thinking budget (``conf/prompt/reasoning.yaml``); off by default.
     """
 
     system: str = ""
@@ -63,8 +66,10 @@ class PromptConfig:
     slip_note: str = ""
     chat_template_kwargs: tuple = (("enable_thinking", False),)
     use_system: bool = True
+    reasoning: ReasoningConfig = ReasoningConfig()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "reasoning", ReasoningConfig.from_value(self.reasoning))
         kwargs = self.chat_template_kwargs
         if isinstance(kwargs, Mapping):
             object.__setattr__(self, "chat_template_kwargs", tuple(sorted(dict(kwargs).items())))

@@ -18,6 +18,22 @@ Terms (weights from ``conf/reward/default.yaml``, :class:`RewardConfig`):
 * ``efficiency``: on success, the reference planner's sum of costs divided by the plan's
   (clipped to ``[0, 1]``); 0 on failure or when the planner found no plan.
 
+Reasoning mode (``compute_rewards(..., reasoning=True)``, :mod:`llm.reasoning`): the plan is
+read from the answer after ``</think>`` (:func:`llm.reasoning.split_completion`) and four
+format terms are added (:data:`THINK_TERMS`, each 0/1):
+
+* ``think_unclosed``: the policy did not close the block within the thinking budget (the
+  close was forced, or the turn ended or was cut inside the block);
+* ``think_format``: the block is missing, nested, repeated or misplaced;
+* ``answer_empty``: nothing follows ``</think>`` (an unparsable answer is ``malformed``);
+* ``trailing_text``: text follows the plan (also ``malformed``: a stray line).
+
+Completions cut by the token budget: the thinking budget forces the close (``think_unclosed``
+penalises it) and an answer cut at ``max_new_tokens`` is scored as written (a cut plan leaves
+agents short of their goals), so by default both are *penalised* through the reward rather
+than masked: masking (``grpo.loss.overlong_mask: true``, which drops every completion that hit
+either budget) would hide from the policy the one signal that teaches it to think shorter.
+
 Besides the terms, :class:`RewardResult` carries outcome statistics for the metrics
 (success, timeout share, plan sum of costs, ...).
 """
@@ -37,8 +53,12 @@ from jaxlake import env as lake_env
 from jaxlake import planner
 from jaxlake.text import parse_plan_batch
 from jaxlake.types import Lake
+from llm.reasoning import split_completion
 
 TERMS = ("arrived", "all_arrived", "fell", "conflict", "malformed", "efficiency")
+#: Format terms of reasoning mode (present in :attr:`RewardResult.terms` only then).
+THINK_TERMS = ("think_unclosed", "think_format", "answer_empty", "trailing_text")
+ALL_TERMS = TERMS + THINK_TERMS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,21 +71,25 @@ class RewardConfig:
     conflict: float = -0.1
     malformed: float = -0.5
     efficiency: float = 0.5
+    think_unclosed: float = -0.25
+    think_format: float = -0.25
+    answer_empty: float = -0.5
+    trailing_text: float = -0.1
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "RewardConfig":
         """From a mapping (Hydra node); unknown keys are an error naming them."""
         values = dict(values)
-        unknown = sorted(set(values) - set(TERMS))
+        unknown = sorted(set(values) - set(ALL_TERMS))
         if unknown:
-            raise ValueError(f"unknown reward term(s) {unknown}; known: {list(TERMS)}")
+            raise ValueError(f"unknown reward term(s) {unknown}; known: {list(ALL_TERMS)}")
         for k, v in values.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise ValueError(f"reward.{k}={v!r} must be a number")
         return cls(**{k: float(v) for k, v in values.items()})
 
     def weights(self) -> dict[str, float]:
-        return {t: float(getattr(self, t)) for t in TERMS}
+        return {t: float(getattr(self, t)) for t in ALL_TERMS}
 
 
 @chex.dataclass(frozen=True)
@@ -74,7 +98,8 @@ class RewardResult:
 
     Attributes:
       reward: float32 weighted sum of the terms.
-      terms: ``{term: [B] float32}`` unweighted terms (keys :data:`TERMS`).
+      terms: ``{term: [B] float32}`` unweighted terms (keys :data:`TERMS`, plus
+        :data:`THINK_TERMS` in reasoning mode).
       success: bool, every agent arrived.
       timed_out: float32 share of agents that timed out.
       malformed: bool.
@@ -141,6 +166,8 @@ def compute_rewards(
     config: RewardConfig,
     ref_soc: Optional[np.ndarray] = None,
     horizon: Optional[int] = None,
+    reasoning: bool = False,
+    forced_close: Optional[np.ndarray] = None,
 ) -> RewardResult:
     """Rewards of ``B`` completions.
 
@@ -154,6 +181,10 @@ def compute_rewards(
         computes it here (slow on large batches: planner per row).
       horizon: rollout length (static; ``>=`` every lake's ``max_steps``); default the
         batch's largest ``max_steps``.
+      reasoning: the texts are reasoning-mode completions (think block, then the plan):
+        the plan is read after ``</think>`` and :data:`THINK_TERMS` are added.
+      forced_close: ``[B]`` bool, the sampler forced the close at the thinking budget
+        (:attr:`llm.reasoning.ThinkingSample.hit_budget`); counts as ``think_unclosed``.
     """
     texts = list(texts)
     b = len(texts)
@@ -161,6 +192,20 @@ def compute_rewards(
     chex.assert_shape(num_agents, (b,))
     if horizon is None:
         horizon = int(np.max(np.asarray(lakes.max_steps)))
+    think_terms = None
+    if reasoning:
+        split = [split_completion(t) for t in texts]
+        forced = np.zeros((b,), bool) if forced_close is None else np.asarray(forced_close, bool)
+        chex.assert_shape(forced, (b,))
+        texts = [s.answer for s in split]
+        think_terms = {
+            "think_unclosed": np.asarray([not s.closed for s in split]) | forced,
+            "think_format": np.asarray([s.think_format for s in split]),
+            "answer_empty": np.asarray([s.answer_empty for s in split]),
+            "trailing_text": np.asarray([s.trailing_text for s in split]),
+        }
+    elif forced_close is not None:
+        raise ValueError("forced_close is given but reasoning=False")
     plans, malformed = parse_plan_batch(texts, num_agents, lakes.max_agents, horizon)
     if ref_soc is None:
         ref_soc = reference_costs(lakes)
@@ -170,9 +215,12 @@ def compute_rewards(
     raw = jax.device_get(_rollout_terms(lakes, jnp.asarray(plans), keys, jnp.asarray(malformed),
                                         jnp.asarray(ref_soc), horizon=horizon))
     terms = {t: np.asarray(raw[t], np.float32) for t in TERMS}
+    if think_terms is not None:
+        terms.update({t: np.asarray(v, np.float32).reshape(b) for t, v in think_terms.items()})
     reward = np.zeros((b,), np.float32)
     for t, w in config.weights().items():
-        reward += np.float32(w) * terms[t]
+        if t in terms:
+            reward += np.float32(w) * terms[t]
     return RewardResult(
         reward=reward,
         terms=terms,
@@ -192,8 +240,9 @@ def repeat_lakes(lakes: Lake, times: int) -> Lake:
 def reward_metrics(result: RewardResult) -> dict[str, float]:
     """Batch means for the metrics file: reward, each term, success and outcome rates."""
     m = {"reward": float(np.mean(result.reward))}
-    for t in TERMS:
-        m[f"term/{t}"] = float(np.mean(result.terms[t]))
+    for t in ALL_TERMS:
+        if t in result.terms:
+            m[f"term/{t}"] = float(np.mean(result.terms[t]))
     m["success"] = float(np.mean(result.success))
     m["arrived_rate"] = m["term/arrived"]
     m["fall_rate"] = m["term/fell"]

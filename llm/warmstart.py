@@ -8,6 +8,14 @@ layout the GRPO forward uses. Lakes the planner cannot solve take no loss.
 
 Checkpoints use the same format as GRPO (:class:`llm.train.Checkpoints`), so a warm-start
 checkpoint is a policy checkpoint.
+
+**Reasoning form** (``prompt.reasoning.warmstart: true``, for models trained from scratch in
+reasoning mode): the target is ``<think>`` + :func:`reasoning_text` + ``</think>`` + the plan,
+where the reasoning is templated from the planner's own solution and therefore true: each
+agent's start, goal, moves, the steps at which it waits and its arrival step, and for each pair
+of agents the first cell both paths use (who is there first). It is cut, whole lines at a
+time, to fit the thinking budget, so the model learns to close the block in time. Off by
+default: a pretrained model thinks in its own words and templated text would overwrite them.
 """
 
 from __future__ import annotations
@@ -22,22 +30,86 @@ import numpy as np
 import optax
 
 from jaxlake import planner
+from jaxlake.metrics import MetricsWriter
 from jaxlake.text import format_plan
 from llm import prompts
+from llm.reasoning import THINK_CLOSE, THINK_OPEN
 from llm import sharding as shd
 from llm import train as tr
+from llm.tokenizer import eos_and_pad
 
 
-def plan_targets(lakes, tokenizer, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+def _letter(i: int) -> str:
+    return chr(ord("A") + int(i))
+
+
+def reasoning_lines(solution: planner.Solution, num_agents: int) -> list[str]:
+    """True statements about a planner solution, most important first.
+
+    One line per agent (``A: 0 0 to 3 4, 7 moves, waits at step 2, arrives at step 8``), then
+    one per pair of agents whose paths use a common cell (``A and B both use 2 3: A at step
+    3, B at step 5``; the earliest such cell by the first visit), or ``no two paths share a
+    cell``. Steps count from 0 at the start; a wait is a step where the agent stays before it
+    arrives.
+    """
+    if not solution.found:
+        return []
+    lines: list[str] = []
+    visits: list[dict] = []
+    for i in range(int(num_agents)):
+        path = np.asarray(solution.paths[i])
+        arrive = len(path) - 1
+        waits = [t + 1 for t in range(arrive) if (path[t + 1] == path[t]).all()]
+        first: dict = {}
+        for t, cell in enumerate(map(tuple, path.tolist())):
+            first.setdefault(cell, t)
+        visits.append(first)
+        line = f"{_letter(i)}: {path[0][0]} {path[0][1]} to {path[-1][0]} {path[-1][1]}, {arrive - len(waits)} moves"
+        if waits:
+            line += ", waits at step " + " ".join(str(t) for t in waits)
+        lines.append(line + f", arrives at step {arrive}")
+    shared = []
+    for i in range(int(num_agents)):
+        for j in range(i + 1, int(num_agents)):
+            common = set(visits[i]) & set(visits[j])
+            if common:
+                cell = min(common, key=lambda c: (min(visits[i][c], visits[j][c]), c))
+                shared.append(f"{_letter(i)} and {_letter(j)} both use {cell[0]} {cell[1]}: "
+                              f"{_letter(i)} at step {visits[i][cell]}, {_letter(j)} at step {visits[j][cell]}")
+    lines += shared or (["no two paths share a cell"] if num_agents > 1 else [])
+    return lines
+
+
+def reasoning_text(solution: planner.Solution, num_agents: int, tokenizer: Any = None,
+                   max_tokens: Optional[int] = None) -> str:
+    """The think block of a warm-start target: ``<think>\n`` lines ``\n</think>``.
+
+    With ``tokenizer`` and ``max_tokens``, whole lines are dropped from the end until the
+    block (tags included) fits in ``max_tokens`` tokens (the thinking budget).
+    """
+    lines = reasoning_lines(solution, num_agents)
+    while True:
+        block = f"{THINK_OPEN}\n" + "\n".join(lines) + f"\n{THINK_CLOSE}"
+        if tokenizer is None or max_tokens is None or not lines:
+            return block
+        if len(tokenizer.encode(block, add_special_tokens=False)) <= max_tokens:
+            return block
+        lines = lines[:-1]
+
+
+def plan_targets(lakes, tokenizer, length: int, thinking_tokens: Optional[int] = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Reference-planner completions of a batch of lakes as right-padded token ids.
 
     Returns ``(tokens [N, length] int32, mask [N, length] bool, solved [N] bool, texts)``;
     a completion is the plan text then the end-of-turn id; unsolved lakes get an empty mask.
     Plans longer than ``length`` tokens are cut (and counted as unsolved: the policy must
-    learn whole plans).
+    learn whole plans). With ``thinking_tokens`` (reasoning form), the plan follows the
+    templated think block of :func:`reasoning_text` (at most ``thinking_tokens`` tokens) and
+    a blank line, and ``length`` must leave room for both.
     """
     sols = planner.solve_batch(lakes)
-    _, pad = tr.eos_and_pad(tokenizer)
+    _, pad = eos_and_pad(tokenizer)
     n = len(sols.solutions)
     tokens = np.full((n, length), pad, np.int32)
     mask = np.zeros((n, length), bool)
@@ -46,6 +118,8 @@ def plan_targets(lakes, tokenizer, length: int) -> tuple[np.ndarray, np.ndarray,
     num_agents = np.asarray(lakes.num_agents)
     for i, sol in enumerate(sols.solutions):
         text = format_plan(sol.actions, int(num_agents[i])) if sol.found else ""
+        if sol.found and thinking_tokens is not None:
+            text = reasoning_text(sol, int(num_agents[i]), tokenizer, thinking_tokens) + "\n\n" + text
         texts.append(text)
         if not sol.found:
             continue
@@ -88,7 +162,7 @@ def run_warmstart(
     config: tr.TrainConfig,
     env: tr.EnvSpec,
     checkpoint_dir: str | os.PathLike,
-    metrics: tr.MetricsLog,
+    metrics: MetricsWriter,
     prompter: tr.Prompter,
     completion_len: int,
     mesh=None,
@@ -106,12 +180,17 @@ def run_warmstart(
         state, opt_state = shd.replicate(state, mesh), shd.replicate(opt_state, mesh)
     update = make_sft_update(policy.graphdef, optimizer, micro_batches=wc.micro_batches, mesh=mesh)
     data_key = jax.random.fold_in(rng, 21)
+    reasoning = prompter.config.reasoning
+    thinking_tokens = None
+    if reasoning.enabled and reasoning.warmstart:
+        thinking_tokens = reasoning.thinking_tokens
+        completion_len = completion_len + thinking_tokens
     end = wc.steps if max_steps is None else min(wc.steps, max_steps)
     bar = tr._progress(wc.steps, start, "warmstart", config.progress)
     for step in range(start, end):
         t0 = time.perf_counter()
         lakes = tr.sample_lakes(jax.random.fold_in(data_key, step), env, wc.batch_size)
-        tokens, mask, solved, _ = plan_targets(lakes, policy.tokenizer, completion_len)
+        tokens, mask, solved, _ = plan_targets(lakes, policy.tokenizer, completion_len, thinking_tokens)
         ids, pmask = prompter.encode(lakes)
         weights = mask / max(mask.sum(), 1)
         batch = {"prompt_ids": ids, "prompt_mask": pmask, "tokens": tokens, "mask": mask,
