@@ -1,4 +1,4 @@
-"""Pictures used by README.md: ``python docs/figures.py`` rewrites ``docs/img/*.png``.
+"""Pictures used by README.md and docs/rules.md: ``python docs/figures.py`` rewrites ``docs/img/*.png``.
 
 ``game.png``: one lake drawn by :mod:`jaxlake.viewer`, twice. Left, each agent follows the
 shortest path it would take alone (planned with the other agents removed), so both reach
@@ -23,14 +23,14 @@ from jaxlake.viewer import plot_lake  # noqa: E402
 OUT = Path(__file__).resolve().parent / "img"
 LAKE = """\
 A . . . B
-O O . O O
+~ ~ . ~ ~
 b . . . a"""
 
 
 def alone_plan(text: str, letter: str, max_steps: int) -> np.ndarray:
     """Agent ``letter``'s shortest plan with every other agent and goal removed."""
     keep = {letter, letter.lower()}
-    cells = [[c if (c in keep or not c.isalpha() or c == "O") else "." for c in row.split()] for row in text.splitlines()]
+    cells = [[c if (c in keep or not c.isalpha()) else "." for c in row.split()] for row in text.splitlines()]
     solo = "\n".join(" ".join("A" if c == letter else "a" if c == letter.lower() else c for c in row) for row in cells)
     return np.asarray(solve(parse_lake(solo, max_steps=max_steps)).actions)[0]
 

@@ -1,4 +1,4 @@
-"""Text interface of MAPF-FrozenLake (DESIGN §5): lakes and plans as text.
+"""Text interface of MAPF-FrozenLake: lakes and plans as text (docs/rules.md#text-formats).
 
 Host-side Python over numpy views of a *single, unbatched* lake; the LLM pipeline calls these
 functions once per lake / completion.
@@ -6,22 +6,24 @@ functions once per lake / completion.
 Lake grid (``render_text`` / ``parse_lake``): one line per region row, cells separated by one
 space, no trailing newline::
 
-    A . . O
-    . O . b
+    A . . ~
+    . ~ . b
     B . . a
 
-``.`` frozen, ``O`` hole, ``A``..``Z`` agent ``i`` at its cell, ``a``..``z`` goal of agent
-``i``; an agent standing on a cell hides the goal letter there.
+``.`` frozen, ``~`` hole (open water), ``A``..``Z`` agent ``i`` at its cell, ``a``..``z``
+goal of agent ``i``; an agent standing on a cell hides the goal letter there. The four kinds
+of symbol are disjoint, so every grid reads one way only, for all 26 agents.
 
 Plan (``parse_plan`` / ``format_plan``): one line per agent, ``A: U U R D``, action letters
-``S U D L R`` (DESIGN §3) with or without spaces, any case; missing lines and missing steps
-are STAY, steps past the horizon are ignored. Parsing a plan never raises on any text: what
-is off format sets a *malformed* flag (a reward term) and the readable lines still run.
+``S U D L R`` (docs/rules.md#actions) with or without spaces, any case; missing lines and
+missing steps are STAY, steps past the horizon are ignored. Parsing a plan never raises on
+any text: what is off format sets a *malformed* flag (a reward term) and the readable lines
+still run.
 
-Known ambiguity of the contract: agent 14's capital letter is ``O``, the hole symbol. A lake
-with 15 or more agents still renders per the contract, and ``parse_lake`` resolves ``O`` as
-agent 14 only when it is unambiguous (goal ``o`` present and exactly one ``O`` cell); see
-:func:`parse_lake`.
+Format history (docs/rules.md#format-history): :data:`TEXT_FORMAT_VERSION` 1 drew holes as
+``O``, which is also agent 14's capital letter. Version 2 draws them as ``~``. ``parse_lake``
+reads ``O`` only as agent 14; a grid that uses ``O`` as a hole (no goal ``o``, or several
+``O`` cells) raises :class:`LegacyHoleError`, whose message gives the conversion.
 """
 
 from __future__ import annotations
@@ -48,10 +50,13 @@ from jaxlake.types import (
     State,
 )
 
+#: Version of the lake text format (docs/rules.md#format-history); 2 since holes are ``~``.
+TEXT_FORMAT_VERSION = 2
 FROZEN_SYMBOL = "."
-HOLE_SYMBOL = "O"
-#: Index of the agent whose capital letter is the hole symbol (see module docstring).
-HOLE_LETTER_AGENT = ord(HOLE_SYMBOL) - ord("A")
+#: Hole symbol: not a letter and not ``.``, so it never collides with an agent or a goal.
+HOLE_SYMBOL = "~"
+#: The hole symbol of format version 1; in version 2 it is only agent 14's capital letter.
+LEGACY_HOLE_SYMBOL = "O"
 
 
 # ============================================================================ errors
@@ -68,7 +73,7 @@ class RaggedRowsError(LakeParseError):
 
 
 class UnknownSymbolError(LakeParseError):
-    """A cell holds a symbol that is not ``.``, ``O``, ``A``-``Z`` or ``a``-``z``."""
+    """A cell holds a symbol that is not ``.``, ``~``, ``A``-``Z`` or ``a``-``z``."""
 
 
 class DuplicateSymbolError(LakeParseError):
@@ -83,8 +88,8 @@ class AgentLettersError(LakeParseError):
     """Agent letters are not the consecutive run ``A, B, C, ...``."""
 
 
-class AmbiguousSymbolError(LakeParseError):
-    """``O`` could be a hole or agent 14 and the grid does not say which."""
+class LegacyHoleError(LakeParseError):
+    """The grid uses ``O`` as a hole (text format version 1); holes are ``~`` now."""
 
 
 class CapacityError(LakeParseError, ConfigError):
@@ -120,7 +125,7 @@ def _lake_arrays(lake: Lake) -> dict[str, np.ndarray]:
 
 
 def render_text(lake: Lake, state: Optional[State] = None) -> str:
-    """Render one lake as text (DESIGN §5); no trailing newline.
+    """Render one lake as text (docs/rules.md#lake-grid); no trailing newline.
 
     Args:
       lake: one unbatched :class:`~jaxlake.types.Lake`.
@@ -136,7 +141,7 @@ def render_text(lake: Lake, state: Optional[State] = None) -> str:
     * nobody else: agents that fell, timed out, arrived under ``"vanish"`` or are absent
       are not drawn, and neither are their goal letters.
 
-    An agent drawn on a cell hides a goal letter there. Holes are drawn as ``O``; agents are
+    An agent drawn on a cell hides a goal letter there. Holes are drawn as ``~``; agents are
     only ever drawn on frozen cells.
     """
     a = _lake_arrays(lake)
@@ -207,6 +212,23 @@ def _check_range(name: str, value: Any, lo: float, hi: float, integer: bool) -> 
     return value
 
 
+def _reject_legacy_holes(rows: list[list[str]]) -> None:
+    """Raise :class:`LegacyHoleError` when ``O`` cannot be agent 14 (format 1 holes)."""
+    legacy = [(r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == LEGACY_HOLE_SYMBOL]
+    if not legacy:
+        return
+    has_goal = any(ch == LEGACY_HOLE_SYMBOL.lower() for row in rows for ch in row)
+    if has_goal and len(legacy) == 1:
+        return  # agent 14 with its goal: an ordinary agent
+    where = ", ".join(f"row {r} col {c}" for r, c in legacy[:4]) + (", ..." if len(legacy) > 4 else "")
+    why = f"{len(legacy)} 'O' cells" if has_goal else "'O' without goal 'o'"
+    raise LegacyHoleError(
+        f"{why} ({where}): 'O' is agent {ord(LEGACY_HOLE_SYMBOL) - ord('A')}'s letter and holes are "
+        f"'{HOLE_SYMBOL}' since text format {TEXT_FORMAT_VERSION}; a format-1 grid with fewer than 15 "
+        f"agents reads as parse_lake(text.replace('O', '{HOLE_SYMBOL}'))"
+    )
+
+
 def parse_lake(text: str, **fields: Any) -> Lake:
     """Read an initial grid (as :func:`render_text` writes it) back into a :class:`Lake`.
 
@@ -220,15 +242,16 @@ def parse_lake(text: str, **fields: Any) -> Lake:
     ``hole_density`` / ``conflict_density`` are accepted and ignored (``stats`` holds the
     achieved values, computed by :func:`jaxlake.distances.lake_stats`).
 
-    ``O`` is a hole. With 15+ agents agent 14's capital is also ``O``: it is read as agent
-    14 only when goal ``o`` is on the grid and exactly one ``O`` cell exists; more ``O``
-    cells with goal ``o`` present raise :class:`AmbiguousSymbolError`.
+    ``~`` is a hole and ``O`` is agent 14, nothing else. A grid that still writes holes as
+    ``O`` (format version 1: ``O`` without goal ``o``, or more than one ``O``) raises
+    :class:`LegacyHoleError` rather than being guessed at; its message gives the one-line
+    conversion (docs/rules.md#format-history).
 
     Raises (all ``ValueError`` subclasses): :class:`EmptyLakeError`,
     :class:`RaggedRowsError` (names the row and both lengths), :class:`UnknownSymbolError`
     (names symbol, row and column), :class:`DuplicateSymbolError`,
     :class:`UnpairedAgentError` (agent without goal or goal without agent),
-    :class:`AgentLettersError` (letters not ``A, B, C, ...``), :class:`AmbiguousSymbolError`,
+    :class:`AgentLettersError` (letters not ``A, B, C, ...``), :class:`LegacyHoleError`,
     :class:`CapacityError` (grid bigger than the capacity) and
     :class:`~jaxlake.config.ConfigError` (a keyword out of its range or unknown).
     """
@@ -242,16 +265,15 @@ def parse_lake(text: str, **fields: Any) -> Lake:
     rows = _grid_rows(text)
     h, w = len(rows), len(rows[0])
 
+    _reject_legacy_holes(rows)
     holes = np.zeros((h, w), dtype=bool)
     starts: dict[int, tuple[int, int]] = {}
     goals: dict[int, tuple[int, int]] = {}
-    o_cells: list[tuple[int, int]] = []
     for r, row in enumerate(rows):
         for c, ch in enumerate(row):
             if ch == FROZEN_SYMBOL:
                 continue
             if ch == HOLE_SYMBOL:
-                o_cells.append((r, c))
                 holes[r, c] = True
             elif "A" <= ch <= "Z":
                 i = ord(ch) - ord("A")
@@ -265,17 +287,8 @@ def parse_lake(text: str, **fields: Any) -> Lake:
                 goals[i] = (r, c)
             else:
                 raise UnknownSymbolError(
-                    f"unknown symbol {ch!r} at row {r}, col {c}; expected '.', 'O', 'A'-'Z' or 'a'-'z'"
+                    f"unknown symbol {ch!r} at row {r}, col {c}; expected '.', '~', 'A'-'Z' or 'a'-'z'"
                 )
-    if HOLE_LETTER_AGENT in goals and HOLE_LETTER_AGENT not in starts:
-        if len(o_cells) == 1:
-            starts[HOLE_LETTER_AGENT] = o_cells[0]
-            holes[o_cells[0]] = False
-        elif len(o_cells) > 1:
-            raise AmbiguousSymbolError(
-                f"goal 'o' is on the grid, so one 'O' is agent {HOLE_LETTER_AGENT}, but "
-                f"{len(o_cells)} 'O' cells exist and 'O' is also the hole symbol"
-            )
 
     for i in sorted(set(starts) - set(goals)):
         r, c = starts[i]

@@ -3,7 +3,7 @@
 The embedded default model (``llm.default``) needs a tokenizer that exists without any
 download. :func:`build_game_tokenizer` trains a **byte-level BPE** with the ``tokenizers``
 library on a deterministic synthetic corpus of the game's text: rendered grids
-(``.``, ``O``, ``A``-``Z``, ``a``-``z``), plans (``A: U U R D``), digits, JSON
+(``.``, ``~``, ``A``-``Z``, ``a``-``z``), plans (``A: U U R D``), digits, JSON
 configurations with every :class:`jaxlake.config.LakeConfig` key, and the words of the
 policy and engineer prompts. Because the initial alphabet is the 256-symbol byte-level
 alphabet, **any** text (any unicode) encodes and decodes back exactly; the merges just make
@@ -39,6 +39,7 @@ import numpy as np
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from jaxlake.config import FIELD_BOUNDS, LakeConfig
+from jaxlake.text import FROZEN_SYMBOL, HOLE_SYMBOL
 from jaxlake.types import ACTION_LETTERS, STATUS_NAMES
 
 #: End of text / padding, start of a chat turn, end of a chat turn (the chat EOS).
@@ -54,7 +55,8 @@ THINK_TOKENS = ("<think>", "</think>")
 DEFAULT_VOCAB_SIZE = 1024
 
 #: Bump whenever the corpus or the training settings change (the default-model cache key).
-TOKENIZER_VERSION = 1
+#: 2: holes are ``~`` (lake text format 2, docs/rules.md#format-history), no longer ``O``.
+TOKENIZER_VERSION = 2
 
 #: Split regex in the style of GPT-4 / Qwen2: contractions, words with an optional leading
 #: non-letter, single digits, punctuation runs with their newlines, whitespace.
@@ -111,9 +113,9 @@ malformed. Unknown agent letter. Repeated agent. Stray text. Conflict between ag
 
 
 def _random_grid(rng: np.random.RandomState) -> str:
-    """One rendered lake (DESIGN §5 format; only the symbols matter here)."""
+    """One rendered lake (docs/rules.md#lake-grid format; only the symbols matter here)."""
     h, w = int(rng.randint(2, 13)), int(rng.randint(2, 13))
-    cells = np.where(rng.rand(h, w) < rng.uniform(0.0, 0.5), "O", ".").astype(object)
+    cells = np.where(rng.rand(h, w) < rng.uniform(0.0, 0.5), HOLE_SYMBOL, FROZEN_SYMBOL).astype(object)
     n = int(rng.randint(1, min(26, h * w // 2) + 1))
     spots = rng.permutation(h * w)[: 2 * n]
     for i in range(n):
@@ -178,7 +180,7 @@ def game_corpus(num_examples: int = 600, seed: int = 0) -> list[str]:
     texts = [words, words.lower(), " ".join(w.capitalize() for w in PROMPT_WORDS)]
     texts += [f"{IM_START}{role}\n" for role in ("system", "user", "assistant")] * 200
     letters = [chr(ord("A") + i) for i in range(26)] + [chr(ord("a") + i) for i in range(26)]
-    texts += [" ".join([".", "O"] + letters)] * 50  # every cell symbol, after a space
+    texts += [" ".join([FROZEN_SYMBOL, HOLE_SYMBOL] + letters)] * 50  # every cell symbol, after a space
     for name in [f.name for f in dataclasses.fields(LakeConfig)]:
         texts.append(f'"{name}": ')
     for _ in range(num_examples):

@@ -60,7 +60,7 @@ def test_achieved_densities_are_the_lakes_own_hole_shares(hole_sweep):
 def test_path_lengths_are_the_in_play_bfs_distances(hole_sweep):
     lengths = analysis.agent_path_lengths(hole_sweep.lakes)
     assert lengths.shape == (3 * N * 3,) and lengths.min() >= 1  # 3 agents per lake, all in play
-    lake = parse_lake("A . . a\n. O O .\nB . b .", max_agents=4)
+    lake = parse_lake("A . . a\n. ~ ~ .\nB . b .", max_agents=4)
     assert analysis.agent_path_lengths(lake).tolist() == [3, 2]  # absent slots left out
 
 
@@ -86,7 +86,7 @@ def test_group_mean_ci_by_hand():
 
 def test_planner_stats_delay_of_a_crossing_by_hand():
     # A: (1,0)->(1,2) and B: (0,1)->(2,1) both need the centre at t=1: one of them waits once.
-    one = parse_lake("O B O\nA . a\nO b O", max_steps=8)
+    one = parse_lake("~ B ~\nA . a\n~ b ~", max_steps=8)
     lakes = jax.tree.map(lambda x: np.stack([x, x]), one)
     stats = analysis.planner_stats(lakes)
     assert stats.found.tolist() == [True, True] and stats.solved_share == 1.0

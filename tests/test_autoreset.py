@@ -98,7 +98,7 @@ def test_hand_computed_restart_and_wraparound():
     pool = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *[
         parse_lake("A a .\n. . .\n. . .", **kw),   # lake 0: one step RIGHT arrives
         parse_lake(". . .\nA . .\na . .", **kw),   # lake 1: one step DOWN arrives
-        parse_lake(". O .\n. A a\n. . .", **kw),   # lake 2: UP falls into the hole
+        parse_lake(". ~ .\n. A a\n. . .", **kw),   # lake 2: UP falls into the hole
     ])
     ar = autoreset.init(pool, 2)  # instances on lakes (0*3)//2 = 0 and (1*3)//2 = 1
     np.testing.assert_array_equal(ar.pool_idx, [0, 1])

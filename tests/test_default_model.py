@@ -86,12 +86,12 @@ def test_transformers_reads_the_config(built):
     hf_cfg = AutoConfig.from_pretrained(str(path), local_files_only=True)
     assert hf_cfg.model_type == "qwen3" and hf_cfg.eos_token_id == 2
     tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    assert tok.decode(tok.encode("A . . O b")) == "A . . O b"
+    assert tok.decode(tok.encode("A . . ~ b")) == "A . . ~ b"
 
 
 def test_default_model_generates(loaded):
     model, tok = loaded
-    prompt = tok.apply_chat_template([{"role": "user", "content": "A . . O b\n. B O a ."}], tokenize=False,
+    prompt = tok.apply_chat_template([{"role": "user", "content": "A . . ~ b\n. B ~ a ."}], tokenize=False,
                                      add_generation_prompt=True)
     cfg = GenerationConfig(max_new_tokens=6, temperature=1.0, top_p=0.95)
     r = generate(model, tok, [prompt, "A: R"], cfg, key=jax.random.PRNGKey(0))

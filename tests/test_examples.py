@@ -16,7 +16,7 @@ from llm.prompts import PromptConfig
 from llm.train import Policy
 
 # Three hand-made lakes on one canvas (3 x 4, 2 agent slots, 6 steps): one rollout compile.
-GRIDS = ("A . O a\n. . . .\nB . . b",   # A walks into the hole on its first R
+GRIDS = ("A . ~ a\n. . . .\nB . . b",   # A walks into the hole on its first R
          "A . . a\nB . . b\n. . . .",   # side by side, free corridors
          ". B . .\nA . . a\n. b . .")   # B crosses A's row
 CAP = dict(max_height=3, max_width=4, max_agents=2, max_steps=6)

@@ -278,7 +278,7 @@ def test_all_rows_stop_early(split, greedy_result):
 
 
 def test_string_prompts_texts_and_stop_strings(split, tokenizer):
-    prompts = ["A . . O b\n. B O a .", "A: R R D"]
+    prompts = ["A . . ~ b\n. B ~ a .", "A: R R D"]
     cfg = GenerationConfig(max_new_tokens=N_NEW, temperature=0.0, prompt_bucket=BUCKET)
     r = generate(split, tokenizer, prompts, cfg)
     ids = [tokenizer(p)["input_ids"] for p in prompts]

@@ -109,7 +109,7 @@ def summary_for_prompt():
         "agents_timed_out", "conflicts_per_episode", "plan_len", "soc_ratio", "solvable")},
         "by_dim": {"size": {"4": {"score": 0.5, "fall_rate": 0.1, "conflict_rate": 0.0, "timeout_rate": 0.2, "n": 4}}},
         "scores": {"greedy": 0.25}}
-    cases = [{"mode": "greedy", "lake": i, "cell": {"size": 4}, "failure_types": ["fell"], "grid": "A . O\n. . a",
+    cases = [{"mode": "greedy", "lake": i, "cell": {"size": 4}, "failure_types": ["fell"], "grid": "A . ~\n. . a",
               "plan": "A: R R", "completion": "A: R R", "step": 2, "cause": "step 2: agent A fell",
               "causes": ["step 2: agent A fell into the hole at row 0 col 2"], "arrived_share": 0.0} for i in range(5)]
     return {"behaviour": behaviour,

@@ -42,7 +42,7 @@ def execute(lake, sol):
 
 def test_crossing_needs_one_wait_costs_by_hand():
     # A: (1,0)->(1,2) and B: (0,1)->(2,1) both need (1,1) at t=1: one waits one step.
-    lake = lake_of("O B O\nA . a\nO b O")
+    lake = lake_of("~ B ~\nA . a\n~ b ~")
     sol = solve(lake)
     assert sol.found and sol.reason == ""
     assert sorted(sol.path_len[:2].tolist()) == [2, 3]
@@ -54,7 +54,7 @@ def test_crossing_needs_one_wait_costs_by_hand():
 
 
 def test_paths_match_actions_and_start_at_starts():
-    lake = lake_of("A . . O\n. O . b\nB . . a")
+    lake = lake_of("A . . ~\n. ~ . b\nB . . a")
     sol = solve(lake)
     assert sol.found
     for i, path in enumerate(sol.paths):
@@ -66,7 +66,7 @@ def test_paths_match_actions_and_start_at_starts():
 
 def test_corridor_pass_with_a_pocket():
     # A and B must pass each other in a one-cell corridor; (1,3) is the only pocket.
-    lake = lake_of("b A . . B a\nO O O . O O")
+    lake = lake_of("b A . . B a\n~ ~ ~ . ~ ~")
     sol = solve(lake)
     assert sol.found
     shortest = np.asarray(lake.stats.path_len)[:2]
@@ -77,7 +77,7 @@ def test_corridor_pass_with_a_pocket():
 
 def test_stay_rule_decides_who_waits():
     # B (1,2) -> b (0,4) must pass through A's goal (0,2). Both want (0,2) at t=1.
-    text = ". A a . b\nO O B O O"
+    text = ". A a . b\n~ ~ B ~ ~"
     for rule in ("vanish", "stay"):
         lake = lake_of(text, on_goal=rule)
         sol = solve(lake)
@@ -90,7 +90,7 @@ def test_stay_rule_decides_who_waits():
 
 def test_stay_blocks_where_vanish_frees_the_goal():
     # B arrives first at (0,2), which A must cross to reach (0,3).
-    text = "A B b a\nO O O O"
+    text = "A B b a\n~ ~ ~ ~"
     vanish = lake_of(text, on_goal="vanish")
     sol = solve(vanish)
     assert sol.found and sol.path_len[:2].tolist() == [3, 1]  # A follows B, B vanishes
@@ -103,21 +103,21 @@ def test_stay_blocks_where_vanish_frees_the_goal():
 def test_reordering_after_a_failed_priority():
     # Longest-first ties give A priority; A's shortest path then traps B. With B first, A
     # steps into the dead end (0,0)-(0,1) and lets B pass: A 6 steps, B 2 (optimal).
-    lake = lake_of("b .\nA O\nB a")
+    lake = lake_of("b .\nA ~\nB a")
     sol = solve(lake)
     assert sol.found and sol.orderings == 2
     assert sol.path_len[:2].tolist() == [6, 2] and sol.sum_of_costs == 8 and sol.makespan == 6
     execute(lake, sol)
     # Under "stay" B occupies the only way out of the dead end for good.
-    assert not solve(lake_of("b .\nA O\nB a", on_goal="stay")).found
+    assert not solve(lake_of("b .\nA ~\nB a", on_goal="stay")).found
 
 
 @pytest.mark.parametrize(
     "text, reason",
     [
-        ("b A B\nO O a", "no ordering succeeded"),  # a swap in a corridor: impossible
-        ("O B b\nA O a", "agent 0: goal unreachable"),
-        ("A . . . . a\nO O O O O O", "distance 5 exceeds the horizon 4"),
+        ("b A B\n~ ~ a", "no ordering succeeded"),  # a swap in a corridor: impossible
+        ("~ B b\nA ~ a", "agent 0: goal unreachable"),
+        ("A . . . . a\n~ ~ ~ ~ ~ ~", "distance 5 exceeds the horizon 4"),
     ],
 )
 def test_unsolvable_returns_not_found_quickly(text, reason):
@@ -127,12 +127,12 @@ def test_unsolvable_returns_not_found_quickly(text, reason):
 
 
 def test_budget_exhaustion_is_not_found():
-    sol = solve(lake_of("b A B\nO O a"), max_expansions=3)
+    sol = solve(lake_of("b A B\n~ ~ a"), max_expansions=3)
     assert not sol.found and "budget" in sol.reason and sol.expansions == 3
 
 
 def test_horizon_shorter_than_max_steps():
-    lake = lake_of("O B O\nA . a\nO b O")
+    lake = lake_of("~ B ~\nA . a\n~ b ~")
     assert solve(lake, horizon=3).found
     assert solve(lake, horizon=3).actions.shape == (4, 3)
     assert not solve(lake, horizon=2).found  # one of the two must wait: makespan 3
@@ -143,7 +143,7 @@ def small_lakes(draw):
     h, w = draw(st.integers(2, 4)), draw(st.integers(2, 6))
     cells = h * w
     n = draw(st.integers(1, min(4, cells // 2)))
-    grid = np.where(np.asarray(draw(st.lists(st.booleans(), min_size=cells, max_size=cells))), "O", ".")
+    grid = np.where(np.asarray(draw(st.lists(st.booleans(), min_size=cells, max_size=cells))), "~", ".")
     grid = grid.astype(object).reshape(h, w)
     order = draw(st.permutations(range(cells)))
     for i in range(n):

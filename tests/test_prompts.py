@@ -10,7 +10,7 @@ from jaxlake.text import parse_lake, parse_plan
 from llm import prompts
 from llm.prompts import PromptConfig, PromptError
 
-GRID = "A . . O .\n. O . b .\n. . . . .\nB . O . a\n. . . . ."
+GRID = "A . . ~ .\n. ~ . b .\n. . . . .\nB . ~ . a\n. . . . ."
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_official_qwen3_tokenizer(lake, qwen_tokenizer):
     assert 100 < len(ids) < 400  # a sensible length for a 5x5 lake with the full rules
     assert qwen_tokenizer.decode(ids) == text  # lossless
     # every grid cell symbol and every plan letter is its own token (with its space)
-    grid_ids = qwen_tokenizer.encode(". O . b .", add_special_tokens=False)
+    grid_ids = qwen_tokenizer.encode(". ~ . b .", add_special_tokens=False)
     assert len(grid_ids) == 5
     plan = "A: R R D D\nB: U L"
     plan_ids = prompts.completion_ids(plan, qwen_tokenizer)

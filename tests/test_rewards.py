@@ -10,7 +10,7 @@ from llm.rewards import RewardConfig
 from jaxlake.conf import CONF_DIR
 
 # A at (0,0) -> a at (2,2); B at (2,0) -> b at (0,2); a hole in the middle.
-GRID = "A . b\n. O .\nB . a"
+GRID = "A . b\n. ~ .\nB . a"
 
 CASES = {
     # both agents take a shortest path (4 steps each), no conflict: soc 8 = the planner's

@@ -39,9 +39,9 @@ def assert_trees_equal(a, b):
 
 
 LAKES = [
-    lake_from_rows(["A . O a", ". B . .", "C O b .", ". . . c"], slip_prob=0.5, on_goal="stay", max_steps=5),
-    lake_from_rows(["A B . .", ". . O .", "b . . a"], slip_prob=0.0, on_goal="vanish", max_steps=4),
-    lake_from_rows(["A . . . D", ". O . O .", "C . B . .", "a b c d ."], slip_prob=1 / 3, max_steps=6),
+    lake_from_rows(["A . ~ a", ". B . .", "C ~ b .", ". . . c"], slip_prob=0.5, on_goal="stay", max_steps=5),
+    lake_from_rows(["A B . .", ". . ~ .", "b . . a"], slip_prob=0.0, on_goal="vanish", max_steps=4),
+    lake_from_rows(["A . . . D", ". ~ . ~ .", "C . B . .", "a b c d ."], slip_prob=1 / 3, max_steps=6),
 ]
 
 
@@ -76,7 +76,7 @@ def test_vmap_over_lakes_and_plans_equals_one_by_one():
 
 
 def test_outcome_arrive_and_fall():
-    lake = lake_from_rows(["A . a", "B O .", "b . ."], max_steps=10)
+    lake = lake_from_rows(["A . a", "B ~ .", "b . ."], max_steps=10)
     out = ROLLOUT(lake, plan_of("R R", "R"), jax.random.key(0))
     o = out.outcome
     assert o.arrived[:2].tolist() == [True, False]
@@ -131,7 +131,7 @@ def test_short_plan_leaves_agents_active_but_horizon_pads_to_the_end():
 
 
 def test_init_state_continues_an_episode():
-    lake = lake_from_rows(["A . . .", ". . O .", "b . . a", ". . . B"], max_steps=20)
+    lake = lake_from_rows(["A . . .", ". . ~ .", "b . . a", ". . . B"], max_steps=20)
     plan = random_plan(7)
     first = ROLLOUT(lake, plan, jax.random.key(2))
     second = ROLLOUT(lake, plan, jax.random.key(3), init_state=first.final_state)

@@ -1,4 +1,4 @@
-"""Property and statistical tests of ``jaxlake.env.step`` (DESIGN §3).
+"""Property and statistical tests of ``jaxlake.env.step`` (docs/rules.md#one-step).
 
 * hypothesis: random small hand-built lakes (5x5 canvas, 4 agent slots, fixed shapes so
   everything compiles once) and random action sequences, checked against an independent
@@ -45,7 +45,7 @@ INFO_FIELDS = ("reward", "arrived", "fell", "timed_out", "slipped", "wall", "ver
 
 # ------------------------------------------------------------------ reference implementation
 def reference_step(lake, pos, status, t, actions, u, arrive_reward=1.0, fall_reward=-1.0):
-    """DESIGN §3 written as plainly as possible: Python loops, sets, a while-loop fixed point."""
+    """docs/rules.md#one-step written as plainly as possible: Python loops, sets, a while-loop fixed point."""
     holes, region = np.asarray(lake.holes), np.asarray(lake.region)
     goals = [tuple(g) for g in np.asarray(lake.goals).tolist()]
     p = np.float32(lake.slip_prob)
@@ -115,7 +115,7 @@ def small_lakes(draw):
     cells = draw(st.permutations(range(h * w)))
     hole_p = draw(st.sampled_from([0.0, 0.15, 0.3]))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    grid = np.where(rng.random((h, w)) < hole_p, "O", ".").astype(object)
+    grid = np.where(rng.random((h, w)) < hole_p, "~", ".").astype(object)
     for i in range(n):
         grid[divmod(cells[i], w)] = chr(ord("A") + i)
         grid[divmod(cells[n + i], w)] = chr(ord("a") + i)
@@ -309,7 +309,7 @@ def test_one_agent_with_slip_two_thirds_matches_gymnasium_frozenlake():
     gym = pytest.importorskip("gymnasium")
     env = gym.make("FrozenLake-v1", is_slippery=True, desc=GYM_MAP)
     P = env.unwrapped.P
-    rows = [" ".join({"S": "A", "F": ".", "H": "O", "G": "a"}[ch] for ch in row) for row in GYM_MAP]
+    rows = [" ".join({"S": "A", "F": ".", "H": "~", "G": "a"}[ch] for ch in row) for row in GYM_MAP]
     lake = lake_from_rows(rows, slip_prob=2 / 3, max_steps=100)  # 4x4 region in a 5x5 canvas
     gym_to_ours = {0: LEFT, 1: DOWN, 2: RIGHT, 3: UP}
     states = [s for s in range(16) if GYM_MAP[s // 4][s % 4] in "SF"]

@@ -1,6 +1,6 @@
-"""Hand-written scenarios for every rule of ``jaxlake.env.step`` (DESIGN §3).
+"""Hand-written scenarios for every rule of ``jaxlake.env.step`` (docs/rules.md#one-step).
 
-Lakes are drawn by hand (no generator): ``.`` frozen, ``O`` hole, ``A``.. agent starts,
+Lakes are drawn by hand (no generator): ``.`` frozen, ``~`` hole, ``A``.. agent starts,
 ``a``.. their goals. Every lake lives on the same 5x5 canvas with 4 agent slots, so the
 jitted ``step`` compiles once for the whole file. Every scenario asserts exact positions,
 statuses and event flags.
@@ -43,7 +43,7 @@ def lake_from_rows(
     canvas: tuple[int, int] = CANVAS,
     max_agents: int = MAX_AGENTS,
 ) -> Lake:
-    """A ``Lake`` from rows like ``["A . a", ". O .", "b . B"]`` (dummy ``LakeStats``)."""
+    """A ``Lake`` from rows like ``["A . a", ". ~ .", "b . B"]`` (dummy ``LakeStats``)."""
     grid = [row.split() for row in rows]
     height, width = len(grid), len(grid[0])
     assert all(len(r) == width for r in grid), "ragged rows"
@@ -56,7 +56,7 @@ def lake_from_rows(
     seen_start, seen_goal = set(), set()
     for r, row in enumerate(grid):
         for c, ch in enumerate(row):
-            if ch == "O":
+            if ch == "~":
                 holes[r, c] = True
             elif ch.isupper():
                 starts[ord(ch) - ord("A")] = (r, c)
@@ -129,7 +129,7 @@ def assert_flags(info, n: int, **expected: Sequence[bool]) -> None:
 
 # ------------------------------------------------------------------------------ reset
 def test_reset_places_agents_and_marks_unused_slots_absent():
-    lake = lake_from_rows(["A . a", ". O .", "b . B"])
+    lake = lake_from_rows(["A . a", ". ~ .", "b . B"])
     state = reset(lake)
     assert_pos(state, [(0, 0), (2, 2)])
     np.testing.assert_array_equal(np.asarray(state.status), [ACTIVE, ACTIVE, ABSENT, ABSENT])
@@ -360,7 +360,7 @@ def test_following_an_agent_that_arrives_is_allowed_under_stay():
 def test_falling_into_a_hole_and_the_hole_not_blocking_others():
     lake = lake_from_rows(
         [
-            "A O B",
+            "A ~ B",
             ". . .",
             "a b .",
         ]
@@ -379,7 +379,7 @@ def test_falling_into_a_hole_and_the_hole_not_blocking_others():
 
 
 def test_following_an_agent_that_falls_and_configurable_rewards():
-    lake = lake_from_rows(["B A O", ". b .", "a . ."])
+    lake = lake_from_rows(["B A ~", ". b .", "a . ."])
     state = reset(lake)
     state, info = STEP(lake, state, acts("R R"), KEY, arrive_reward=5.0, fall_reward=-3.0)
     assert_pos(state, [(0, 2), (0, 1)])
@@ -391,7 +391,7 @@ def test_following_an_agent_that_falls_and_configurable_rewards():
 
 
 def test_vertex_conflict_on_a_hole_saves_both():
-    lake = lake_from_rows(["A O B", ". . .", "a . b"])
+    lake = lake_from_rows(["A ~ B", ". . .", "a . b"])
     state, (info,) = run(lake, "R L")
     assert_status(state, [ACTIVE, ACTIVE])
     assert_flags(info, 2, vertex_conflict=[True, True])

@@ -28,7 +28,7 @@ def stack(lakes):
 
 @pytest.fixture(scope="module")
 def scored():
-    fall_lake = parse_lake("A . O\n. . a", max_steps=4, **CAP)
+    fall_lake = parse_lake("A . ~\n. . a", max_steps=4, **CAP)
     swap_lake = parse_lake("A B\nb a", max_steps=2, **CAP)
     lakes = stack([fall_lake, fall_lake, fall_lake, swap_lake])
     texts = ["A: R R", "A: D R R", "A: R\nZ: U", "A: R\nB: L"]

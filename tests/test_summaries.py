@@ -86,7 +86,7 @@ def test_aggregate_breakdowns_follow_cells():
 
 
 def synthetic_eval():
-    grids = [f"A . .\n. O .\n. . a  # lake {i}" for i in range(6)]
+    grids = [f"A . .\n. ~ .\n. . a  # lake {i}" for i in range(6)]
     return {
         "suite": {"name": "synthetic", "dims": ["size", "num_agents"],
                   "cells": [{"id": c["id"], "values": c["values"], "config": c["config"].to_dict()} for c in CELLS]},

@@ -1,4 +1,4 @@
-"""Text interface (DESIGN §5): render_text, parse_lake, parse_plan, format_plan."""
+"""Text interface (docs/rules.md#text-formats): render_text, parse_lake, parse_plan, format_plan."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import jax.numpy as jnp
 from jaxlake.config import ConfigError
 from jaxlake.text import (
     AgentLettersError,
-    AmbiguousSymbolError,
     CapacityError,
     DuplicateSymbolError,
     EmptyLakeError,
     LakeParseError,
+    LegacyHoleError,
     RaggedRowsError,
     UnknownSymbolError,
     UnpairedAgentError,
@@ -44,7 +44,7 @@ from jaxlake.types import (
     State,
 )
 
-LAKE = "A . . O\n. O . b\nB . . a"
+LAKE = "A . . ~\n. ~ . b\nB . . a"
 CAP = dict(max_height=6, max_width=6, max_agents=4)  # one canvas shape: one lake_stats compile
 
 
@@ -80,22 +80,22 @@ def test_render_initial_exact():
 
 
 def test_parse_accepts_cells_without_spaces_and_surrounding_blank_lines():
-    lake = parse_lake("\n\nA..O\n.O.b\nB..a\n", **CAP)
+    lake = parse_lake("\n\nA..~\n.~.b\nB..a\n", **CAP)
     assert render_text(lake) == LAKE
 
 
 def test_render_with_state_shows_active_agents_and_their_goals_only():
-    text = "A . b C\n. O . d\nB D a c"
+    text = "A . b C\n. ~ . d\nB D a c"
     vanish = parse_lake(text, **CAP)
     stay = parse_lake(text, on_goal="stay", **CAP)
     # A active at (1,0); B arrived (at its goal (0,2)); C fell into (1,1); D timed out.
     pos = [[1, 0], [0, 2], [1, 1], [2, 1]]
     state = make_state(pos, [ACTIVE, ARRIVED, FELL, TIMED_OUT])
-    assert render_text(vanish, state) == ". . . .\nA O . .\n. . a ."
-    assert render_text(stay, state) == ". . B .\nA O . .\n. . a ."
+    assert render_text(vanish, state) == ". . . .\nA ~ . .\n. . a ."
+    assert render_text(stay, state) == ". . B .\nA ~ . .\n. . a ."
     # Everyone active, A standing on C's goal hides the letter 'c'.
     state = make_state([[2, 3], [2, 0], [0, 3], [1, 0]], [ACTIVE] * 4)
-    assert render_text(vanish, state) == ". . b C\nD O . d\nB . a A"
+    assert render_text(vanish, state) == ". . b C\nD ~ . d\nB . a A"
     # Absent slots draw nothing even if pos says (0, 0).
     state = make_state([[0, 1], [0, 0], [0, 0], [0, 0]], [ACTIVE, ABSENT, ABSENT, ABSENT])
     assert render_text(parse_lake("A . b\nB a .", **CAP), state).splitlines()[0] == ". A ."
@@ -111,13 +111,16 @@ def test_render_rejects_batched_lake():
 
 
 @st.composite
-def grids(draw, max_h=6, max_w=6, max_agents=4):
+def grids(draw, max_h=6, max_w=6, max_agents=4, min_agents=1):
+    """A rendered initial grid: random holes, ``n`` agents and goals on distinct cells."""
     h = draw(st.integers(1, max_h))
     w = draw(st.integers(2 if h == 1 else 1, max_w))
     cells = h * w
-    n = draw(st.integers(1, min(max_agents, cells // 2)))
+    if cells < 2 * min_agents:
+        h, w, cells = max_h, max_w, max_h * max_w
+    n = draw(st.integers(min_agents, min(max_agents, cells // 2)))
     order = draw(st.permutations(range(cells)))
-    grid = np.where(np.asarray(draw(st.lists(st.booleans(), min_size=cells, max_size=cells))), "O", ".").astype(object)
+    grid = np.where(np.asarray(draw(st.lists(st.booleans(), min_size=cells, max_size=cells))), "~", ".").astype(object)
     grid = grid.reshape(h, w)
     for i in range(n):
         grid[divmod(order[2 * i], w)] = chr(ord("A") + i)
@@ -125,31 +128,100 @@ def grids(draw, max_h=6, max_w=6, max_agents=4):
     return "\n".join(" ".join(row) for row in grid)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(grids())
-def test_round_trip_property(text):
-    lake = parse_lake(text, **CAP)
+def assert_round_trip(text, **cap):
+    """text -> parse -> render gives the text back; render -> parse gives equal lake arrays."""
+    lake = parse_lake(text, **cap)
     assert render_text(lake) == text
-    again = parse_lake(render_text(lake), **CAP)
+    again = parse_lake(render_text(lake), **cap)
     for name in ("holes", "region", "starts", "goals", "num_agents"):
         np.testing.assert_array_equal(getattr(again, name), getattr(lake, name))
-    # Starts and goals are frozen, distinct region cells.
+    # Starts and goals are frozen, distinct region cells; every '~' is a hole and nothing else.
     n = int(lake.num_agents)
     cells = [tuple(x) for x in np.asarray(lake.starts)[:n]] + [tuple(x) for x in np.asarray(lake.goals)[:n]]
     assert len(set(cells)) == 2 * n
     assert not np.asarray(lake.holes)[tuple(np.asarray(cells).T)].any()
+    assert np.asarray(lake.holes).sum() == text.count("~")
+    return lake
 
 
-def test_fifteen_agents_letter_o_resolved_when_unambiguous():
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(grids())
+def test_round_trip_property(text):
+    assert_round_trip(text, **CAP)
+
+
+CAP26 = dict(max_height=8, max_width=8, max_agents=26)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(grids(max_h=8, max_w=8, max_agents=26, min_agents=15))
+def test_round_trip_property_up_to_26_agents(text):
+    # 15+ agents: agent 14 ('O', goal 'o') is always in play, next to holes.
+    lake = assert_round_trip(text, **CAP26)
+    assert int(lake.num_agents) >= 15 and "O" in text and "o" in text
+
+
+def test_round_trip_26_agents_every_letter():
+    letters = [chr(ord("A") + i) for i in range(26)]
+    goals = [chr(ord("a") + i) for i in range(26)]
+    cells = letters + goals + ["~"] * 6 + ["."] * 6  # 64 cells: an 8x8 grid
+    rng = np.random.default_rng(0)
+    rng.shuffle(cells)
+    text = "\n".join(" ".join(cells[8 * r: 8 * r + 8]) for r in range(8))
+    lake = assert_round_trip(text, **CAP26)
+    assert int(lake.num_agents) == 26 and np.asarray(lake.holes).sum() == 6
+    r, c = divmod(cells.index("O"), 8)
+    np.testing.assert_array_equal(lake.starts[14], [r, c])
+    assert not bool(lake.holes[r, c])
+
+
+def test_round_trip_generated_26_agent_lakes():
+    """Generator output (8x8, 26 agents, holes) renders and reads back to the same arrays."""
+    import jax
+
+    from jaxlake.config import LakeConfig
+    from jaxlake.generator import generate_batch
+
+    cfg = LakeConfig(height=8, width=8, num_agents=26, hole_density=0.15, **CAP26)
+    lakes = generate_batch(jax.random.key(3), cfg, 3)
+    for b in range(3):
+        lake = jax.tree.map(lambda x: x[b], lakes)
+        text = render_text(lake)
+        symbols = text.split()
+        assert sorted(set(symbols) - {".", "~"}) == sorted(chr(ord("A") + i) for i in range(26)) + sorted(chr(ord("a") + i) for i in range(26))
+        assert symbols.count("~") == int(np.asarray(lake.holes).sum())
+        back = parse_lake(text, **CAP26)
+        for name in ("holes", "region", "starts", "goals", "num_agents"):
+            np.testing.assert_array_equal(getattr(back, name), getattr(lake, name))
+        assert render_text(back) == text
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("A . O\n. . a", r"'O' without goal 'o' \(row 0 col 2\)"),  # a format-1 hole
+        ("A . O\nO . a", r"'O' without goal 'o' \(row 0 col 2, row 1 col 0\)"),
+    ],
+)
+def test_legacy_hole_symbol_is_an_error_with_the_conversion(text, match):
+    with pytest.raises(LegacyHoleError, match=match) as info:
+        parse_lake(text)
+    assert "parse_lake(text.replace('O', '~'))" in str(info.value)
+    assert isinstance(info.value, LakeParseError)
+    lake = parse_lake(text.replace("O", "~"))  # the documented conversion works
+    assert int(lake.num_agents) == 1 and np.asarray(lake.holes).sum() == text.count("O")
+
+
+def test_legacy_hole_with_agent_14_present_is_an_error():
     letters = [chr(ord("A") + i) for i in range(15)]
     goals = [chr(ord("a") + i) for i in range(15)]
     text = "\n".join(" ".join(row) for row in (letters[:8], letters[8:] + ["."], goals[:8], goals[8:] + ["."]))
-    lake = parse_lake(text)
+    lake = parse_lake(text)  # one 'O' with goal 'o': agent 14, no guessing involved
     assert int(lake.num_agents) == 15 and not np.asarray(lake.holes).any()
     np.testing.assert_array_equal(lake.starts[14], [1, 6])
     assert render_text(lake) == text
-    with pytest.raises(AmbiguousSymbolError, match="'O' cells"):
-        parse_lake(text[:-1] + "O")  # a hole as well: which 'O' is agent 14?
+    with pytest.raises(LegacyHoleError, match="2 'O' cells"):
+        parse_lake(text[:-1] + "O")  # a format-1 hole beside agent 14
 
 
 @pytest.mark.parametrize(
@@ -163,7 +235,7 @@ def test_fifteen_agents_letter_o_resolved_when_unambiguous():
         ("A . a\nC . c", AgentLettersError, "missing 'B'"),
         ("A . a\nA . .", DuplicateSymbolError, "agent 'A' appears twice"),
         ("A . a\na . .", DuplicateSymbolError, "goal 'a' appears twice"),
-        (". . .\n. O .", UnpairedAgentError, "no agents"),
+        (". . .\n. ~ .", UnpairedAgentError, "no agents"),
     ],
 )
 def test_parse_lake_errors(text, error, match):

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from jaxlake.config import LakeConfig
 from llm import tokenizer as gt
 
-CELL_SYMBOLS = [".", "O"] + [chr(c) for c in range(ord("A"), ord("Z") + 1)] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+CELL_SYMBOLS = [".", "~"] + [chr(c) for c in range(ord("A"), ord("Z") + 1)] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +80,14 @@ def test_bad_vocab_size_names_the_field():
 
 
 # ----------------------------------------------------------------------------- round trips
+def test_every_cell_symbol_is_one_token_after_a_space(game_tok):
+    from jaxlake.text import HOLE_SYMBOL
+
+    assert HOLE_SYMBOL in CELL_SYMBOLS
+    for symbol in CELL_SYMBOLS:
+        assert len(game_tok.encode(" " + symbol, add_special_tokens=False)) == 1, symbol
+
+
 @settings(max_examples=40, deadline=None)
 @given(rows=grid_rows)
 def test_grid_round_trip_one_token_per_cell(game_tok, rows):
@@ -87,7 +95,7 @@ def test_grid_round_trip_one_token_per_cell(game_tok, rows):
     ids = game_tok.encode(text, add_special_tokens=False)
     assert game_tok.decode(ids) == text
     cells = sum(len(line.split(" ")) for line in text.split("\n"))
-    # every cell is one token (" ." / " O" / " b" ...); newlines fuse or stand alone
+    # every cell is one token (" ." / " ~" / " b" ...); newlines fuse or stand alone
     assert cells <= len(ids) <= cells + len(rows)
 
 
@@ -146,7 +154,7 @@ def test_chat_template_renders(game_tok):
 # ----------------------------------------------------------------------------- official Qwen3
 LAKE_PROMPT_USER = (
     "The grid has one line per row and cells are separated by one space.\n"
-    "A . . O b\n. B O a .\n. . . . .\nO . c C .\n"
+    "A . . ~ b\n. B ~ a .\n. . . . .\n~ . c C .\n"
     "A: row 0 col 0, goal a row 1 col 3\nB: row 1 col 1, goal b row 0 col 4\nC: row 3 col 3, goal c row 3 col 2\n"
     "The episode ends after 16 steps.\nWrite one line per agent, for example:\nA: R R D\nAnswer with the plan only."
 )
@@ -166,8 +174,8 @@ def test_official_qwen3_tokenizer_on_a_lake_prompt(qwen_tok, qwen_folder):
     assert len(text) / 6 < len(ids) < len(text) / 2  # a sensible BPE compression
     # each grid cell is one token for Qwen too
     raw = Tokenizer.from_file(os.path.join(qwen_folder, "tokenizer.json"))
-    grid = "A . . O b\n. B O a ."
-    assert raw.encode(grid).tokens == ["A", "Ġ.", "Ġ.", "ĠO", "Ġb", "Ċ", ".", "ĠB", "ĠO", "Ġa", "Ġ."]
+    grid = "A . . ~ b\n. B ~ a ."
+    assert raw.encode(grid).tokens == ["A", "Ġ.", "Ġ.", "Ġ~", "Ġb", "Ċ", ".", "ĠB", "Ġ~", "Ġa", "Ġ."]
 
 
 def test_game_tokenizer_is_as_compact_as_qwen_on_game_text(game_tok, qwen_tok):

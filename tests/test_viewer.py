@@ -10,7 +10,7 @@ from jaxlake.env import rollout
 from jaxlake.text import parse_lake, parse_plan
 from jaxlake.viewer import animate_rollout, plot_lake, plot_lakes
 
-LAKE = "A . . a\n. O . .\nB . b .\n. . . ."
+LAKE = "A . . a\n. ~ . .\nB . b .\n. . . ."
 
 
 def _rollout(text, plan_text, steps=6):
