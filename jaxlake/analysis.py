@@ -1,12 +1,12 @@
 """What a configuration does to its lakes: batch statistics for plots and tables (host side).
 
 The generator treats ``hole_density`` and ``conflict_density`` as targets for the *batch mean*
-(DESIGN §4) and reports the achieved values per lake; the reference planner
+(docs/rules.md#densities) and reports the achieved values per lake; the reference planner
 (:mod:`jaxlake.planner`) says which lakes it can solve and how long its paths are. This
 module turns batches of lakes into the numbers behind such pictures:
 
 * :func:`generate_groups`: ``n`` lakes for each of ``K`` configs in **one** compiled call
-  (the configs are stacked, DESIGN §4), lakes in group blocks ``[K * n]``;
+  (the configs are stacked, docs/rules.md#generator), lakes in group blocks ``[K * n]``;
 * :func:`generate_sweep`: the same for one field swept over values of a base config;
 * :func:`group_mean_ci`: per-group mean and 95 % t interval of any per-lake quantity;
 * :func:`achieved_vs_target`: the achieved density of each lake against its target;

@@ -87,7 +87,7 @@ def _is_concrete_scalar(value: Any) -> bool:
 
 @dataclass
 class LakeConfig:
-    """Environment configuration (DESIGN §3-§4).
+    """Environment configuration (docs/rules.md#configuration).
 
     Region ``height x width`` sits in the top-left of a static ``max_height x max_width``
     canvas; ``num_agents`` of ``max_agents`` slots are in play. ``hole_density`` and

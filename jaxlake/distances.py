@@ -1,4 +1,4 @@
-"""BFS distances through frozen cells, and the per-lake statistics built on them (DESIGN §4).
+"""BFS distances through frozen cells, and the per-lake statistics built on them (docs/rules.md#densities).
 
 Everything here is a pure function of static shapes: ``jax.jit`` and ``jax.vmap`` work on all
 of it.
@@ -236,7 +236,7 @@ def conflict_density_from_pairs(conflicts: jax.Array, num_agents: jax.Array) -> 
 
 
 def lake_stats(lake: Lake, min_dist: Any = 1, max_dist: Optional[Any] = None) -> LakeStats:
-    """Recompute a lake's :class:`LakeStats` from its cells (DESIGN §4 definitions).
+    """Recompute a lake's :class:`LakeStats` from its cells (definitions: docs/rules.md#densities).
 
     Args:
       lake: one (unbatched) lake; ``vmap`` for batches.

@@ -1,9 +1,9 @@
-"""The MAPF-FrozenLake dynamics: ``reset``, ``step`` and ``rollout`` (DESIGN §3).
+"""The MAPF-FrozenLake dynamics: ``reset``, ``step`` and ``rollout`` (docs/rules.md#one-step).
 
 All functions are pure, work on one unbatched lake (shapes ``[A]``, ``[A, 2]``, ``[H, W]``
 with ``A = max_agents``) and are meant to be ``jax.jit``-ed and ``jax.vmap``-ed over lakes.
 
-One :func:`step` applies, in this order (DESIGN §3 steps 1-6):
+One :func:`step` applies, in this order (docs/rules.md#one-step, rules 1-6):
 
 1. **Slip** - each ACTIVE agent with a move action slips with probability ``slip_prob`` to
    one of the two perpendicular directions (1/2 each). STAY never slips.
@@ -20,7 +20,7 @@ One :func:`step` applies, in this order (DESIGN §3 steps 1-6):
    ``"vanish"``, keeps occupying its goal under ``"stay"``).
 6. **Time** - ``t`` increases by one; at ``max_steps`` ACTIVE agents become TIMED_OUT.
 
-Conventions beyond the design text (all tested):
+Conventions (docs/rules.md#conventions; all tested):
 
 * Actions of agents that are not ACTIVE are ignored; action integers outside ``0..4`` are
   treated as STAY.
@@ -146,7 +146,7 @@ def step(
     arrive_reward: float = 1.0,
     fall_reward: float = -1.0,
 ) -> tuple[State, StepInfo]:
-    """Advance one lake by one joint step (DESIGN §3; see the module docstring).
+    """Advance one lake by one joint step (docs/rules.md#one-step; see the module docstring).
 
     Args:
       lake: an unbatched :class:`Lake` (``vmap`` for batches).

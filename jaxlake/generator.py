@@ -1,4 +1,4 @@
-"""The lake generator (DESIGN §4): ``generate(key, config) -> Lake``, batches and mixtures.
+"""The lake generator (docs/rules.md#generator): ``generate(key, config) -> Lake``, batches and mixtures.
 
 Algorithm of one *attempt* (static shapes only, no Python loop over lakes):
 
@@ -17,7 +17,7 @@ Algorithm of one *attempt* (static shapes only, no Python loop over lakes):
    ``[min_dist, max_dist]`` (or, when there is none, every reachable unused pair; the lake is
    then flagged ``dist_ok=False``). ``num_proposals`` pairs are drawn (a uniform start among
    those with a candidate goal, then a uniform goal); each is scored by how many earlier
-   agents its shortest-path cell set (DESIGN §4) meets, and the proposal that keeps the
+   agents its shortest-path cell set (docs/rules.md#densities) meets, and the proposal that keeps the
    running count closest to the schedule ``round(aim * pairs(i+1) / pairs)`` wins. When
    ``aim < pairs / 2``, ties go to the narrowest shortest-path set (fewest cells beyond a
    single path), which leaves later agents room to stay apart; low conflict targets
@@ -441,7 +441,7 @@ def generate(
     num_proposals: int = DEFAULT_NUM_PROPOSALS,
     chunk_size: Optional[int] = None,
 ) -> Lake:
-    """Generate one lake (DESIGN §4); pure and deterministic in ``key``.
+    """Generate one lake (docs/rules.md#generator-guarantees); pure and deterministic in ``key``.
 
     ``jax.jit(generate)`` and ``jax.vmap(generate)(keys, stacked_config)`` work; a stacked
     config (:func:`config.stack_configs`, :func:`config.repeat_config`) mixes settings in one

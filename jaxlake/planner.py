@@ -1,4 +1,4 @@
-"""Reference planner: collision-free joint plans under the exact rules of DESIGN §3 (slip 0).
+"""Reference planner: collision-free joint plans under the exact rules of docs/rules.md#one-step (slip 0).
 
 Host-side (numpy / Python) prioritized planning with space-time A*. It feeds supervised warm
 starts, the "planner length" in metrics and the share of generated lakes a planner can solve.
@@ -18,7 +18,7 @@ step at which agent ``i`` reaches its goal and arrives) that means, for every pa
 
 Paths use frozen region cells only (holes are fatal, walls are never bumped on purpose), an
 agent never waits on or passes through its own goal (reaching it is arriving), and every
-``T_i <= max_steps`` (arriving at the last step beats the timeout: DESIGN §3 rule 5 before 6).
+``T_i <= max_steps`` (arriving at the last step beats the timeout: docs/rules.md#time-outs).
 
 The planner is complete for no class of instances (prioritized planning is not), and its
 sum of costs is an upper bound on the optimum. It never raises on a lake it cannot solve

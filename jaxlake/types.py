@@ -4,7 +4,7 @@ Shapes use the static capacity of the config that made the lake:
 ``H = max_height``, ``W = max_width``, ``A = max_agents``. A batch of lakes simply has a
 leading batch axis on every leaf (``jax.vmap`` adds it).
 
-Coordinates are ``(row, col)`` with row 0 at the top (DESIGN §3).
+Coordinates are ``(row, col)`` with row 0 at the top (docs/rules.md#lakes).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class LakeStats:
     Attributes:
       hole_density: ``[]`` float32, share of region cells that are holes.
       conflict_density: ``[]`` float32, share of agent pairs whose shortest-path cell sets
-        intersect (DESIGN §4); 0 for a single agent.
+        intersect (docs/rules.md#densities); 0 for a single agent.
       path_len: ``[A]`` int32, BFS distance start -> goal through frozen cells; -1 for
         absent agent slots.
       dist_ok: ``[]`` bool, every agent's distance lies in ``[min_dist, max_dist]``.
@@ -138,7 +138,7 @@ class StepInfo:
       slipped: bool, the agent's move direction was replaced by a perpendicular one.
       wall: bool, the (post-slip) move would have left the region.
       vertex_conflict / swap_conflict / blocked: bool, the agent's move was cancelled by
-        that rule (DESIGN §3, 3a / 3a / 3b).
+        that rule (docs/rules.md#conflicts, phase a / a / b).
       moved: bool, the agent changed cell this step.
       done: ``[]`` bool, no agent ACTIVE after the step.
     """

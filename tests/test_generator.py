@@ -1,4 +1,4 @@
-"""Generator guarantees (DESIGN §4), checked lake by lake with an independent plain-Python BFS.
+"""Generator guarantees (docs/rules.md#generator-guarantees), checked lake by lake with an independent plain-Python BFS.
 
 Compile budget: one vmapped generator for the 8x8 / 4-agent canvas at batch 256 (chunked by
 100, so the chunked path is what every batch test exercises), one single-lake generator, and
@@ -69,7 +69,7 @@ def bfs(free: np.ndarray, src) -> np.ndarray:
 
 
 def check_lake(lake, config: LakeConfig, max_attempts: int = 6) -> None:
-    """Assert every DESIGN §4 guarantee and that the reported stats are exact."""
+    """Assert every docs/rules.md#generator-guarantees guarantee and that the reported stats are exact."""
     h, w = lake.holes.shape
     a = lake.starts.shape[0]
     region = np.zeros((h, w), bool)
