@@ -4,8 +4,13 @@
 shortest path it would take alone (planned with the other agents removed), so both reach
 the gap at once and their moves are cancelled (conflict marks); right, the reference
 planner's joint plan, where one agent waits.
+
+``conflicts.png``: the one-step examples of docs/rules.md#conflicts (read from that page's
+```` ```step```` blocks, so the picture always shows what the text says and the tests run),
+each drawn after its step with the moves that were cancelled marked.
 """
 
+import re
 from pathlib import Path
 
 import jax
@@ -17,10 +22,11 @@ import numpy as np  # noqa: E402
 
 from jaxlake.env import rollout  # noqa: E402
 from jaxlake.planner import solve  # noqa: E402
-from jaxlake.text import format_plan, parse_lake  # noqa: E402
+from jaxlake.text import format_plan, parse_lake, parse_plan  # noqa: E402
 from jaxlake.viewer import plot_lake  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "img"
+RULES = Path(__file__).resolve().parent / "rules.md"
 LAKE = """\
 A . . . B
 ~ ~ . ~ ~
@@ -35,8 +41,40 @@ def alone_plan(text: str, letter: str, max_steps: int) -> np.ndarray:
     return np.asarray(solve(parse_lake(solo, max_steps=max_steps)).actions)[0]
 
 
+def conflict_examples() -> list[tuple[str, str]]:
+    """``(grid, plan)`` of each ```` ```step```` block in the Conflicts section of docs/rules.md."""
+    text = RULES.read_text(encoding="utf-8")
+    section = text[text.index("### Conflicts"): text.index("### Holes")]
+    examples = []
+    for block in re.findall(r"^```step[^\n]*\n(.*?)^```", section, re.S | re.M):
+        cols = [[part.strip() for part in line.split("|")] for line in block.splitlines() if not line.startswith("=")]
+        examples.append(("\n".join(c[0] for c in cols if c[0]), "\n".join(c[1] for c in cols if c[1])))
+    return examples
+
+
+CONFLICT_TITLES = ("vertex", "swap", "blocked queue", "following", "vertex, then blocked", "rotation")
+
+
+def conflicts_figure() -> None:
+    examples = conflict_examples()
+    if len(examples) != len(CONFLICT_TITLES):
+        raise SystemExit(f"docs/rules.md#conflicts has {len(examples)} examples, expected {len(CONFLICT_TITLES)}")
+    fig, axes = plt.subplots(1, len(examples), figsize=(2.6 * len(examples), 3.0))
+    for ax, (grid, plan), title in zip(axes, examples, CONFLICT_TITLES):
+        lake = parse_lake(grid, max_steps=4, max_height=4, max_width=4, max_agents=4)
+        n = int(lake.num_agents)
+        actions = np.zeros((4, 1), np.int32)
+        actions[:n] = parse_plan(plan, n, 1)[0]
+        out = rollout(lake, actions, jax.random.PRNGKey(0))
+        plot_lake(lake, out.final_state, trajectory=out.trajectory, ax=ax, title=title + "\n" + plan.replace("\n", "  "))
+    fig.tight_layout()
+    fig.savefig(OUT / "conflicts.png", dpi=90)
+    plt.close(fig)
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
+    conflicts_figure()
     lake = parse_lake(LAKE, max_steps=12)
     sol = solve(lake)
     key = jax.random.PRNGKey(0)
