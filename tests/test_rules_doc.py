@@ -133,3 +133,15 @@ def test_rules_step_example(name, options, before, plan, after, statuses):
     assert render_text(lake, state) == after
     for letter, status in statuses.items():
         assert int(state.status[ord(letter) - ord("A")]) == STATUS_CODES[status], (letter, status)
+
+
+def test_rules_state_the_text_format_the_code_uses():
+    from jaxlake.text import FROZEN_SYMBOL, HOLE_SYMBOL, LEGACY_HOLE_SYMBOL, TEXT_FORMAT_VERSION
+
+    text = RULES.read_text(encoding="utf-8")
+    section = text[text.index("### Lake grid"): text.index("### Plans")]
+    assert f"| `{FROZEN_SYMBOL}` | frozen |" in section
+    assert f"| `{HOLE_SYMBOL}` | hole" in section
+    history = text[text.index("### Format history"):]
+    assert f"TEXT_FORMAT_VERSION = {TEXT_FORMAT_VERSION}`): holes are `{HOLE_SYMBOL}`" in history
+    assert f"holes were `{LEGACY_HOLE_SYMBOL}`" in history
