@@ -125,11 +125,15 @@ def test_rules_step_example(name, options, before, plan, after, statuses):
     lake = parse_lake(before, slip_prob=0.0, on_goal=options.get("on_goal", "vanish"),
                       max_steps=int(options.get("max_steps", 16)), **cap)
     n = int(lake.num_agents)
-    actions, malformed = parse_plan(plan, n, 1)
+    steps = max(len(line.split(":", 1)[1].split()) for line in plan.splitlines())
+    actions, malformed = parse_plan(plan, n, steps)
     assert not malformed, plan
-    padded = np.zeros((cap["max_agents"],), np.int32)
-    padded[:n] = actions[:, 0]
-    state, _ = jax.jit(step)(lake, reset(lake), padded, jax.random.key(0))
+    padded = np.zeros((cap["max_agents"], steps), np.int32)
+    padded[:n] = actions
+    state, jit_step = reset(lake), jax.jit(step)
+    for k in range(steps):
+        state, _ = jit_step(lake, state, padded[:, k], jax.random.key(k))
+    assert int(state.t) == steps
     assert render_text(lake, state) == after
     for letter, status in statuses.items():
         assert int(state.status[ord(letter) - ord("A")]) == STATUS_CODES[status], (letter, status)
