@@ -1,9 +1,24 @@
 """jaxlake: MAPF-FrozenLake, a multi-agent path-finding game on FrozenLake grids in pure JAX.
 
-The public API in one place::
+The public face of the package (``jaxlake.__all__``), all re-exported from their modules::
 
-    from jaxlake import LakeConfig, generate, generate_batch, generate_mixture
-    from jaxlake import reset, step, rollout, render_text, parse_lake, parse_plan, solve
+    LakeConfig, ConfigError, stack_configs, repeat_config        # validated configs (jaxlake.config)
+    generate, generate_batch, generate_mixture, mixture_components
+                                                                 # config -> lakes (jaxlake.generator)
+    reset, step, step_from_uniforms, rollout                     # the game (jaxlake.env)
+    Outcome, Rollout, Trajectory                                 # rollout results (jaxlake.env)
+    solve, solve_batch, solvable_share, Solution                 # reference planner (jaxlake.planner)
+    render_text, parse_lake, parse_plan, format_plan             # text formats (jaxlake.text)
+    Lake, LakeStats, State, StepInfo                             # pytrees (jaxlake.types)
+    STAY, UP, DOWN, LEFT, RIGHT                                  # actions (jaxlake.types)
+    ACTIVE, ARRIVED, FELL, TIMED_OUT, ABSENT                     # agent statuses (jaxlake.types)
+    ON_GOAL_VANISH, ON_GOAL_STAY                                 # on_goal codes (jaxlake.types)
+
+Everything else is reached through its module (``jaxlake.autoreset``, ``jaxlake.suite``,
+``jaxlake.viewer``, ``jaxlake.bench``, ...); no name here shadows a module of the package
+(``tests/test_public_api.py`` checks it). The simulator never imports the language-model
+package ``llm``; only the orchestration modules ``jaxlake.pipeline``, ``jaxlake.run`` and
+``jaxlake.study`` wire the two together (``tests/test_layering.py``).
 """
 
 from jaxlake.config import ConfigError, LakeConfig, repeat_config, stack_configs
@@ -31,3 +46,19 @@ from jaxlake.types import (
 )
 
 __version__ = "0.1.0"
+
+__all__ = [
+    # jaxlake.config
+    "ConfigError", "LakeConfig", "repeat_config", "stack_configs",
+    # jaxlake.generator
+    "generate", "generate_batch", "generate_mixture", "mixture_components",
+    # jaxlake.env
+    "Outcome", "Rollout", "Trajectory", "reset", "rollout", "step", "step_from_uniforms",
+    # jaxlake.planner
+    "Solution", "solvable_share", "solve", "solve_batch",
+    # jaxlake.text
+    "format_plan", "parse_lake", "parse_plan", "render_text",
+    # jaxlake.types
+    "ABSENT", "ACTIVE", "ARRIVED", "DOWN", "FELL", "LEFT", "ON_GOAL_STAY", "ON_GOAL_VANISH", "RIGHT",
+    "STAY", "TIMED_OUT", "UP", "Lake", "LakeStats", "State", "StepInfo",
+]

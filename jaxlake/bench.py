@@ -143,7 +143,15 @@ OVERHEAD_FIELDS = ("env", "batch_size", "plain_agent_steps_per_s", "autoreset_ag
 
 # ============================================================================ environment
 def _git(*args: str) -> Optional[str]:
-    root = Path(__file__).resolve().parents[1]
+    """``git <args>`` in the checkout this module runs from; None for an installed wheel.
+
+    The commit describes the benchmarked code, so it is read only where the package sits at
+    the top of a git work tree (an editable install or a clone), never from the current
+    folder nor from a repository that merely contains a site-packages folder.
+    """
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
     try:
         out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):

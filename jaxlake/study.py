@@ -37,7 +37,9 @@ from jaxlake.pipeline import read_json, short_env, write_text
 from jaxlake.report import find_runs, load_run, mean_ci, plot_breakdown, plot_scores
 from jaxlake.conf import CONF_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
+#: The results page when ``--results`` is not given, relative to the current folder (in a
+#: clone of the repository, run from its root, that is the committed ``docs/results.md``).
+DEFAULT_PAGE = Path("docs") / "results.md"
 BEGIN = "<!-- study:begin -->"
 END = "<!-- study:end -->"
 #: Table order: the paper's method, its ablations, then the baselines.
@@ -70,7 +72,7 @@ def run_sweep(study: str, overrides: Sequence[str], root: Path) -> float:
     cmd = sweep_command(study, overrides)
     print("[study] " + " ".join(shlex.quote(c) for c in cmd[1:]), file=sys.stderr, flush=True)
     t0 = time.time()
-    code = subprocess.call(cmd, cwd=str(ROOT))
+    code = subprocess.call(cmd)  # in the current folder, like the runs' relative runs_dir
     wall = time.time() - t0
     root.mkdir(parents=True, exist_ok=True)
     log = _read(root / "study.json") or {"invocations": []}
@@ -277,8 +279,8 @@ def write_results(root: Path, page: Path, command: str) -> dict:
 
 
 def read_results(path: Optional[Path] = None) -> Optional[dict]:
-    """``docs/results.json`` (or ``path``), None when the study has not been written."""
-    return _read(Path(path) if path is not None else ROOT / "docs" / "results.json")
+    """``docs/results.json`` under the current folder (or ``path``), None when the study has not been written."""
+    return _read(Path(path) if path is not None else DEFAULT_PAGE.with_suffix(".json"))
 
 
 # ============================================================================ CLI
@@ -294,8 +296,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         epilog="Hydra overrides for the sweep go after `--`, e.g. -- engineer=policy,fixed seed=0,1 model=qwen3_4b",
     )
     parser.add_argument("--study", default="cpu", help="conf/study/<name>.yaml (default: cpu)")
-    parser.add_argument("--results", type=Path, default=ROOT / "docs" / "results.md",
-                        help="the results page (default: docs/results.md; its plots go to <page stem>/, its data to <page stem>.json)")
+    parser.add_argument("--results", type=Path, default=DEFAULT_PAGE,
+                        help="the results page (default: docs/results.md in the current folder; its plots go to <page stem>/, its data to <page stem>.json)")
     parser.add_argument("--no-run", action="store_true", help="only rewrite the results from finished runs")
     args = parser.parse_args(argv)
     if not (CONF_DIR / "study" / f"{args.study}.yaml").is_file():
@@ -303,10 +305,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: --study={args.study!r}: no conf/study/{args.study}.yaml; choose from {known}", file=sys.stderr)
         return 2
     root = study_root(args.study, extra)
-    page = Path(args.results).resolve()
-    shown = page.relative_to(ROOT).as_posix() if page.is_relative_to(ROOT) else str(page)
+    page, here = Path(args.results).resolve(), Path.cwd().resolve()
+    shown = page.relative_to(here).as_posix() if page.is_relative_to(here) else str(page)
     command = " ".join(["python -m jaxlake.study"] + ([f"--study {args.study}"] if args.study != "cpu" else [])
-                       + ([f"--results {shown}"] if page != (ROOT / "docs" / "results.md").resolve() else [])
+                       + ([f"--results {shown}"] if page != DEFAULT_PAGE.resolve() else [])
                        + (["--", *map(shlex.quote, extra)] if extra else []))
     try:
         if not args.no_run:

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip(
+    "torch", reason="the live PyTorch checks need the `torch` extra: pip install -e \".[dev,torch]\" (a CPU-only machine: README, Development)")
 transformers = pytest.importorskip("transformers")
 
 import llm  # noqa: E402

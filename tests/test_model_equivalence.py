@@ -16,7 +16,8 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip(
+    "torch", reason="the live PyTorch checks need the `torch` extra: pip install -e \".[dev,torch]\" (a CPU-only machine: README, Development)")
 transformers = pytest.importorskip("transformers")
 
 from jaxlake.config import ConfigError  # noqa: E402
