@@ -10,8 +10,11 @@
   (``runs/<experiment>/multirun/<job>``); ``python -m jaxlake.report runs/<experiment>``
   tabulates it.
 
-The configuration is ``conf/config.yaml`` (groups ``env``, ``model``, ``train``, ``reward``,
-``prompt``, ``engineer``, ``eval``); the stage logic is :mod:`jaxlake.pipeline` and
+The configuration is ``jaxlake/conf/config.yaml``, shipped in the package (groups ``env``,
+``model``, ``train``, ``reward``, ``prompt``, ``engineer``, ``eval``; Hydra finds it as
+``pkg://jaxlake.conf`` from any folder, and ``--config-dir DIR`` or
+``hydra.searchpath=[file://DIR]`` adds a folder of one's own beside it). Runs go to
+``runs/<experiment>`` under the current folder. The stage logic is :mod:`jaxlake.pipeline` and
 :func:`llm.train.train_stage`. ``train.distributed.enabled=true`` (or
 ``JAXLAKE_DISTRIBUTED=1``) calls ``jax.distributed.initialize`` before anything else
 touches JAX.

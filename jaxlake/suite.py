@@ -152,7 +152,7 @@ def cell_config(spec: SuiteSpec, values: Mapping[str, Any]) -> LakeConfig:
     return LakeConfig(**fields)
 
 
-#: ``conf/eval`` of this checkout.
+#: ``jaxlake/conf/eval``: the suites shipped in the package.
 EVAL_CONF_DIR = CONF_DIR / "eval"
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from jaxlake.conf import CONF_DIR
 
-#: ``conf/model`` of this checkout.
+#: ``jaxlake/conf/model``: the model presets shipped in the package.
 MODEL_CONF_DIR = CONF_DIR / "model"
 #: Seed of the default model's random initialisation.
 DEFAULT_SEED = 0

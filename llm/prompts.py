@@ -31,7 +31,7 @@ from jaxlake.types import Lake
 from jaxlake.conf import CONF_DIR
 from llm.reasoning import ReasoningConfig
 
-#: ``conf/prompt`` of this checkout (the wording's home).
+#: ``jaxlake/conf/prompt``, shipped in the package (the wording's home).
 PROMPT_DIR = CONF_DIR / "prompt"
 
 _USER_FIELDS = ("grid", "height", "width", "num_agents", "max_steps", "letters", "agents", "slip_note", "example", "slip_prob")
