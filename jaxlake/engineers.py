@@ -32,7 +32,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
@@ -139,29 +138,48 @@ def mixture_from_obj(obj: Any, base: LakeConfig) -> Mixture:
     raise ProposalError(f"proposal must be a JSON object or list, got {type(obj).__name__}")
 
 
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+def answer_text(text: str) -> str:
+    """The answer part of a reply: the text after the last ``</think>`` (a reasoning model
+    thinks first, and may quote configurations while it does). Raises :class:`ProposalError`
+    when a ``<think>`` block is opened and never closed (the reply has no answer)."""
+    if "</think>" in text:
+        return text.rsplit("</think>", 1)[1]
+    if "<think>" in text:
+        raise ProposalError("the think block was never closed (no </think>): there is no answer after it")
+    return text
 
 
 def extract_json(text: str) -> Any:
-    """The first JSON object or array in ``text`` (code fences and chatter around it allowed).
+    """The **last** complete JSON object or array in the answer part of ``text``.
 
-    Raises :class:`ProposalError` when there is none or it does not parse.
+    The answer part is the text after any think block (:func:`answer_text`); in it, every
+    top-level JSON value is read left to right (code fences and chatter around them allowed;
+    a value nested in an earlier one is part of that one) and the last object or array wins,
+    so a reply that quotes the current configuration and then gives its proposal is read as
+    the proposal. Raises :class:`ProposalError` when there is none or it does not parse.
     """
     if not isinstance(text, str):
         raise ProposalError(f"output must be text, got {type(text).__name__}")
-    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    chunk = answer_text(text)
     decoder = json.JSONDecoder()
     last_error = None
-    for chunk in candidates:
-        for i, ch in enumerate(chunk):
-            if ch in "{[":
-                try:
-                    obj, _ = decoder.raw_decode(chunk, i)
-                except json.JSONDecodeError as err:
-                    last_error = err
-                    continue
-                if isinstance(obj, (dict, list)):
-                    return obj
+    found: Any = None
+    i = 0
+    while i < len(chunk):
+        if chunk[i] in "{[":
+            try:
+                obj, end = decoder.raw_decode(chunk, i)
+            except json.JSONDecodeError as err:
+                last_error = err
+                i += 1
+                continue
+            if isinstance(obj, (dict, list)):
+                found = obj
+                i = end
+                continue
+        i += 1
+    if found is not None:
+        return found
     if last_error is not None:
         raise ProposalError(f"no parseable JSON object in the output ({last_error.msg} at char {last_error.pos})")
     raise ProposalError("no JSON object in the output")
@@ -807,7 +825,10 @@ class PLREngineer(Engineer):
 
 # ============================================================================ retries
 def retry_prompt(prompt: str, raw: str, error: str) -> str:
-    """The prompt of the next attempt: the original plus the rejected answer and why."""
+    """The prompt of the next attempt: the original plus the rejected answer and why (its
+    think block left out, as Qwen3's chat template drops earlier thinking)."""
+    if "</think>" in raw:
+        raw = raw.rsplit("</think>", 1)[1].lstrip("\n")
     shown = raw if len(raw) <= 2000 else raw[:2000] + " ..."
     return (
         f"{prompt}\n\nYour previous answer was:\n{shown}\n\nIt was rejected: {error}\n"

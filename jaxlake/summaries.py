@@ -12,7 +12,7 @@ Four parts, each switchable in the engineer's prompt (``conf/engineer/*.yaml`` `
   and conflict densities, path lengths, share of lakes within the distance bounds, share
   solvable by the reference planner; per mixture component.
 * ``history``   -- the stage history: each stage's environment, scores and the engineer's
-  decision.
+  decision, with its analysis when it reasoned (cut at :data:`ANALYSIS_CHARS`).
 
 :func:`summarize` builds the JSON (``summary.json``); :func:`render_summary` the text.
 Inputs are plain JSON (an ``eval.json`` dict, see :mod:`jaxlake.suite` for episode records),
@@ -231,7 +231,8 @@ def history_entry(
     if train:
         entry["train"] = {k: (_round(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v) for k, v in train.items()}
     if engineer:
-        entry["engineer"] = {k: engineer.get(k) for k in ("engineer", "decision", "reason") if k in engineer}
+        entry["engineer"] = {k: engineer.get(k) for k in ("engineer", "decision", "reason", "analysis")
+                             if engineer.get(k) is not None}
     return entry
 
 
@@ -337,6 +338,14 @@ def _render_env_stats(e: Optional[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+#: Longest engineer analysis shown per stage of the history (characters; cut with "...").
+ANALYSIS_CHARS = 400
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
 def _render_history(h: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = ["## Stage history"]
     if not h:
@@ -353,6 +362,8 @@ def _render_history(h: Sequence[Mapping[str, Any]]) -> list[str]:
         eng = e.get("engineer")
         if eng:
             line += f"; engineer {eng.get('decision')}: {eng.get('reason')}"
+            if eng.get("analysis"):  # reasoning engineers: why this environment was chosen
+                line += f"\n  analysis: {_clip(' '.join(str(eng['analysis']).split()), ANALYSIS_CHARS)}"
         lines.append(line)
     return lines
 

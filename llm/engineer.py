@@ -23,6 +23,16 @@ the last resort; the record keeps the prompt, the raw outputs, the parsed object
 validation errors and, for constrained decoding, the top-scored values at every choice.
 Malformed output never raises.
 
+**Reasoning** (``reasoning: {enabled: auto | true | false, thinking_tokens, temperature}``;
+``auto`` follows the run's ``prompt.reasoning.enabled``): the model first writes a free
+analysis in a ``<think>`` block (sampled or greedy, at most ``thinking_tokens`` tokens; then
+``</think>`` is forced, :func:`llm.reasoning.think_phase`), and the configuration is decoded
+after it (constrained or free) conditioned on that analysis. The analysis is saved in the
+record (``engineer.json`` key ``analysis``) and shown in the next summaries' stage history.
+``conf/engineer/policy_answer_only.yaml`` is the ablation without it. Replies of free and
+external engineers are read after any think block (the last complete JSON object,
+:func:`jaxlake.engineers.extract_json`).
+
 The ``external`` backend talks to any OpenAI-compatible chat endpoint with the standard
 library (``POST <url>/chat/completions``); the API key is read from the environment
 variable NAMED in the config (``api_key_env``), never stored in it.
@@ -59,6 +69,11 @@ DEFAULT_SYSTEM = (
     "propose the configuration of the next stage as a JSON object. Keep every value within its "
     "allowed range. Make the environment harder when the success rate is high and easier when it "
     "is low, and target the failures you see. Reply with a single JSON object and nothing else."
+)
+#: Added to the system turn when the engineer reasons first.
+REASONING_SYSTEM = (
+    " Before the JSON object, think in a <think> block: what does the policy fail at, why, and "
+    "which change of the environment would teach it most? Then close the block and answer."
 )
 #: Default mixture weights the constrained decoder chooses from (normalised afterwards).
 DEFAULT_WEIGHTS = (0.25, 0.5, 0.75, 1.0)
@@ -129,11 +144,13 @@ def build_user_prompt(
     return "\n\n".join(c for c in chunks if c)
 
 
-def chat_text(tokenizer: Any, system: str, user: str) -> str:
-    """The chat-formatted prompt ending with the assistant turn's opening."""
+def chat_text(tokenizer: Any, system: str, user: str, thinking: bool = False) -> str:
+    """The chat-formatted prompt ending with the assistant turn's opening (Qwen3: with an
+    empty think block unless ``thinking``)."""
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
     try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             enable_thinking=bool(thinking))
     except (ValueError, AttributeError, TypeError):
         # no chat template: a plain transcript
         head = f"{system}\n\n" if system else ""
@@ -360,6 +377,74 @@ def constrained_json(
             return text, choices
 
 
+# ============================================================================ reasoning
+_REASONING_KEYS = ("enabled", "thinking_tokens", "temperature", "close_text")
+
+
+def reasoning_settings(node: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+    """Validated ``engineer.reasoning``: ``enabled`` (``auto`` | true | false), ``thinking_tokens``
+    (>= 1), ``temperature`` (>= 0; 0 greedy) and ``close_text`` (forced at the budget)."""
+    out: dict[str, Any] = {"enabled": "auto", "thinking_tokens": 256, "temperature": 0.0, "close_text": "\n</think>\n\n"}
+    node = dict(node or {})
+    unknown = sorted(set(node) - set(_REASONING_KEYS))
+    if unknown:
+        raise ConfigError(f"engineer.reasoning: unknown key(s) {unknown}; known: {list(_REASONING_KEYS)}")
+    out.update(node)
+    if out["enabled"] not in ("auto", True, False):
+        raise ConfigError(f"engineer.reasoning.enabled={out['enabled']!r} not in ['auto', true, false]")
+    t = out["thinking_tokens"]
+    if isinstance(t, bool) or not isinstance(t, int) or t < 1:
+        raise ConfigError(f"engineer.reasoning.thinking_tokens={t!r} not an integer in [1, inf)")
+    if not isinstance(out["temperature"], (int, float)) or not out["temperature"] >= 0:
+        raise ConfigError(f"engineer.reasoning.temperature={out['temperature']!r} not in [0, inf)")
+    c = out["close_text"]
+    if not isinstance(c, str) or c.count("</think>") != 1 or "<think>" in c:
+        raise ConfigError(f"engineer.reasoning.close_text={c!r} must contain '</think>' exactly once and no '<think>'")
+    out["temperature"] = float(out["temperature"])
+    return out
+
+
+def run_reasons(ctx: EngineerContext) -> bool:
+    """Whether the run's policy prompt has reasoning on (``prompt.reasoning.enabled``)."""
+    cfg = ctx.run_cfg
+    node = cfg.get("prompt") if isinstance(cfg, Mapping) else getattr(cfg, "prompt", None)
+    if node is None:
+        return False
+    node = node.get("reasoning") if isinstance(node, Mapping) else getattr(node, "reasoning", None)
+    if node is None:
+        return False
+    enabled = node.get("enabled", False) if isinstance(node, Mapping) else getattr(node, "enabled", False)
+    return bool(enabled)
+
+
+def write_analysis(model: Any, tokenizer: Any, text: str, thinking_tokens: int, temperature: float,
+                   key: Any) -> tuple[str, int, bool]:
+    """The engineer's free analysis after the chat prompt ``text`` (a ``<think>\n`` is appended).
+
+    Samples (``temperature > 0``) or decodes greedily up to ``thinking_tokens`` tokens, stopping
+    at ``</think>`` or the end of the turn (:func:`llm.reasoning.think_phase`). Returns
+    ``(analysis, tokens, hit_budget)``: the analysis text without the tags, the number of
+    tokens the model wrote, and whether the budget ran out before it closed the block.
+    """
+    from llm import reasoning
+    from llm.generate import GenerationConfig, pad_prompts
+    from llm.train import eos_and_pad
+
+    eos, pad = eos_and_pad(tokenizer)
+    close = reasoning.close_token_id(tokenizer)
+    ids, mask = pad_prompts([tokenizer.encode(text + reasoning.THINK_OPEN + "\n", add_special_tokens=False)], pad, 64)
+    cfg = GenerationConfig(max_new_tokens=int(thinking_tokens), temperature=float(temperature))
+    out = reasoning.think_phase(model, ids, mask, None if temperature == 0 else key, cfg, thinking_tokens, close,
+                                eos_token_ids=eos, pad_token_id=pad)
+    n = int(out["lengths"][0])
+    toks = out["tokens"][0, :n].tolist()
+    if toks and (out["closed"][0] or out["ended"][0]):
+        toks = toks[:-1]  # drop the </think> or end-of-turn token the model ended with
+    analysis = tokenizer.decode(toks, skip_special_tokens=True)
+    analysis = analysis.replace(reasoning.THINK_OPEN, "").replace(reasoning.THINK_CLOSE, "").strip()
+    return analysis, n, bool(out["hit_budget"][0])
+
+
 # ============================================================================ local LLM backends
 class LLMEngineer(Engineer):
     """An engineer that is a local Qwen3 checkpoint: ``source`` ``policy`` (this stage's
@@ -376,7 +461,10 @@ class LLMEngineer(Engineer):
       space: ``{editable, values}`` of the :class:`ConfigSpace`.
       max_new_tokens: text length for ``free`` decoding.
       max_prompt_tokens: prompt budget (default: the model's context minus the answer room).
-      system: the system turn (default :data:`DEFAULT_SYSTEM`).
+      system: the system turn (default :data:`DEFAULT_SYSTEM`, plus :data:`REASONING_SYSTEM`
+        when reasoning).
+      reasoning: ``{enabled: auto | true | false, thinking_tokens, temperature, close_text}``
+        (:func:`reasoning_settings`): write a free analysis first (see the module doc).
     """
 
     source = "policy"
@@ -394,8 +482,11 @@ class LLMEngineer(Engineer):
         max_new_tokens: int = 256,
         max_prompt_tokens: Optional[int] = None,
         system: Optional[str] = None,
+        reasoning: Optional[Mapping[str, Any]] = None,
         **_: Any,
     ) -> None:
+        self.reasoning = reasoning_settings(reasoning)
+        self.custom_system = system is not None
         if decoding not in ("constrained", "free"):
             raise ConfigError(f"engineer.decoding={decoding!r} not in ['constrained', 'free']")
         if not temperature >= 0:
@@ -419,6 +510,11 @@ class LLMEngineer(Engineer):
     def parts(self) -> list[str]:
         return [p for p in PARTS if self.flags[p]]
 
+    def reasons(self, ctx: EngineerContext) -> bool:
+        """Whether this proposal starts with an analysis (``auto``: the run's prompt decides)."""
+        enabled = self.reasoning["enabled"]
+        return run_reasons(ctx) if enabled == "auto" else bool(enabled)
+
     def _model(self, ctx: EngineerContext):
         if ctx.load_model is None:
             raise ConfigError(f"engineer={self.name} needs a model: the pipeline passes load_model in the context")
@@ -428,12 +524,16 @@ class LLMEngineer(Engineer):
         model, tokenizer = self._model(ctx)
         space = space_from_conf(ctx.base, self.space_node)
         scorer = ChoiceScorer(model, tokenizer)
+        thinking = self.reasons(ctx)
+        system = self.system + (REASONING_SYSTEM if thinking and not self.custom_system else "")
         answer_room = 64 + 24 * len(space.editable) * self.max_components
         if self.decoding == "free":
             answer_room = max(answer_room, self.max_new_tokens)
+        if thinking:
+            answer_room += self.reasoning["thinking_tokens"] + scorer.count(self.reasoning["close_text"]) + 8
         limit = getattr(getattr(model, "config", None), "max_position_embeddings", 4096)
         budget = int(self.max_prompt_tokens) if self.max_prompt_tokens else int(limit) - answer_room
-        system_tokens = scorer.count(chat_text(tokenizer, self.system, ""))
+        system_tokens = scorer.count(chat_text(tokenizer, system, "", thinking))
 
         def build(**kw):
             return build_user_prompt(ctx, self.parts, space, self.max_components, **kw)
@@ -443,23 +543,41 @@ class LLMEngineer(Engineer):
         user = fit_user_prompt(build, scorer.count, budget - system_tokens, failures, history)
         rng = ctx.rng(7)
         traces: list = []
+        analyses: list = []
 
         def ask(prompt: str, attempt: int) -> str:
-            text = chat_text(tokenizer, self.system, prompt)
+            text = chat_text(tokenizer, system, prompt, thinking)
+            head = ""
+            if thinking:
+                import jax
+
+                from llm.reasoning import THINK_OPEN
+
+                key = jax.random.PRNGKey(int(ctx.seed) * 1000 + int(ctx.stage) * 10 + attempt + 5)
+                analysis, n_tok, hit = write_analysis(model, tokenizer, text, self.reasoning["thinking_tokens"],
+                                                      self.reasoning["temperature"], key)
+                analyses.append({"attempt": attempt, "analysis": analysis, "tokens": n_tok, "hit_budget": hit})
+                head = f"{THINK_OPEN}\n{analysis}{self.reasoning['close_text']}"
+                text += head
             if self.decoding == "constrained":
                 out, choices = constrained_json(
                     scorer.scores, text, space, rng, self.temperature, self.max_components, self.weights
                 )
                 traces.append(choices)
-                return out
-            return self._free(model, tokenizer, text, ctx, attempt)
+                return head + out
+            return head + self._free(model, tokenizer, text, ctx, attempt)
 
         proposal = propose_with_retries(ask, user, ctx, self.retries)
         proposal.record.update(
-            {"system": self.system, "decoding": self.decoding, "context_parts": self.parts, "source": self.source}
+            {"system": system, "decoding": self.decoding, "context_parts": self.parts, "source": self.source,
+             "reasoning": thinking}
         )
         if traces:
             proposal.record["choices"] = traces[-1]
+        if analyses:
+            proposal.record["analysis"] = analyses[-1]["analysis"]
+            proposal.record["analyses"] = analyses
+            proposal.record["thinking_budget"] = self.reasoning["thinking_tokens"]
         return proposal
 
     def _free(self, model, tokenizer, text: str, ctx: EngineerContext, attempt: int) -> str:
@@ -563,11 +681,16 @@ class ExternalEngineer(Engineer):
             detail = err.read().decode("utf-8", errors="replace")[:300]
             raise RuntimeError(f"HTTP {err.code} from {self.url}: {detail}") from None
         try:
-            content = payload["choices"][0]["message"]["content"]
+            message = payload["choices"][0]["message"]
+            content = message["content"]
         except (KeyError, IndexError, TypeError):
             raise RuntimeError(f"unexpected response from {self.url}: {json.dumps(payload)[:300]}") from None
         if not isinstance(content, str):
             raise RuntimeError(f"response content is {type(content).__name__}, not text")
+        thought = message.get("reasoning_content") if isinstance(message, Mapping) else None
+        if isinstance(thought, str) and thought.strip() and "</think>" not in content:
+            # servers that split Qwen3's thinking out (reasoning parsers): keep it in the record
+            content = f"<think>\n{thought.strip()}\n</think>\n\n{content}"
         return content
 
     def propose(self, ctx: EngineerContext) -> Proposal:
@@ -577,4 +700,17 @@ class ExternalEngineer(Engineer):
         proposal.record.update(
             {"system": self.system, "endpoint": self.url, "model": self.model, "context_parts": self.parts}
         )
+        analysis = analysis_of(proposal.record.get("raw_output"))
+        if analysis:
+            proposal.record["analysis"] = analysis
         return proposal
+
+
+def analysis_of(raw: Any) -> Optional[str]:
+    """The think-block text of a reply (``None`` without one)."""
+    if not isinstance(raw, str) or "</think>" not in raw:
+        return None
+    from llm.reasoning import split_completion
+
+    thinking = split_completion(raw).thinking
+    return thinking.strip() if thinking and thinking.strip() else None

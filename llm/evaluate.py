@@ -97,8 +97,9 @@ def complete(policy, prompter, lakes, *, temperature: float, top_k: int, top_p: 
         rows = np.arange(start, min(start + batch_size, n))
         pad = np.full(batch_size - len(rows), rows[0], dtype=rows.dtype)
         idx = np.concatenate([rows, pad])
-        out = sample_completions(policy, ids[idx], mask[idx], jax.random.fold_in(key, start), gen, mesh)
-        texts.extend(out["texts"][: len(rows)])
+        out = sample_completions(policy, ids[idx], mask[idx], jax.random.fold_in(key, start), gen, mesh,
+                                 reasoning=prompter.config.reasoning)
+        texts.extend(out.get("answers", out["texts"])[: len(rows)])  # reasoning mode: the plan after </think>
     return texts
 
 

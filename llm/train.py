@@ -60,6 +60,8 @@ from llm.generate import GenerationConfig, generate_ids, left_pad_positions
 from llm.grpo import GRPOLossConfig
 from llm.prompts import PromptConfig
 from llm.rewards import RewardConfig
+from llm import reasoning as reasoning_mod
+from llm.reasoning import ReasoningConfig
 
 _TRACES = {"grpo_update": 0, "sft_update": 0, "logprobs": 0}
 
@@ -649,10 +651,28 @@ def to_host(x: jax.Array) -> np.ndarray:
 
 
 def sample_completions(policy: Policy, ids: np.ndarray, mask: np.ndarray, key: jax.Array,
-                       gen: GenerationConfig, mesh) -> dict[str, Any]:
-    """Sample one completion per prompt row; arrays sharded over the mesh, texts decoded."""
+                       gen: GenerationConfig, mesh, reasoning: Optional[ReasoningConfig] = None) -> dict[str, Any]:
+    """Sample one completion per prompt row; arrays sharded over the mesh, texts decoded.
+
+    With ``reasoning.enabled`` the rows think first (:func:`llm.reasoning.generate_with_thinking`:
+    ``gen.max_new_tokens`` is the answer budget), ``texts`` are the whole completions (think
+    block included) and the result also holds ``answers`` (the text after ``</think>``),
+    ``loss_mask`` (the mask without forced tokens) and ``thinking`` (the sample).
+    """
     eos, pad = eos_and_pad(policy.tokenizer)
     ids_d, mask_d = shd.shard_batch((ids, mask), mesh) if mesh is not None else (ids, mask)
+    if reasoning is not None and reasoning.enabled:
+        close = reasoning_mod.close_token_id(policy.tokenizer)
+        forced = policy.tokenizer.encode(reasoning.close_text, add_special_tokens=False)
+        place = (lambda x: shd.shard_batch(x, mesh)) if mesh is not None else (lambda x: x)
+        s = reasoning_mod.generate_with_thinking((policy.graphdef, policy.state), ids_d, mask_d, key, gen, reasoning,
+                                                 close_id=close, forced_ids=forced, eos_token_ids=eos,
+                                                 pad_token_id=pad, place=place, to_host=to_host)
+        texts = policy.tokenizer.batch_decode([s.tokens[b, : s.lengths[b]].tolist() for b in range(s.tokens.shape[0])],
+                                              skip_special_tokens=True)
+        return dict(tokens=s.tokens, mask=s.mask, loss_mask=s.loss_mask, lengths=s.lengths, logp=s.logprobs,
+                    hit_eos=s.hit_eos, texts=texts, answers=[reasoning_mod.strip_thinking(t) for t in texts],
+                    tokens_np=s.tokens, thinking=s)
     tokens, cmask, lengths, logp, hit_eos = generate_ids((policy.graphdef, policy.state), ids_d, mask_d, key, gen,
                                                          eos_token_ids=eos, pad_token_id=pad)
     tok_np, len_np = to_host(tokens), to_host(lengths)
@@ -677,15 +697,20 @@ def evaluate(policy: Policy, prompter: Prompter, lakes, ref_soc: np.ndarray, rew
     gen = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0)
     texts: list[str] = []
     lengths: list[int] = []
+    forced: list[bool] = []
     for start in range(0, n, batch_size):
         idx = np.arange(start, start + batch_size) % n
         sub = jax.tree_util.tree_map(lambda x: np.asarray(x)[idx], lakes)
         ids, mask = prompter.encode(sub)
-        out = sample_completions(policy, ids, mask, key, gen, mesh)
+        out = sample_completions(policy, ids, mask, key, gen, mesh, reasoning=prompter.config.reasoning)
         keep = min(batch_size, n - start)
         texts += out["texts"][:keep]
         lengths += out["lengths"][:keep].tolist()
-    res = rewards.compute_rewards(lakes, texts, key, reward_config, ref_soc=ref_soc, horizon=horizon)
+        if "thinking" in out:
+            forced += out["thinking"].hit_budget[:keep].tolist()
+    thinking = prompter.config.reasoning.enabled
+    res = rewards.compute_rewards(lakes, texts, key, reward_config, ref_soc=ref_soc, horizon=horizon,
+                                  reasoning=thinking, forced_close=np.asarray(forced, bool) if thinking else None)
     m = rewards.reward_metrics(res)
     m["num_lakes"] = n
     m["completion_len"] = float(np.mean(lengths))
@@ -755,6 +780,7 @@ def run_grpo(
     ref_logprobs = make_logprob_fn(policy.graphdef) if lc.use_reference else None
     gen = GenerationConfig(max_new_tokens=gc.max_new_tokens, temperature=gc.temperature, top_k=gc.top_k,
                            top_p=gc.top_p)
+    reasoning = prompter.config.reasoning
     horizon = env_horizon(env)
     data_key, sample_key, reward_key = (jax.random.fold_in(rng, i) for i in (11, 12, 13))
     end = gc.steps if max_steps is None else min(gc.steps, max_steps)
@@ -767,16 +793,24 @@ def run_grpo(
         ids, pmask = prompter.encode(lakes)
         ids, pmask = np.repeat(ids, g, axis=0), np.repeat(pmask, g, axis=0)
         t_gen = time.perf_counter()
-        out = sample_completions(policy, ids, pmask, jax.random.fold_in(sample_key, step), gen, mesh)
+        out = sample_completions(policy, ids, pmask, jax.random.fold_in(sample_key, step), gen, mesh,
+                                 reasoning=reasoning)
         t_rew = time.perf_counter()
         res = rewards.compute_rewards(rewards.repeat_lakes(lakes, g), out["texts"], jax.random.fold_in(reward_key, step),
-                                      config.reward, ref_soc=np.repeat(ref_soc, g), horizon=horizon)
+                                      config.reward, ref_soc=np.repeat(ref_soc, g), horizon=horizon,
+                                      reasoning=reasoning.enabled,
+                                      forced_close=out["thinking"].hit_budget if reasoning.enabled else None)
         grouped = jnp.asarray(res.reward).reshape(n, g)
         adv = grpo.group_advantages(grouped, lc.advantage, lc.std_eps).reshape(-1)
-        seq_mask = grpo.sequence_mask(grouped, jnp.asarray(~out["hit_eos"]), dynamic_sampling=lc.dynamic_sampling,
+        truncated = ~out["hit_eos"]
+        if reasoning.enabled:  # a forced close is a cut by the thinking budget
+            truncated = truncated | out["thinking"].hit_budget
+        seq_mask = grpo.sequence_mask(grouped, jnp.asarray(truncated), dynamic_sampling=lc.dynamic_sampling,
                                       overlong_mask=lc.overlong_mask)
         cmask = out["mask"]
-        weights = grpo.token_weights(jnp.asarray(to_host(cmask)), seq_mask, lc.aggregation, lc.max_len)
+        # forced tokens (reasoning mode) are attended to but take no policy-gradient loss
+        weights = grpo.token_weights(jnp.asarray(to_host(out.get("loss_mask", cmask))), seq_mask, lc.aggregation,
+                                     lc.max_len)
         host_batch = {"advantages": np.asarray(adv), "weights": np.asarray(weights)}
         batch = {"prompt_ids": ids, "prompt_mask": pmask, "tokens": out["tokens_np"], "mask": to_host(cmask),
                  "old_logp": to_host(out["logp"]), **host_batch}
@@ -810,6 +844,8 @@ def run_grpo(
         row["truncated_rate"] = float(np.mean(~out["hit_eos"]))
         row["completion_len"] = float(lengths.mean())
         row["completion_len_max"] = int(lengths.max())
+        if reasoning.enabled:
+            row.update(reasoning_mod.thinking_metrics(out["thinking"]))
         row["reward_std"] = float(np.std(res.reward))
         row["lr"] = schedule_value(gc.optim, total_updates, step * gc.mu)
         row["time/step_s"] = t_end - t0

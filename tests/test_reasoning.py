@@ -1,0 +1,267 @@
+"""Reasoning mode (llm/reasoning.py): reading think blocks, the reward's format terms, the
+thinking budget on models built to ramble / close / end, forced tokens kept out of the loss,
+and the warm start's templated reasoning."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxlake import planner
+from jaxlake.text import parse_lake
+from llm import grpo, reasoning, rewards
+from llm.generate import GenerationConfig
+from llm.model import Qwen3Config, Qwen3ForCausalLM
+from llm.reasoning import ReasoningConfig, ReasoningError, split_completion
+from llm.rewards import RewardConfig
+
+PLAN = "A: R R"
+GOOD = "<think>\nA walks right twice\n</think>\n\n" + PLAN
+
+# text -> (answer, think_format, closed, answer_empty, trailing_text)
+CASES = {
+    "think_then_plan": (GOOD, PLAN, False, True, False, False),
+    "no_closing_tag": ("<think>\nA walks right and right and", "", False, False, True, False),
+    "closing_tag_and_nothing": ("<think>\nA walks\n</think>\n\n", "", False, True, True, False),
+    "plan_without_block": (PLAN, PLAN, True, False, False, False),
+    "nested_tags": ("<think>a <think>b</think> c</think>\n" + PLAN, PLAN, True, True, False, False),
+    "repeated_block": ("<think>a</think><think>b</think>\n" + PLAN, PLAN, True, True, False, False),
+    "close_before_open": ("</think> x <think>\n" + PLAN, " x <think>\n" + PLAN, True, True, False, False),
+    "text_before_block": ("Sure. <think>a</think>\n" + PLAN, PLAN, True, True, False, False),
+    "text_after_plan": (GOOD + "\nThat is all.", PLAN + "\nThat is all.", False, True, False, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_split_completion_cases(name):
+    text, answer, fmt, closed, empty, trailing = CASES[name]
+    p = split_completion(text)
+    assert (p.answer, p.think_format, p.closed, p.answer_empty, p.trailing_text) == (answer, fmt, closed, empty,
+                                                                                      trailing)
+    assert bool(p.problems) == (fmt or empty or trailing or not closed)
+    if name == "think_then_plan":
+        assert p.thinking == "A walks right twice"
+    assert reasoning.strip_thinking(text) == (answer if "</think>" in text else text)
+
+
+@pytest.fixture(scope="module")
+def one_lake():
+    return parse_lake("A . a\n. . .", max_steps=4, max_height=4, max_width=4, max_agents=2)
+
+
+def _batch(lake, n):
+    return jax.tree_util.tree_map(lambda x: np.stack([np.asarray(x)] * n), lake)
+
+
+def test_reward_terms_for_every_format_case(one_lake):
+    names = sorted(CASES)
+    texts = [CASES[n][0] for n in names] + [GOOD]
+    forced = np.zeros(len(texts), bool)
+    forced[-1] = True  # the same good completion, but its close was forced at the budget
+    lakes = _batch(one_lake, len(texts))
+    cfg = RewardConfig()
+    res = rewards.compute_rewards(lakes, texts, jax.random.PRNGKey(0), cfg, reasoning=True, forced_close=forced)
+    assert set(res.terms) == set(rewards.ALL_TERMS)
+    row = {n: i for i, n in enumerate(names)}
+    t = {k: np.asarray(v) for k, v in res.terms.items()}
+    # the plan is read after </think>: think-then-plan succeeds with no format term
+    i = row["think_then_plan"]
+    assert res.success[i] and all(t[k][i] == 0 for k in rewards.THINK_TERMS) and t["malformed"][i] == 0
+    assert res.reward[i] == pytest.approx(cfg.arrived + cfg.all_arrived + cfg.efficiency)
+    i = row["no_closing_tag"]
+    assert t["think_unclosed"][i] == 1 and t["answer_empty"][i] == 1 and not res.success[i]
+    i = row["closing_tag_and_nothing"]
+    assert t["think_unclosed"][i] == 0 and t["answer_empty"][i] == 1 and not res.success[i]
+    for name in ("plan_without_block", "nested_tags", "repeated_block", "text_before_block"):
+        i = row[name]
+        assert t["think_format"][i] == 1 and res.success[i], name
+        assert res.reward[i] == pytest.approx(cfg.arrived + cfg.all_arrived + cfg.efficiency + cfg.think_format)
+    i = row["text_after_plan"]
+    assert t["trailing_text"][i] == 1 and t["malformed"][i] == 1 and res.success[i]
+    assert res.reward[i] == pytest.approx(cfg.arrived + cfg.all_arrived + cfg.efficiency + cfg.malformed
+                                          + cfg.trailing_text)
+    # a forced close is a think_unclosed even though the text has </think>
+    assert t["think_unclosed"][-1] == 1 and res.success[-1]
+    m = rewards.reward_metrics(res)
+    assert m["term/think_unclosed"] == pytest.approx(2 / len(texts))  # never closed + forced
+    # answer-only mode reads the think block as stray text and adds no format term
+    plain = rewards.compute_rewards(_batch(one_lake, 1), [GOOD], jax.random.PRNGKey(0), cfg)
+    assert set(plain.terms) == set(rewards.TERMS) and plain.malformed[0]
+
+
+def test_reasoning_config_validation():
+    assert ReasoningConfig.from_value(None) == ReasoningConfig()
+    assert ReasoningConfig.from_value({"enabled": True, "thinking_tokens": 8}).thinking_tokens == 8
+    with pytest.raises(ReasoningError, match=r"prompt.reasoning.thinking_tokens=0 not an integer in \[1, inf\)"):
+        ReasoningConfig(thinking_tokens=0)
+    with pytest.raises(ReasoningError, match="prompt.reasoning.close_text"):
+        ReasoningConfig(close_text="done")
+    with pytest.raises(ReasoningError, match="unknown prompt.reasoning field"):
+        ReasoningConfig.from_value({"budget": 3})
+    from llm.prompts import PromptConfig, load_prompt_config
+
+    cfg = load_prompt_config("reasoning")
+    assert cfg.reasoning.enabled and cfg.template_kwargs == {"enable_thinking": True}
+    assert not PromptConfig().reasoning.enabled
+    assert PromptConfig.from_dict({"reasoning": {"enabled": True}}).reasoning.enabled
+
+
+# ----------------------------------------------------------------------------- sampling
+V, CLOSE, EOS, PAD, WORD = 64, 60, 2, 0, 11
+FORCED = (7, CLOSE, 7)
+
+
+def _fixed_model(token: int):
+    """A model that always puts (almost) all mass on ``token``: attention and MLP outputs are
+    zero, every embedding is the same vector, so the last hidden state is constant and the LM
+    head's column ``token`` is the only one that scores."""
+    cfg = Qwen3Config(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, head_dim=8, tie_word_embeddings=False, max_position_embeddings=256)
+    graphdef, state = nnx.split(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0)))
+    flat, treedef = jax.tree_util.tree_flatten_with_path(state)
+    new = []
+    for path, x in flat:
+        name = jax.tree_util.keystr(path)
+        if "norm" in name:
+            new.append(jnp.ones_like(x))
+        elif "embed_tokens" in name:
+            new.append(jnp.ones_like(x))
+        elif "lm_head" in name:
+            new.append(jnp.zeros_like(x).at[:, token].set(0.25))
+        else:
+            new.append(jnp.zeros_like(x))
+    return graphdef, jax.tree_util.tree_unflatten(treedef, new)
+
+
+def _prompts(b=3):
+    ids = np.full((b, 8), PAD, np.int32)
+    mask = np.zeros((b, 8), bool)
+    for r in range(b):
+        ids[r, 8 - 3 - r:] = 20 + r
+        mask[r, 8 - 3 - r:] = True
+    return ids, mask
+
+
+def _sample(model, budget=6, answer=5, temperature=0.0, key=None):
+    ids, mask = _prompts()
+    cfg = GenerationConfig(max_new_tokens=answer, temperature=temperature)
+    return reasoning.generate_with_thinking(model, ids, mask, key, cfg, ReasoningConfig(enabled=True, thinking_tokens=budget),
+                                            close_id=CLOSE, forced_ids=FORCED, eos_token_ids=(EOS,), pad_token_id=PAD)
+
+
+def test_rambling_model_is_closed_at_the_budget():
+    s = _sample(_fixed_model(WORD), budget=6, answer=5)
+    b, f = 3, len(FORCED)
+    assert s.tokens.shape == (b, 6 + f + 5)
+    assert s.hit_budget.all() and (s.thinking_lengths == 6).all() and (s.forced_lengths == f).all()
+    # rambles for the whole budget, then the forced close, then it answers (rambling) to its budget
+    np.testing.assert_array_equal(s.tokens[:, :6], WORD)
+    np.testing.assert_array_equal(s.tokens[:, 6:6 + f], np.broadcast_to(FORCED, (b, f)))
+    np.testing.assert_array_equal(s.tokens[:, 6 + f:], WORD)
+    assert s.mask.all() and (s.lengths == 6 + f + 5).all() and not s.hit_eos.any()
+    # forced tokens are attended to but take no loss and carry no log-prob
+    assert not s.loss_mask[:, 6:6 + f].any() and s.loss_mask[:, :6].all() and s.loss_mask[:, 6 + f:].all()
+    assert (s.logprobs[:, 6:6 + f] == 0).all() and (s.logprobs[:, :6] < 0).all()
+    m = reasoning.thinking_metrics(s)
+    assert m == {"thinking_len": 6.0, "thinking_budget_hit": 1.0, "answer_len": 5.0, "thinking_ended_turn": 0.0}
+
+
+def test_model_that_closes_itself_gets_nothing_forced():
+    s = _sample(_fixed_model(CLOSE), budget=6, answer=4)
+    assert not s.hit_budget.any() and (s.thinking_lengths == 1).all() and (s.forced_lengths == 0).all()
+    assert (s.tokens[:, 0] == CLOSE).all() and s.loss_mask[:, 0].all()
+    assert (s.answer_lengths == 4).all() and (s.lengths == 5).all()
+    np.testing.assert_array_equal(s.mask, s.loss_mask)
+
+
+def test_model_that_ends_its_turn_while_thinking_stops_there():
+    s = _sample(_fixed_model(EOS), budget=6, answer=4)
+    assert s.hit_eos.all() and not s.hit_budget.any()
+    assert (s.lengths == 1).all() and (s.answer_lengths == 0).all()
+    assert reasoning.thinking_metrics(s)["thinking_ended_turn"] == 1.0
+
+
+def test_two_phase_logprobs_equal_one_forward_over_the_whole_completion():
+    """The packed completion is one contiguous sequence: teacher-forcing it through the model
+    gives back the sampler's log-probs on every sampled token."""
+    from llm.train import completion_forward
+
+    cfg = Qwen3Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=1, head_dim=16, tie_word_embeddings=False, max_position_embeddings=256)
+    graphdef, state = nnx.split(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(3)))
+    state = jax.tree_util.tree_map(lambda x: x * 4.0, state)  # peaked logits: some rows close early
+    ids, mask = _prompts()
+    gen = GenerationConfig(max_new_tokens=4, temperature=1.0)
+    s = reasoning.generate_with_thinking((graphdef, state), ids, mask, jax.random.PRNGKey(5), gen,
+                                         ReasoningConfig(enabled=True, thinking_tokens=5), close_id=CLOSE,
+                                         forced_ids=FORCED, eos_token_ids=(EOS,), pad_token_id=PAD)
+    logp, _, _ = completion_forward(graphdef, state, jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(s.tokens),
+                                    jnp.asarray(s.mask))
+    np.testing.assert_allclose(np.where(s.loss_mask, np.asarray(logp), 0.0), s.logprobs, atol=2e-5)
+    # masks are prefixes (right padding) and the loss mask is the mask minus the forced span
+    for r in range(3):
+        assert s.mask[r, : s.lengths[r]].all() and not s.mask[r, s.lengths[r]:].any()
+        assert s.mask[r].sum() - s.loss_mask[r].sum() == s.forced_lengths[r]
+
+
+def test_forced_tokens_get_no_policy_gradient():
+    """What the trainer does with the sample: token weights from the loss mask, so the GRPO
+    loss has zero gradient on the forced tokens' log-probs (and they are not counted)."""
+    s = _sample(_fixed_model(WORD), budget=4, answer=3)
+    weights = grpo.token_weights(jnp.asarray(s.loss_mask), jnp.ones((3,)), "token_mean")
+    forced = s.mask & ~s.loss_mask
+    assert forced.any() and (np.asarray(weights)[forced] == 0).all()
+    assert float(weights.sum()) == pytest.approx(1.0)
+    adv = jnp.asarray([1.0, -1.0, 0.5])
+
+    def loss(logp):
+        return grpo.grpo_loss(logp, jnp.asarray(s.logprobs), adv, weights, grpo.GRPOLossConfig())[0]
+
+    g = np.asarray(jax.grad(loss)(jnp.asarray(s.logprobs)))
+    assert (g[forced] == 0).all() and (np.abs(g[s.loss_mask]) > 0).all()
+
+
+def test_close_text_must_hold_the_close_id():
+    with pytest.raises(ReasoningError, match="do not contain the </think> id"):
+        reasoning.generate_with_thinking(_fixed_model(WORD), *_prompts(), None, GenerationConfig(max_new_tokens=2,
+                                         temperature=0.0), ReasoningConfig(enabled=True, thinking_tokens=2),
+                                         close_id=CLOSE, forced_ids=(7, 7), eos_token_ids=(EOS,), pad_token_id=PAD)
+
+
+# ----------------------------------------------------------------------------- warm start
+def test_warmstart_reasoning_is_true_and_fits_the_budget():
+    from llm.tokenizer import build_game_tokenizer, to_hf_tokenizer
+    from llm.warmstart import plan_targets, reasoning_lines, reasoning_text
+
+    lake = parse_lake("A . . ~ .\n. ~ . b .\n. . . . .\nB . ~ . a\n. . . . .", max_steps=12)
+    sol = planner.solve(lake)
+    assert sol.found
+    lines = reasoning_lines(sol, 2)
+    # each agent line states the planner's own path: start, goal, moves, waits, arrival
+    for i, line in enumerate(lines[:2]):
+        path = np.asarray(sol.paths[i])
+        waits = sum(int((path[t + 1] == path[t]).all()) for t in range(len(path) - 1))
+        assert line.startswith(f"{'AB'[i]}: {path[0][0]} {path[0][1]} to {path[-1][0]} {path[-1][1]}, "
+                               f"{len(path) - 1 - waits} moves")
+        assert line.endswith(f"arrives at step {len(path) - 1}")
+    # the shared-cell line names a cell both paths visit at the steps it says
+    shared = lines[2]
+    assert shared.startswith("A and B both use ")
+    r, c = (int(x) for x in shared.split("use ")[1].split(":")[0].split())
+    ta, tb = (int(x.split("step ")[1]) for x in shared.split(": ")[1].split(", "))
+    assert tuple(sol.paths[0][ta]) == (r, c) and tuple(sol.paths[1][tb]) == (r, c)
+    tok = to_hf_tokenizer(build_game_tokenizer())
+    full = reasoning_text(sol, 2)
+    cut = reasoning_text(sol, 2, tok, 40)
+    assert len(tok.encode(full)) > 40 >= len(tok.encode(cut)) and cut.startswith("<think>\n")
+    assert cut.endswith("\n</think>") and lines[0] in cut
+    # the warm-start target: think block, blank line, plan, end of turn; the plan parses after it
+    batch = _batch(lake, 2)
+    tokens, mask, solved, texts = plan_targets(batch, tok, 160, thinking_tokens=64)
+    assert solved.all() and texts[0].startswith("<think>\n")
+    p = split_completion(texts[0])
+    assert not p.problems and p.answer.startswith("A: ")
+    assert tokens[0, mask[0].sum() - 1] == tok.eos_token_id
