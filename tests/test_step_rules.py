@@ -434,6 +434,8 @@ def test_actions_of_inactive_agents_and_out_of_range_actions_are_stay():
     np.testing.assert_array_equal(np.asarray(state.status), [ACTIVE, ACTIVE, ABSENT, ABSENT])
     np.testing.assert_array_equal(np.asarray(state.pos), np.asarray(reset(lake).pos))
     assert int(state.t) == 1
+    with pytest.raises(TypeError, match="actions must be integers"):  # docs/rules.md#conventions
+        step(lake, reset(lake), jnp.asarray([1.0, 2.0, 0.0, 0.0]), KEY)
 
 
 # ------------------------------------------------------------------------------ slip
