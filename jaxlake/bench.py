@@ -93,7 +93,6 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import io
-import json
 import math
 import os
 import platform
@@ -110,6 +109,7 @@ import numpy as np
 
 from jaxlake import autoreset, env
 from jaxlake.config import LakeConfig, config_arrays, repeat_config
+from jaxlake.io import write_bytes, write_json, write_text
 from jaxlake.sharding import constrain_batch, mesh_for_batch, replicated, shard_batch
 from jaxlake.types import NUM_ACTIONS, Lake
 from jaxlake.conf import CONF_DIR
@@ -676,12 +676,6 @@ def _csv_rows(result: Mapping[str, Any]) -> tuple[list[str], list[dict]]:
     return fields, rows
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def plot_throughput(result: Mapping[str, Any], path: Path) -> None:
     """PNG: agent-steps/s (left) and generator lakes/s (right) against batch size, per env."""
     import matplotlib
@@ -729,7 +723,7 @@ def plot_throughput(result: Mapping[str, Any], path: Path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    _atomic_write(path, buf.getvalue())
+    write_bytes(path, buf.getvalue())
 
 
 def write_outputs(result: dict, out_dir: Path, *, plot: bool = True) -> list[str]:
@@ -742,19 +736,11 @@ def write_outputs(result: dict, out_dir: Path, *, plot: bool = True) -> list[str
     writer = csv.DictWriter(buf, fieldnames=fields)
     writer.writeheader()
     writer.writerows(rows)
-    _atomic_write(out_dir / "bench.csv", buf.getvalue().encode())
+    write_text(out_dir / "bench.csv", buf.getvalue())
     if plot:
         plot_throughput(result, out_dir / "bench.png")
-    _atomic_write(out_dir / "bench.json", json.dumps(result, indent=2, default=_json_default).encode())
+    write_json(out_dir / "bench.json", result, indent=2)
     return files
-
-
-def _json_default(x: Any) -> Any:
-    if isinstance(x, (np.generic,)):
-        return x.item()
-    if isinstance(x, (np.ndarray, jax.Array)):
-        return np.asarray(x).tolist()
-    raise TypeError(f"not JSON serialisable: {type(x)}")
 
 
 # ============================================================================ driver

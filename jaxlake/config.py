@@ -276,3 +276,26 @@ def register_hydra_schema() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(group="env", name="schema", node=LakeConfig)
+
+
+# ============================================================================ raw config nodes
+def to_plain(node: Any) -> Any:
+    """An OmegaConf node (``DictConfig`` / ``ListConfig``, interpolations resolved) as plain
+    Python dicts and lists; anything else is returned unchanged."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if isinstance(node, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(node, resolve=True)
+    return node
+
+
+def cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
+    """``cfg[key]`` of a mapping, ``DictConfig`` or dataclass-like object; ``default`` when
+    ``cfg`` is ``None``, the key is missing, or its value is ``None``."""
+    if cfg is None:
+        return default
+    if isinstance(cfg, Mapping) or hasattr(cfg, "get"):
+        value = cfg.get(key, default)
+    else:
+        value = getattr(cfg, key, default)
+    return default if value is None else value

@@ -6,6 +6,9 @@ a multirun job's is ``runs/<experiment>/multirun/<job>``)::
     run.json                    experiment, engineer, seed, stages, suite, settings (the run
                                 resumes only under the same settings: SETTINGS groups)
     report.md, *.png            per-stage table and plots (jaxlake.report), rewritten at the end
+    stages.jsonl                one metrics row per finished stage (phase "stage", step k): suite
+                                scores, own-environment scores, the engineer's decision
+                                (:func:`log_stage`; with ``logger`` also ``tb/stage/``, ``wandb/``)
     stage_<k>/env.yaml          the environment stage k trains on (a weighted mixture)
     stage_<k>/checkpoint/       orbax checkpoints of the stage's policy   } llm.train.train_stage
     stage_<k>/metrics.jsonl     training metrics                          } (also warmstart/,
@@ -27,8 +30,10 @@ Config keys used (``conf/config.yaml``): ``env`` (stage 1's environment), ``engi
 (``conf/engineer/<name>.yaml``), ``eval`` (``conf/eval/<name>.yaml``), ``stages``,
 ``experiment``, ``runs_dir``, ``seed`` (run seed: training, engineer and environment
 statistics randomness; the suite's seeds are fixed by ``eval``), ``model``, ``train``,
-``reward``, ``prompt``, optional ``stage`` (run that stage alone) and ``pipeline.warmstart``
-(``first``: the supervised warm start only in stage 1, the default; ``all``: every stage).
+``reward``, ``prompt``, optional ``stage`` (run that stage alone), ``pipeline.warmstart``
+(``first``: the supervised warm start only in stage 1, the default; ``all``: every stage) and
+``logger`` / ``wandb`` (the metric back ends, :mod:`jaxlake.metrics`; the trainer's go to
+``stage_<k>/metrics.jsonl``, ``stage_<k>/tb/<phase>/``, ``stage_<k>/wandb/``).
 
 ``pipeline.share_stage1`` (a folder, or null) shares stage 1 between runs: stage 1's
 training, evaluation and summaries depend only on the run's seed, stage-1 environment,
@@ -52,6 +57,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from jaxlake.config import cfg_get, to_plain
 from jaxlake.engineers import (
     EngineerContext,
     build_engineer,
@@ -61,6 +67,8 @@ from jaxlake.engineers import (
     mixture_to_yaml,
     same_mixture,
 )
+from jaxlake.io import read_json, write_json, write_text
+from jaxlake.metrics import LoggerConfig, build_writer
 
 #: Files that make a stage complete (the checkpoint is named by train.json).
 STAGE_FILES = ("env.yaml", "train.json", "eval.json", "summary.json", "engineer.json", "next_env.yaml")
@@ -71,39 +79,6 @@ class PipelineError(RuntimeError):
 
 
 # ============================================================================ helpers
-def _plain(node: Any) -> Any:
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
-    if isinstance(node, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(node, resolve=True)
-    return node
-
-
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    try:
-        value = cfg.get(key, default)
-    except AttributeError:
-        value = getattr(cfg, key, default)
-    return default if value is None else value
-
-
-def write_text(path: Path, text: str) -> Path:
-    """Write ``text`` atomically (temporary file renamed into place)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
-
-
-def write_json(path: Path, obj: Any) -> Path:
-    return write_text(path, json.dumps(obj, indent=1, default=str) + "\n")
-
-
-def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
-
-
 def run_dir(cfg: Any) -> Path:
     """The run folder: Hydra's output folder, or ``runs_dir/experiment`` outside Hydra."""
     try:
@@ -111,7 +86,7 @@ def run_dir(cfg: Any) -> Path:
 
         return Path(HydraConfig.get().runtime.output_dir)
     except (ValueError, ImportError):
-        return Path(_get(cfg, "runs_dir", "runs")) / str(_get(cfg, "experiment", "default"))
+        return Path(cfg_get(cfg, "runs_dir", "runs")) / str(cfg_get(cfg, "experiment", "default"))
 
 
 def stage_dir(cfg: Any, k: int) -> Path:
@@ -119,7 +94,7 @@ def stage_dir(cfg: Any, k: int) -> Path:
 
 
 def num_stages(cfg: Any) -> int:
-    n = _get(cfg, "stages", 3)
+    n = cfg_get(cfg, "stages", 3)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise PipelineError(f"stages={n!r} must be an integer in [1, inf)")
     return n
@@ -133,7 +108,7 @@ def command_for_stage(cfg: Any, k: int) -> str:
 
         overrides = [o for o in HydraConfig.get().overrides.task]
     except (ValueError, ImportError):
-        overrides = [f"experiment={_get(cfg, 'experiment', 'default')}"]
+        overrides = [f"experiment={cfg_get(cfg, 'experiment', 'default')}"]
     kept = [o for o in overrides if not re.match(r"^\+{0,2}stage=", o)]
     return "python -m jaxlake.run " + " ".join(shlex.quote(o) for o in [f"+stage={k}"] + kept)
 
@@ -145,7 +120,7 @@ def stage_complete(d: Path) -> bool:
 
 
 def _seed(cfg: Any) -> int:
-    return int(_get(cfg, "seed", 0))
+    return int(cfg_get(cfg, "seed", 0))
 
 
 def _log(msg: str) -> None:
@@ -154,7 +129,7 @@ def _log(msg: str) -> None:
 
 # ============================================================================ stage inputs
 def initial_mixture(cfg: Any, engineer: Any) -> list:
-    if _get(cfg, "env") is None:
+    if cfg_get(cfg, "env") is None:
         raise PipelineError("the config has no `env` (stage 1's environment); select one with env=<name>")
     return engineer.initial_mixture(mixture_from_env_node(cfg.env))
 
@@ -196,7 +171,7 @@ def _env_spec(mixture: list) -> Any:
 
 def _train_cfg(cfg: Any, k: int) -> dict:
     """The run config for stage ``k``'s trainer: per-stage training seed, warm start policy."""
-    c = _plain(cfg)
+    c = to_plain(cfg)
     c = dict(c)
     train = dict(c.get("train") or {})
     train["seed"] = int(train.get("seed", 0)) + 7919 * _seed(cfg) + (k - 1)
@@ -230,8 +205,8 @@ def stage1_key(cfg: Any, mixture: list) -> str:
 
 
 def _share_dir(cfg: Any) -> Optional[Path]:
-    node = _get(cfg, "pipeline", {})
-    value = _get(node, "share_stage1")
+    node = cfg_get(cfg, "pipeline", {})
+    value = cfg_get(node, "share_stage1")
     return Path(str(value)) if value not in (None, "", False) else None
 
 
@@ -279,7 +254,7 @@ def store_shared_stage1(cfg: Any, d: Path, mixture: list) -> None:
     share.mkdir(parents=True, exist_ok=True)
     tmp = share / f".{dst.name}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(d, tmp, ignore=shutil.ignore_patterns(*_ENGINEER_FILES, _SOURCE_FILE, "*.tmp"))
+    shutil.copytree(d, tmp, ignore=shutil.ignore_patterns(*_ENGINEER_FILES, _SOURCE_FILE, "*.tmp", "wandb"))
     write_json(tmp / _SOURCE_FILE, {"dir": str(d)})
     try:
         os.replace(tmp, dst)
@@ -319,9 +294,9 @@ def step_train(cfg: Any, k: int, d: Path, mixture: list) -> dict:
 
 
 def _load(cfg: Any, path: Optional[Path]):
-    from llm.evaluate import load_policy
+    from llm.train import load_policy
 
-    return load_policy(_get(cfg, "model"), path)
+    return load_policy(cfg_get(cfg, "model"), path)
 
 
 def step_eval(cfg: Any, k: int, d: Path, mixture: list, train: dict) -> dict:
@@ -333,7 +308,7 @@ def step_eval(cfg: Any, k: int, d: Path, mixture: list, train: dict) -> dict:
     policy_path = Path(train.get("policy_dir") or train["checkpoint_dir"])
     _log(f"stage {k}: evaluating {policy_path} on the held-out suite")
     policy = _load(cfg, policy_path)
-    result = evaluate_policy(policy, cfg.eval, _get(cfg, "prompt"), current=mixture, stage=k, checkpoint=str(policy_path))
+    result = evaluate_policy(policy, cfg.eval, cfg_get(cfg, "prompt"), current=mixture, stage=k, checkpoint=str(policy_path))
     write_eval(path, result)
     return result
 
@@ -366,10 +341,10 @@ def step_summary(cfg: Any, k: int, d: Path, mixture: list, ev: dict) -> dict:
 
     from jaxlake.summaries import environment_stats, render_summary, summarize
 
-    scfg = _plain(_get(cfg.eval, "summary", {})) or {}
+    scfg = to_plain(cfg_get(cfg.eval, "summary", {})) or {}
     n = int(scfg.get("env_stats_lakes", 64))
     _log(f"stage {k}: summarizing")
-    stats = environment_stats(mixture, n, jax.random.PRNGKey(1_000 * _seed(cfg) + k), solve=bool(_get(cfg.eval, "planner", True)))
+    stats = environment_stats(mixture, n, jax.random.PRNGKey(1_000 * _seed(cfg) + k), solve=bool(cfg_get(cfg.eval, "planner", True)))
     summary = summarize(ev, stats, history(cfg, k), int(scfg.get("k_failures", 6)), str(scfg.get("mode", "greedy")))
     write_text(d / "summary.txt", render_summary(summary) + "\n")
     write_json(path, summary)
@@ -429,11 +404,11 @@ def write_run_info(cfg: Any, engineer: Any) -> None:
     d = run_dir(cfg)
     d.mkdir(parents=True, exist_ok=True)
     info = {
-        "experiment": str(_get(cfg, "experiment", "default")),
+        "experiment": str(cfg_get(cfg, "experiment", "default")),
         "engineer": engineer.name,
         "seed": _seed(cfg),
         "stages": num_stages(cfg),
-        "eval": str(_get(cfg.eval, "name", "")),
+        "eval": str(cfg_get(cfg.eval, "name", "")),
         "run_dir": str(d.resolve()),
     }
     info["settings"] = run_settings(cfg)
@@ -467,11 +442,11 @@ def run_settings(cfg: Any) -> dict:
     """The settings that fix a run's results (``SETTINGS`` groups and the warm-start policy)."""
     out = {}
     for group in SETTINGS:
-        node = _plain(_get(cfg, group, {}))
+        node = to_plain(cfg_get(cfg, group, {}))
         if isinstance(node, dict):
             node = {k: v for k, v in node.items() if k not in _COSMETIC.get(group, ())}
         out[group] = node
-    out["pipeline.warmstart"] = str(_get(_get(cfg, "pipeline", {}), "warmstart", "first"))
+    out["pipeline.warmstart"] = str(cfg_get(cfg_get(cfg, "pipeline", {}), "warmstart", "first"))
     return json.loads(json.dumps(out, default=str))
 
 
@@ -494,6 +469,7 @@ def run_stage(cfg: Any, k: int, engineer: Any = None) -> dict:
     engineer = engineer or build_engineer(cfg.engineer)
     write_run_info(cfg, engineer)
     d = stage_dir(cfg, k)
+    was_complete = stage_complete(d)
     mixture = stage_mixture(cfg, k, engineer)
     previous_policy(cfg, k)  # fail early, before any work, when stage k-1 is missing
     d.mkdir(parents=True, exist_ok=True)
@@ -514,7 +490,35 @@ def run_stage(cfg: Any, k: int, engineer: Any = None) -> dict:
     if k == 1:
         store_shared_stage1(cfg, d, mixture)
     decision = step_engineer(cfg, k, d, mixture, ev, summary, train, engineer)
-    return stage_record(d, k)
+    record = stage_record(d, k)
+    if not was_complete:
+        log_stage(cfg, record, decision)
+    return record
+
+
+def stage_metrics(record: dict, decision: dict) -> dict:
+    """The metrics row of a finished stage: phase ``stage``, step ``k``, the suite scores per
+    decoding mode, the own-environment scores and the engineer's decision."""
+    return {
+        "phase": "stage",
+        "step": record["stage"],
+        "suite": {m: v for m, v in record["scores"].items() if v is not None},
+        "current_env": {m: v for m, v in record["current_env"].items() if v is not None},
+        "engineer": {"decision": str(record["decision"]), "reason": str(record["reason"]),
+                     "changed": bool(decision.get("changed")), "wall_s": float(decision.get("wall_s") or 0.0)},
+    }
+
+
+def log_stage(cfg: Any, record: dict, decision: dict) -> None:
+    """Log :func:`stage_metrics` to the run's back ends (``logger``): ``<run dir>/stages.jsonl``,
+    ``<run dir>/tb/stage/``, the run folder's W&B run. Stage ``k``'s row replaces any row of
+    stage ``k`` or later from an earlier attempt (``truncate("stage", k - 1)``)."""
+    k = int(record["stage"])
+    name = str(cfg_get(cfg, "experiment", "default"))
+    with build_writer(LoggerConfig.from_cfg(cfg), run_dir(cfg), jsonl_name="stages.jsonl", phases=("stage",),
+                      name=name, run_config=run_settings(cfg)) as writer:
+        writer.truncate("stage", k - 1)
+        writer.append(stage_metrics(record, decision))
 
 
 def stage_record(d: Path, k: int) -> dict:
@@ -584,7 +588,7 @@ def run_pipeline(cfg: Any) -> list:
 
 def main(cfg: Any) -> Any:
     """What ``python -m jaxlake.run`` does: ``+stage=K`` runs stage K alone, else all stages."""
-    stage = _get(cfg, "stage")
+    stage = cfg_get(cfg, "stage")
     if stage is None:
         return run_pipeline(cfg)
     record = run_stage(cfg, int(stage))

@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from jaxlake.io import write_text
+
 #: Two-sided 95 % Student t quantiles by degrees of freedom (1..30); beyond, 1.96.
 _T95 = [
     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -278,9 +280,7 @@ def build_report(root: Path, out: Optional[Path] = None, plots: bool = True) -> 
         plot_breakdown(runs, out / "breakdown.png", modes[0])
         lines += ["", "![score per stage](score_per_stage.png)", "", "![per-dimension breakdown](breakdown.png)"]
     text = "\n".join(lines) + "\n"
-    tmp = out / "report.md.tmp"
-    tmp.write_text(text)
-    tmp.replace(out / "report.md")
+    write_text(out / "report.md", text)
     return text
 
 

@@ -24,7 +24,6 @@ and ``<!-- study:end -->`` is regenerated (a new page gets a short header around
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import subprocess
 import sys
@@ -33,7 +32,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from jaxlake.engineers import load_mixture, mixture_to_obj
-from jaxlake.pipeline import read_json, short_env, write_text
+from jaxlake.io import read_json, write_json, write_text
+from jaxlake.pipeline import short_env
 from jaxlake.report import find_runs, load_run, mean_ci, plot_breakdown, plot_scores
 from jaxlake.conf import CONF_DIR
 
@@ -78,7 +78,7 @@ def run_sweep(study: str, overrides: Sequence[str], root: Path) -> float:
     log = _read(root / "study.json") or {"invocations": []}
     log["invocations"].append({"study": study, "overrides": list(overrides), "wall_s": round(wall, 1),
                                "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0)), "rc": code})
-    write_text(root / "study.json", json.dumps(log, indent=1) + "\n")
+    write_json(root / "study.json", log)
     if code != 0:
         raise StudyError(f"the sweep exited with status {code}; rerun the same command to resume it")
     return wall
@@ -274,7 +274,7 @@ def write_results(root: Path, page: Path, command: str) -> dict:
         text = f"# Study results\n\n{block}\n"
     page.parent.mkdir(parents=True, exist_ok=True)
     write_text(page, text)
-    write_text(page.with_suffix(".json"), json.dumps(payload, indent=1) + "\n")
+    write_json(page.with_suffix(".json"), payload)
     return payload
 
 

@@ -44,35 +44,13 @@ import numpy as np
 from jaxlake.suite import Suite, aggregate, build_suite, load_eval_conf, reference_soc, render_grids, score_texts, take_lakes
 from jaxlake.text import format_plan
 from jaxlake.conf import CONF_DIR
+from jaxlake.config import to_plain
+from jaxlake.io import write_json
 
 EVAL_FORMAT = "jaxlake.eval/1"
 
 
-def _plain(node: Any) -> Any:
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
-    if isinstance(node, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(node, resolve=True)
-    return node
-
-
 # ============================================================================ loading
-def load_policy(model_cfg: Any = None, checkpoint: Optional[str | os.PathLike] = None, seed: int = 0):
-    """A :class:`llm.train.Policy` from a checkpoint (HF folder, orbax dir) or ``model_cfg``.
-
-    ``checkpoint`` None or ``"default"`` loads ``model_cfg`` (its ``path`` or the embedded
-    default model).
-    """
-    from llm.train import load_policy as train_load_policy
-
-    if checkpoint in (None, "default"):
-        return train_load_policy(model_cfg, None, seed)
-    path = Path(checkpoint)
-    if not path.exists():
-        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
-    return train_load_policy(model_cfg, path, seed)
-
-
 def plan_token_budget(tokenizer: Any, num_agents: int, max_steps: int) -> int:
     """Tokens for the longest plan of a lake (every agent moving every step) plus end of turn."""
     actions = np.full((max(int(num_agents), 1), max(int(max_steps), 1)), 4, np.int32)  # RIGHT
@@ -156,11 +134,11 @@ def evaluate_policy(
     from llm.train import Prompter, env_horizon, sample_lakes
 
     t0 = time.perf_counter()
-    eval_cfg = _plain(eval_cfg)
+    eval_cfg = to_plain(eval_cfg)
     if prompt_cfg is None or isinstance(prompt_cfg, PromptConfig):
         pcfg = prompt_cfg or PromptConfig()
     else:
-        pcfg = PromptConfig.from_dict(_plain(prompt_cfg))
+        pcfg = PromptConfig.from_dict(to_plain(prompt_cfg))
     solve = bool(eval_cfg.get("planner", True))
     suite = suite or build_suite(eval_cfg, solve=solve)
     modes = _modes(eval_cfg)
@@ -226,11 +204,7 @@ def evaluate_policy(
 
 def write_eval(path: str | os.PathLike, result: Mapping[str, Any]) -> Path:
     """Write ``eval.json`` atomically (a temporary file renamed into place)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_json(path, result, indent=None)
 
 
 def is_suite_eval(path: str | os.PathLike) -> bool:
@@ -256,7 +230,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     model_cfg = None
     if args.model:
         model_cfg = OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml")
-    policy = load_policy(model_cfg, args.checkpoint)
+    from llm.train import load_policy
+
+    policy = load_policy(model_cfg, None if args.checkpoint == "default" else args.checkpoint)
     result = evaluate_policy(policy, load_eval_conf(args.eval), load_prompt_config(args.prompt),
                              checkpoint=args.checkpoint)
     write_eval(args.out, result)

@@ -49,6 +49,7 @@ import numpy as np
 from flax import nnx
 
 from llm import sampling
+from llm.tokenizer import eos_and_pad
 from llm.sampling import validate_sampling
 
 __all__ = [
@@ -313,24 +314,6 @@ def generate_ids(model: Any, input_ids, prompt_mask, key: jax.Array | None, conf
 
 
 # ----------------------------------------------------------------------------- host wrapper
-def _tokenizer_ids(tokenizer: Any) -> tuple[tuple[int, ...], int]:
-    """Default EOS ids (EOS, ``<|endoftext|>``, pad) and pad id of a ``transformers`` tokenizer."""
-    eos = set()
-    if tokenizer is None:
-        return (), 0
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        eos.add(int(tokenizer.eos_token_id))
-    pad = getattr(tokenizer, "pad_token_id", None)
-    if pad is not None:
-        eos.add(int(pad))
-    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
-    if "<|endoftext|>" in vocab:
-        eos.add(int(vocab["<|endoftext|>"]))
-    if pad is None:
-        pad = tokenizer.eos_token_id if getattr(tokenizer, "eos_token_id", None) is not None else 0
-    return tuple(sorted(eos)), int(pad)
-
-
 def _first_stop(text: str, stops: Sequence[str]) -> int:
     """End index of the earliest-ending stop string occurrence in ``text``, or -1."""
     ends = [text.find(s) + len(s) for s in stops if s in text]
@@ -373,7 +356,7 @@ def generate(model: Any, tokenizer: Any, prompts: Any, config: GenerationConfig 
       :class:`GenerationResult`.
     """
     config = config or GenerationConfig()
-    default_eos, default_pad = _tokenizer_ids(tokenizer)
+    default_eos, default_pad = eos_and_pad(tokenizer)
     pad = config.pad_token_id if config.pad_token_id is not None else default_pad
     if isinstance(prompts, tuple) and len(prompts) == 2 and hasattr(prompts[0], "shape"):
         ids, mask = np.asarray(prompts[0], np.int32), np.asarray(prompts[1]).astype(bool)

@@ -5,12 +5,15 @@ Usage: ``python -m llm.plots runs/<exp>/stage_1/metrics.jsonl [out.png]``.
 
 from __future__ import annotations
 
-import json
+import io
 import math
 import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
+
+from jaxlake.io import write_bytes
+from jaxlake.metrics import read_rows
 
 #: (title, metric keys) of the GRPO panels; missing keys are skipped.
 GRPO_PANELS = (
@@ -31,17 +34,7 @@ WARMSTART_PANELS = (
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
     """Rows of a metrics JSONL file (a torn last line is ignored)."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-    return rows
+    return read_rows(path)
 
 
 def _series(rows: Sequence[dict], key: str) -> tuple[list[int], list[float]]:
@@ -113,10 +106,10 @@ def plot_metrics(path: str | os.PathLike, out: Optional[str | os.PathLike] = Non
         ax.axis("off")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, dpi=90)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
     plt.close(fig)
-    os.replace(tmp, out)
+    write_bytes(out, buf.getvalue())
     return out
 
 

@@ -85,11 +85,20 @@ def shard_batch(tree: Any, mesh: Mesh) -> Any:
     return jax.tree_util.tree_map(place, tree)
 
 
-def host_copy(x: Any) -> np.ndarray:
-    """A numpy copy of a replicated (possibly multi-host) array, read from a local shard."""
+def to_host(x: Any) -> np.ndarray:
+    """A (possibly sharded, possibly multi-host) array as a full numpy array on this host.
+
+    One process: ``jax.device_get``. Several: a replicated array is read from a local shard;
+    a batch-sharded one is gathered from every process (``process_allgather``: every process
+    must call it).
+    """
     if getattr(x, "is_fully_addressable", True):
         return np.asarray(jax.device_get(x))
-    return np.asarray(x.addressable_data(0))
+    if x.sharding.is_fully_replicated:
+        return np.asarray(x.addressable_data(0))
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
 def replicate(tree: Any, mesh: Mesh) -> Any:

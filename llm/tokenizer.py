@@ -25,6 +25,7 @@ Public API:
 * :func:`build_game_tokenizer` -> ``tokenizers.Tokenizer``
 * :func:`to_hf_tokenizer` -> ``transformers`` fast tokenizer (with chat template)
 * :func:`save_game_tokenizer` / :func:`load_tokenizer`
+* :func:`eos_and_pad` -> the end ids and pad id that generation and training use
 """
 
 from __future__ import annotations
@@ -281,3 +282,21 @@ def load_tokenizer(path: str | os.PathLike):
     if not os.path.isdir(path):
         raise FileNotFoundError(f"tokenizer folder {str(path)!r} does not exist")
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+
+def eos_and_pad(tokenizer: Any) -> tuple[tuple[int, ...], int]:
+    """The ids that end a completion and the pad id of a ``transformers`` tokenizer.
+
+    End ids: the EOS (end of turn), ``<|endoftext|>`` and the pad token, those that exist,
+    sorted. Pad: the tokenizer's pad id, else its EOS id, else 0. ``None`` (token-id prompts
+    without a tokenizer) gives ``((), 0)``.
+    """
+    if tokenizer is None:
+        return (), 0
+    eos_id = getattr(tokenizer, "eos_token_id", None)
+    pad = getattr(tokenizer, "pad_token_id", None)
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    ends = {int(i) for i in (eos_id, pad, vocab.get(ENDOFTEXT)) if i is not None}
+    if pad is None:
+        pad = eos_id if eos_id is not None else 0
+    return tuple(sorted(ends)), int(pad)

@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import os
 import sys
 import time
@@ -54,12 +53,17 @@ import numpy as np
 import optax
 from flax import nnx
 
+from jaxlake.config import cfg_get, to_plain
+from jaxlake.io import write_json
+from jaxlake.metrics import JsonlWriter, LoggerConfig, MetricsWriter, build_writer
 from llm import grpo, prompts, rewards
 from llm import sharding as shd
 from llm.generate import GenerationConfig, generate_ids, left_pad_positions
 from llm.grpo import GRPOLossConfig
 from llm.prompts import PromptConfig
 from llm.rewards import RewardConfig
+from llm.sharding import to_host
+from llm.tokenizer import eos_and_pad
 from llm import reasoning as reasoning_mod
 from llm.reasoning import ReasoningConfig
 
@@ -431,65 +435,12 @@ def make_logprob_fn(graphdef: Any) -> Callable:
 PHASES = ("warmstart", "grpo")
 
 
-class MetricsLog:
-    """Append-only JSONL of metric rows, truncated on resume to the checkpointed step."""
+class MetricsLog(JsonlWriter):
+    """The stage's ``metrics.jsonl``: the JSONL back end (:class:`jaxlake.metrics.JsonlWriter`)
+    with the phase order ``warmstart`` -> ``grpo`` (truncated on resume to the checkpointed step)."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-
-    def rows(self) -> list[dict]:
-        if not self.path.is_file():
-            return []
-        out = []
-        with open(self.path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break  # a torn last line from a killed run
-        return out
-
-    def truncate(self, phase: str, step: int, drop_later: bool = True) -> None:
-        """Drop rows of ``phase`` after ``step`` (and of later phases when ``drop_later``).
-
-        Called on (re)start with the checkpointed step, so rows written after the last
-        checkpoint of a killed run are dropped and regenerated identically.
-        """
-        order = PHASES.index(phase)
-        keep = []
-        for row in self.rows():
-            row_order = PHASES.index(row["phase"]) if row.get("phase") in PHASES else len(PHASES)
-            if row_order < order or (row_order > order and not drop_later):
-                keep.append(row)
-            elif row_order == order and int(row.get("step", 0)) <= step:
-                keep.append(row)
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for row in keep:
-                f.write(json.dumps(row) + "\n")
-        os.replace(tmp, self.path)
-
-    def append(self, row: Mapping[str, Any]) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(_jsonable(row)) + "\n")
-            f.flush()
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.generic, jax.Array, np.ndarray)):
-        arr = np.asarray(x)
-        return arr.item() if arr.ndim == 0 else arr.tolist()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
+        super().__init__(path, PHASES)
 
 
 # ============================================================================ checkpoints
@@ -514,12 +465,12 @@ class Checkpoints:
         from llm.checkpoint import save_checkpoint
 
         extra = {
-            "opt_state": [shd.host_copy(x) for x in jax.tree_util.tree_leaves(opt_state)],
+            "opt_state": [to_host(x) for x in jax.tree_util.tree_leaves(opt_state)],
             "rng": np.asarray(jax.device_get(rng)),
             "step": np.asarray(step, np.int64),
             "data_position": np.asarray(data_position, np.int64),
         }
-        model = nnx.merge(policy.graphdef, jax.tree_util.tree_map(shd.host_copy, policy.state))
+        model = nnx.merge(policy.graphdef, jax.tree_util.tree_map(to_host, policy.state))
         save_checkpoint(self.directory, model, int(step), extra=extra, max_to_keep=self.keep)
 
     def start(self, policy: Policy, optimizer: optax.GradientTransformation, seed: int):
@@ -626,30 +577,6 @@ class Prompter:
             return prompts.encode_prompts(texts, self.tokenizer, self.length)
 
 
-def eos_and_pad(tokenizer) -> tuple[tuple[int, ...], int]:
-    """End ids (end of turn, ``<|endoftext|>``, pad) and the pad id of a tokenizer."""
-    eos = set()
-    if tokenizer.eos_token_id is not None:
-        eos.add(int(tokenizer.eos_token_id))
-    vocab = tokenizer.get_vocab()
-    if "<|endoftext|>" in vocab:
-        eos.add(int(vocab["<|endoftext|>"]))
-    pad = tokenizer.pad_token_id
-    if pad is None:
-        pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
-    eos.add(int(pad))
-    return tuple(sorted(eos)), int(pad)
-
-
-def to_host(x: jax.Array) -> np.ndarray:
-    """A (possibly sharded, possibly multi-host) array as a full numpy array on this host."""
-    if jax.process_count() == 1:
-        return np.asarray(jax.device_get(x))
-    from jax.experimental import multihost_utils
-
-    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-
-
 def sample_completions(policy: Policy, ids: np.ndarray, mask: np.ndarray, key: jax.Array,
                        gen: GenerationConfig, mesh, reasoning: Optional[ReasoningConfig] = None) -> dict[str, Any]:
     """Sample one completion per prompt row; arrays sharded over the mesh, texts decoded.
@@ -738,7 +665,7 @@ def run_grpo(
     config: TrainConfig,
     env: EnvSpec,
     checkpoint_dir: str | os.PathLike,
-    metrics: MetricsLog,
+    metrics: MetricsWriter,
     prompter: Prompter,
     mesh=None,
     eval_fn: Optional[Callable[[Policy, int], dict]] = None,
@@ -898,26 +825,6 @@ class StageResult:
     wall_s: float
 
 
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    if cfg is None:
-        return default
-    if isinstance(cfg, Mapping):
-        return cfg.get(key, default)
-    return getattr(cfg, key, default)
-
-
-def _plain(node: Any) -> Any:
-    """An OmegaConf node (or anything) as plain Python containers."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(node, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(node, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    return node
-
-
 def load_policy(model_cfg: Any, init_from: Optional[str | os.PathLike] = None, seed: int = 0) -> Policy:
     """The starting policy of a stage.
 
@@ -926,11 +833,15 @@ def load_policy(model_cfg: Any, init_from: Optional[str | os.PathLike] = None, s
       ``model_cfg``);
     * else ``model_cfg.path``: a Hugging Face Qwen3 folder (model and tokenizer);
     * else the embedded default (``llm.default.load_default()``).
+
+    Raises ``FileNotFoundError`` when ``init_from`` does not exist.
     """
     tokenizer = None
-    path = _get(model_cfg, "path")
+    path = cfg_get(model_cfg, "path")
     if init_from is not None:
         init = Path(init_from)
+        if not init.exists():
+            raise FileNotFoundError(f"checkpoint {str(init)!r} does not exist")
         if (init / "config.json").is_file():
             from llm.hf_io import from_pretrained
 
@@ -943,14 +854,14 @@ def load_policy(model_cfg: Any, init_from: Optional[str | os.PathLike] = None, s
     if path:
         from llm.hf_io import from_pretrained
 
-        dtype = _get(model_cfg, "dtype")
+        dtype = cfg_get(model_cfg, "dtype")
         model, tokenizer = from_pretrained(path, dtype=dtype) if dtype else from_pretrained(path)
         return Policy.from_model(model, tokenizer)
     from llm import default as default_model
     from llm.model import Qwen3Config, Qwen3ForCausalLM
 
     model, tokenizer = default_model.load_default()
-    arch = {f.name: _get(model_cfg, f.name) for f in dataclasses.fields(Qwen3Config)}
+    arch = {f.name: cfg_get(model_cfg, f.name) for f in dataclasses.fields(Qwen3Config)}
     arch = {k: v for k, v in arch.items() if v is not None and k not in ("bos_token_id", "eos_token_id", "pad_token_id")}
     base = model.config
     if any(getattr(base, k) != v for k, v in arch.items() if k != "vocab_size") or arch.get("vocab_size", 0) > base.vocab_size:
@@ -966,13 +877,7 @@ def _tokenizer_for(model_cfg: Any):
     from llm import default as default_model
     from llm.hf_io import load_tokenizer
 
-    return load_tokenizer(_get(model_cfg, "path") or default_model.default_model_dir())
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_jsonable(obj), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    return load_tokenizer(cfg_get(model_cfg, "path") or default_model.default_model_dir())
 
 
 def _env_description(env: EnvSpec) -> Any:
@@ -1005,19 +910,43 @@ def train_stage(
       mesh: data-parallel mesh (default: every device).
       max_steps: ``{"warmstart": k, "grpo": k}`` stop early (simulates a killed run in tests).
 
+    Metrics go to the back ends of ``cfg.logger`` (:mod:`jaxlake.metrics`; default
+    ``[jsonl]``: ``<stage_dir>/metrics.jsonl``; ``tensorboard``: ``<stage_dir>/tb/<phase>/``;
+    ``wandb``: ``<stage_dir>/wandb/``, settings in ``cfg.wandb``), each truncated on resume.
+
     Returns:
       :class:`StageResult`.
     """
+    stage_dir = Path(stage_dir)
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    run_config = {"train": to_plain(cfg_get(cfg, "train", {})), "env": _env_description(env_config)}
+    with build_writer(LoggerConfig.from_cfg(cfg), stage_dir, phases=PHASES, name=stage_dir.name,
+                      run_config=run_config) as metrics:
+        return _train_stage(cfg, env_config, stage_dir, init_from, policy=policy, mesh=mesh, max_steps=max_steps,
+                            metrics=metrics)
+
+
+def _train_stage(
+    cfg: Any,
+    env_config: EnvSpec,
+    stage_dir: str | os.PathLike,
+    init_from: Optional[str | os.PathLike] = None,
+    *,
+    policy: Optional[Policy] = None,
+    mesh=None,
+    max_steps: Optional[Mapping[str, int]] = None,
+    metrics: MetricsWriter,
+) -> StageResult:
+    """:func:`train_stage` with its metrics writer open."""
     t_start = time.perf_counter()
-    tcfg = TrainConfig.from_dict(_plain(_get(cfg, "train", {})) or {}, _plain(_get(cfg, "reward")),
-                                 _plain(_get(cfg, "prompt")))
+    tcfg = TrainConfig.from_dict(to_plain(cfg_get(cfg, "train", {})) or {}, to_plain(cfg_get(cfg, "reward")),
+                                 to_plain(cfg_get(cfg, "prompt")))
     stage_dir = Path(stage_dir)
     stage_dir.mkdir(parents=True, exist_ok=True)
     max_steps = dict(max_steps or {})
     mesh = shd.make_mesh() if mesh is None else mesh
     if policy is None:
-        policy = load_policy(_get(cfg, "model"), init_from, tcfg.seed)
-    metrics = MetricsLog(stage_dir / "metrics.jsonl")
+        policy = load_policy(cfg_get(cfg, "model"), init_from, tcfg.seed)
     ec, gc, wc = tcfg.eval, tcfg.grpo, tcfg.warmstart
 
     eval_lakes = sample_lakes(jax.random.PRNGKey(ec.seed), env_config, max(ec.num_lakes, 1))
@@ -1053,7 +982,7 @@ def train_stage(
             eval_before = json.loads(before_path.read_text(encoding="utf-8"))
         else:
             eval_before = run_eval(policy)
-            _write_json(before_path, eval_before)
+            write_json(before_path, eval_before)
 
         def periodic(pol: Policy, step: int) -> dict:
             m = run_eval(pol)
@@ -1072,7 +1001,7 @@ def train_stage(
             ckpt.save(policy, make_optimizer(gc.optim, 1).init(policy.state), 0, jax.random.PRNGKey(tcfg.seed), 0)
 
     eval_after = run_eval(policy)
-    _write_json(stage_dir / "train_eval.json", {
+    write_json(stage_dir / "train_eval.json", {
         "env": _env_description(env_config),
         "num_lakes": ec.num_lakes,
         "eval_seed": ec.seed,

@@ -17,6 +17,7 @@ import pytest
 from flax import nnx
 
 from jaxlake.config import LakeConfig
+from jaxlake.metrics import read_tensorboard_scalars, row_scalars
 from llm import grpo
 from llm import train as tr
 from llm import warmstart as ws
@@ -271,13 +272,21 @@ def test_end_to_end_stage_and_kill_resume(tokenizer, tmp_path):
         assert key in rows_full[-1], key
     assert rows_full[-1]["kl"] >= 0
 
-    # killed after GRPO step 3 (step 3's row written, its checkpoint not), then the same call again
-    part = tr.train_stage(stage_cfg(beta=0.05), ENV, tmp_path / "resumed", policy=start, max_steps={"grpo": 3})
+    # killed after GRPO step 3 (step 3's row written, its checkpoint not), then the same call again;
+    # this run also logs to TensorBoard (jaxlake.metrics), whose event files must equal the JSONL
+    logged = {**stage_cfg(beta=0.05), "logger": ["jsonl", "tensorboard"]}
+    part = tr.train_stage(logged, ENV, tmp_path / "resumed", policy=start, max_steps={"grpo": 3})
     assert part.grpo_steps == 3 and len(tr.MetricsLog(part.metrics_path).rows()) == 5
-    again = tr.train_stage(stage_cfg(beta=0.05), ENV, tmp_path / "resumed", policy=start)
+    again = tr.train_stage(logged, ENV, tmp_path / "resumed", policy=start)
     assert again.resumed and again.grpo_steps == 4
     rows_again = tr.MetricsLog(again.metrics_path).rows()
     assert comparable(rows_again) == comparable(rows_full)
+    for phase in ("warmstart", "grpo"):  # the same keys and values, GRPO step 3 once (purged, re-logged)
+        tb, js = read_tensorboard_scalars(tmp_path / "resumed" / "tb" / phase), row_scalars(rows_again, phase)
+        assert set(tb) == set(js) and {f"{phase}/loss", f"{phase}/lr"} <= set(js)
+        for tag in js:
+            assert [s for s, _ in tb[tag]] == [s for s, _ in js[tag]], tag
+            np.testing.assert_allclose([v for _, v in tb[tag]], [v for _, v in js[tag]], rtol=1e-6, atol=1e-6)
     resumed = tr.Checkpoints(again.checkpoint_dir, 2).restore(start, tr.make_optimizer(tr.OptimConfig(), 1).init(start.state))
     for a, b in zip(final, leaves(resumed[0])):
         np.testing.assert_allclose(a, b, atol=1e-6)
