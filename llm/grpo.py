@@ -18,9 +18,17 @@ Modes (see the docstrings for the exact formulas):
 * advantages: ``"grpo"`` group z-score (default), ``"dr_grpo"`` mean-only, ``"rloo"``
   leave-one-out baseline;
 * aggregation: ``"token_mean"`` (DAPO), ``"seq_mean_token_mean"`` (original GRPO),
-  ``"constant"`` (Dr. GRPO: divide by ``num_sequences * max_len``, a fixed constant);
-* KL: ``"k1"`` (``log pi - log ref``) or ``"k3"`` (``exp(ref - pi) - (ref - pi) - 1``);
-  ``beta == 0`` means the reference is never evaluated (the trainer skips its forward pass).
+  ``"constant"`` (Dr. GRPO: divide by ``B * max_len``, ``B`` the number of sequences in the
+  batch whatever is masked: a fixed constant);
+* KL penalty, a loss term ``beta * k`` on tokens sampled from ``pi`` (see
+  :func:`kl_estimate`): ``"k2"`` (``1/2 (log pi - log ref)^2``, its expected gradient is the
+  gradient of ``KL(pi || ref)``) or ``"k3"`` (``exp(ref - pi) - (ref - pi) - 1``, its
+  expected gradient is the gradient of the *reverse* ``KL(ref || pi)``, as in DeepSeekMath's
+  GRPO). ``"k1"`` (``log pi - log ref``) is rejected: as a loss term its expected gradient is
+  ``E_pi[k1 * 0 + grad log pi] = 0``, a penalty that is pure noise (k1 belongs in the reward,
+  PPO-RLHF style, which this trainer does not do). ``beta == 0`` means the reference is never
+  evaluated (the trainer skips its forward pass). The ``kl`` metric is the k3 value, an
+  unbiased non-negative estimate of ``KL(pi || ref)`` whatever the estimator.
 """
 
 from __future__ import annotations
@@ -34,7 +42,16 @@ import jax.numpy as jnp
 
 ADVANTAGE_MODES = ("grpo", "dr_grpo", "rloo")
 AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "constant")
-KL_ESTIMATORS = ("k1", "k3")
+KL_ESTIMATORS = ("k2", "k3")
+
+
+def _check_estimator(estimator: str) -> None:
+    if estimator == "k1":
+        raise ValueError("kl_estimator='k1' (log pi - log ref) has zero expected gradient as a loss term "
+                         "(E_pi[grad log pi] = 0), so the penalty would be pure noise; use 'k2' "
+                         "(gradient of KL(pi||ref)) or 'k3' (gradient of KL(ref||pi), DeepSeekMath)")
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl_estimator={estimator!r} not in {KL_ESTIMATORS}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +65,8 @@ class GRPOLossConfig:
       eps_high: upper clip range, ratio clipped at ``1 + eps_high`` (``>= 0``; DAPO's
         "clip-higher" uses ``eps_high > eps_low``).
       beta: KL coefficient (``>= 0``); 0 skips the reference model entirely.
-      kl_estimator: ``"k1"`` | ``"k3"``.
+      kl_estimator: ``"k2"`` (gradient of ``KL(pi || ref)``) | ``"k3"`` (gradient of
+        ``KL(ref || pi)``, DeepSeekMath); ``"k1"`` raises (zero expected gradient as a loss).
       max_len: the constant completion length of the ``"constant"`` aggregation (tokens);
         ``None`` means the padded length ``T`` of the batch.
       std_eps: added to the group standard deviation in the z-score.
@@ -72,8 +90,7 @@ class GRPOLossConfig:
             raise ValueError(f"advantage={self.advantage!r} not in {ADVANTAGE_MODES}")
         if self.aggregation not in AGGREGATION_MODES:
             raise ValueError(f"aggregation={self.aggregation!r} not in {AGGREGATION_MODES}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"kl_estimator={self.kl_estimator!r} not in {KL_ESTIMATORS}")
+        _check_estimator(self.kl_estimator)
         if not 0.0 <= self.eps_low < 1.0:
             raise ValueError(f"eps_low={self.eps_low} not in [0, 1)")
         if not self.eps_high >= 0.0:
@@ -169,8 +186,9 @@ def token_weights(
       aggregation: ``"token_mean"``: ``m / sum(m)`` over the batch;
         ``"seq_mean_token_mean"``: ``m / len_i / K`` (mean over each sequence's tokens,
         then over the ``K`` kept non-empty sequences);
-        ``"constant"``: ``m / (K * max_len)`` (Dr. GRPO; ``K`` kept sequences, ``max_len``
-        defaulting to ``T``).
+        ``"constant"``: ``m / (B * max_len)`` (Dr. GRPO; ``B`` the number of sequences in the
+        batch -- dropped ones included, so the divisor does not depend on dynamic sampling
+        or overlong masking --, ``max_len`` defaulting to ``T``).
       max_len: constant length of the ``"constant"`` mode.
 
     Returns:
@@ -188,22 +206,31 @@ def token_weights(
     if aggregation == "seq_mean_token_mean":
         return m / jnp.maximum(lengths, 1.0)[:, None] / jnp.maximum(kept, 1.0)
     length = mask.shape[1] if max_len is None else max_len
-    return m / (jnp.maximum(kept, 1.0) * float(length))
+    return m / (float(mask.shape[0]) * float(length))
 
 
 # ----------------------------------------------------------------------------- per token
 def kl_estimate(logp: jax.Array, ref_logp: jax.Array, estimator: str = "k3") -> jax.Array:
-    """Per-token estimate of ``KL(pi || ref)`` from tokens sampled from ``pi``.
+    """Per-token KL penalty term for tokens sampled from ``pi`` (``logp``) against ``ref``.
 
-    ``"k1"``: ``logp - ref_logp`` (unbiased, can be negative);
-    ``"k3"``: ``exp(ref_logp - logp) - (ref_logp - logp) - 1`` (unbiased, always >= 0).
+    With ``d = logp - ref_logp`` and the expectation over tokens drawn from ``pi`` (the
+    gradient does not flow through the sampling):
+
+    * ``"k2"``: ``d^2 / 2``; gradient ``d * grad log pi``, whose expectation
+      ``sum_x pi (log pi - log ref) grad log pi`` is exactly ``grad KL(pi || ref)``. Its value
+      is a biased (second-order) estimate of that KL.
+    * ``"k3"``: ``exp(-d) + d - 1`` (>= 0); value: an unbiased estimate of ``KL(pi || ref)``;
+      gradient ``(1 - ref / pi) grad log pi``, whose expectation ``-sum_x ref grad log pi`` is
+      ``grad KL(ref || pi)`` -- the *reverse* KL (the estimator DeepSeekMath's GRPO uses).
+
+    ``"k1"`` (``d``) is an unbiased *value* of ``KL(pi || ref)`` but its expected gradient is
+    ``E_pi[grad log pi] = 0``, so it is rejected as a loss term (ValueError).
     """
-    if estimator not in KL_ESTIMATORS:
-        raise ValueError(f"kl_estimator={estimator!r} not in {KL_ESTIMATORS}")
-    if estimator == "k1":
-        return logp - ref_logp
-    delta = ref_logp - logp
-    return jnp.exp(delta) - delta - 1.0
+    _check_estimator(estimator)
+    d = logp - ref_logp
+    if estimator == "k2":
+        return 0.5 * d * d
+    return jnp.exp(-d) + d - 1.0
 
 
 def clipped_surrogate(
@@ -282,9 +309,13 @@ def grpo_loss(
         chex.assert_equal_shape([logp, ref_logp])
         kl = kl_estimate(logp, ref_logp, config.kl_estimator)
         per_token = per_token + config.beta * kl
-        metrics["kl"] = jnp.sum(jax.lax.stop_gradient(kl) * weights)
+        # the metric: k3's value, an unbiased non-negative estimate of KL(pi || ref)
+        kl_value = kl if config.kl_estimator == "k3" else kl_estimate(logp, ref_logp, "k3")
+        metrics["kl"] = jnp.sum(jax.lax.stop_gradient(kl_value) * weights)
+        metrics["kl_penalty"] = jnp.sum(jax.lax.stop_gradient(kl) * weights)
     else:
         metrics["kl"] = jnp.zeros((), jnp.float32)
+        metrics["kl_penalty"] = jnp.zeros((), jnp.float32)
     loss = jnp.sum(per_token * weights)
     w = jax.lax.stop_gradient(weights)
     metrics["pg_loss"] = jnp.sum(jax.lax.stop_gradient(pg) * w)

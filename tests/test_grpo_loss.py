@@ -87,7 +87,9 @@ def test_token_weights_each_mode():
     drop = jnp.array([1.0, 0.0])
     np.testing.assert_allclose(grpo.token_weights(MASK, drop, "token_mean")[0], [1 / 3, 1 / 3, 1 / 3, 0])
     np.testing.assert_allclose(grpo.token_weights(MASK, drop, "seq_mean_token_mean")[0], [1 / 3, 1 / 3, 1 / 3, 0])
-    np.testing.assert_allclose(grpo.token_weights(MASK, drop, "constant")[0], [1 / 4, 1 / 4, 1 / 4, 0])
+    # Dr. GRPO's constant is B * max_len whatever is dropped (2 sequences x 4 tokens)
+    np.testing.assert_allclose(grpo.token_weights(MASK, drop, "constant")[0], [1 / 8, 1 / 8, 1 / 8, 0])
+    np.testing.assert_allclose(grpo.token_weights(MASK, drop, "constant", max_len=10)[0], [1 / 20, 1 / 20, 1 / 20, 0])
     # nothing kept: zero weights, no NaN
     for mode in grpo.AGGREGATION_MODES:
         w = grpo.token_weights(MASK, jnp.zeros(2), mode)
@@ -161,26 +163,81 @@ def test_separate_eps_low_and_high():
 def test_kl_estimators_hand_computed():
     logp = jnp.array([[-1.0, -2.0]])
     ref = jnp.array([[-1.5, -1.0]])
-    np.testing.assert_allclose(grpo.kl_estimate(logp, ref, "k1"), [[0.5, -1.0]], rtol=1e-6)
+    np.testing.assert_allclose(grpo.kl_estimate(logp, ref, "k2"), [[0.125, 0.5]], rtol=1e-6)
+    with pytest.raises(ValueError, match="k1.*zero expected gradient"):
+        grpo.kl_estimate(logp, ref, "k1")
     d = np.array([-0.5, 1.0])
     np.testing.assert_allclose(grpo.kl_estimate(logp, ref, "k3"), [np.exp(d) - d - 1], rtol=1e-6)
     assert float(jnp.min(grpo.kl_estimate(logp, ref, "k3"))) >= 0.0
     np.testing.assert_allclose(grpo.kl_estimate(logp, logp, "k3"), 0.0)
 
 
-@pytest.mark.parametrize("estimator", ["k1", "k3"])
+@pytest.mark.parametrize("estimator", ["k2", "k3"])
 def test_kl_term_added_with_beta(estimator):
     ref = LOGP - 0.3  # policy above the reference by 0.3 nats on every token
     w = grpo.token_weights(MASK, jnp.ones(2), "token_mean")
     base = grpo.grpo_loss(LOGP, LOGP_OLD, ADV, w, GRPOLossConfig(beta=0.0))[0]
     cfg = GRPOLossConfig(beta=0.1, kl_estimator=estimator)
     loss, m = grpo.grpo_loss(LOGP, LOGP_OLD, ADV, w, cfg, ref_logp=ref)
-    per_token_kl = 0.3 if estimator == "k1" else math.exp(-0.3) + 0.3 - 1
-    np.testing.assert_allclose(m["kl"], per_token_kl, rtol=1e-5)
+    per_token_kl = 0.5 * 0.3**2 if estimator == "k2" else math.exp(-0.3) + 0.3 - 1
+    np.testing.assert_allclose(m["kl_penalty"], per_token_kl, rtol=1e-5)
+    np.testing.assert_allclose(m["kl"], math.exp(-0.3) + 0.3 - 1, rtol=1e-5)  # the metric is always k3's value
     np.testing.assert_allclose(loss, base + 0.1 * per_token_kl, rtol=1e-5)
     # KL pulls the policy towards the reference: its gradient is positive on every token
     g_kl = jax.grad(lambda lp: grpo.grpo_loss(lp, LOGP_OLD, jnp.zeros(2), w, cfg, ref_logp=ref)[0])(LOGP)
     assert np.all(np.asarray(g_kl)[np.asarray(MASK) > 0] > 0)
+
+
+# A categorical "policy" over 6 tokens: pi = softmax(theta), ref = softmax(phi).
+THETA = jnp.array([0.3, -0.2, 1.1, 0.0, -0.7, 0.5])
+PHI = jnp.array([-0.4, 0.6, 0.2, 0.1, 0.3, -0.5])
+
+
+def _kl(p_logits, q_logits):
+    lp, lq = jax.nn.log_softmax(p_logits), jax.nn.log_softmax(q_logits)
+    return jnp.sum(jnp.exp(lp) * (lp - lq))
+
+
+def _expected_penalty_grad(estimator):
+    """E_{x ~ pi}[grad_theta k(log pi(x), log ref(x))], summed exactly over the 6 tokens."""
+    lref = jax.nn.log_softmax(PHI)
+    probs = jax.lax.stop_gradient(jax.nn.softmax(THETA))  # the sampling is not differentiated
+
+    def penalty(theta):
+        return jnp.sum(probs * grpo.kl_estimate(jax.nn.log_softmax(theta), lref, estimator))
+
+    return jax.grad(penalty)(THETA)
+
+
+def test_kl_penalty_gradients_are_the_kl_gradients():
+    """k2's expected gradient is grad KL(pi||ref); k3's is grad KL(ref||pi); k1's would be 0."""
+    forward = jax.grad(lambda th: _kl(th, PHI))(THETA)
+    reverse = jax.grad(lambda th: _kl(PHI, th))(THETA)
+    assert float(jnp.max(jnp.abs(forward - reverse))) > 0.05  # the two KLs differ here
+    np.testing.assert_allclose(_expected_penalty_grad("k2"), forward, atol=1e-6)
+    np.testing.assert_allclose(_expected_penalty_grad("k3"), reverse, atol=1e-6)
+    # k1 = log pi - log ref: E_pi[grad log pi] = 0 whatever ref is (why it is rejected)
+    probs = jax.nn.softmax(THETA)
+    k1_grad = jax.grad(lambda th: jnp.sum(probs * (jax.nn.log_softmax(th) - jax.nn.log_softmax(PHI))))(THETA)
+    np.testing.assert_allclose(k1_grad, 0.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("estimator", ["k2", "k3"])
+def test_kl_penalty_monte_carlo_gradient_through_the_loss(estimator):
+    """Through grpo_loss (zero advantages, beta=1, token-mean weights): the mean gradient over
+    tokens sampled from pi matches the exact gradient of the KL the estimator targets."""
+    n = 40_000
+    tokens = jax.random.categorical(jax.random.PRNGKey(0), THETA, shape=(1, n))
+    ref_logp = jax.nn.log_softmax(PHI)[tokens]
+    w = jnp.full((1, n), 1.0 / n)
+    cfg = GRPOLossConfig(beta=1.0, kl_estimator=estimator)
+
+    def loss(theta):
+        logp = jax.nn.log_softmax(theta)[tokens]
+        return grpo.grpo_loss(logp, jax.lax.stop_gradient(logp), jnp.zeros(1), w, cfg, ref_logp=ref_logp)[0]
+
+    exact = jax.grad(lambda th: _kl(th, PHI) if estimator == "k2" else _kl(PHI, th))(THETA)
+    np.testing.assert_allclose(jax.grad(loss)(THETA), exact, atol=0.02)
 
 
 def test_beta_zero_needs_no_reference_and_positive_beta_does():
@@ -209,7 +266,9 @@ def test_config_validation_names_field():
     with pytest.raises(ValueError, match="aggregation"):
         GRPOLossConfig(aggregation="sum")
     with pytest.raises(ValueError, match="kl_estimator"):
-        GRPOLossConfig(kl_estimator="k2")
+        GRPOLossConfig(kl_estimator="k4")
+    with pytest.raises(ValueError, match="kl_estimator='k1'.*zero expected gradient"):
+        GRPOLossConfig(kl_estimator="k1", beta=0.1)
     with pytest.raises(ValueError, match="beta"):
         GRPOLossConfig(beta=-1.0)
 
