@@ -149,7 +149,6 @@ def make_sft_update(graphdef: Any, optimizer: optax.GradientTransformation, *, m
         return loss, {"token_acc": jnp.sum(match * w)}
 
     def update(state, opt_state, batch):
-        tr._TRACES["sft_update"] += 1
         loss, msum, grads = tr._accumulate(loss_fn, state, batch, micro_batches, mesh)
         state, opt_state, gnorm = tr._apply(optimizer, state, opt_state, grads)
         return state, opt_state, {"nll": loss, "loss": loss, "token_acc": msum["token_acc"], "grad_norm": gnorm}
