@@ -158,8 +158,343 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> list[Row]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+# ============================================================================ generate mode
+#: Known accelerators: (memory bandwidth B/s, dense bf16 peak FLOP/s), matched by a substring
+#: of ``jax.devices()[0].device_kind``. Vendor data-sheet figures (dense, no sparsity).
+ACCELERATORS: dict[str, tuple[float, float]] = {
+    "H200": (4.8e12, 989e12),
+    "H100": (3.35e12, 989e12),
+    "A100": (2.039e12, 312e12),
+    "L4": (0.3e12, 121e12),
+    "TPU v5 lite": (0.819e12, 197e12),
+    "TPU v5p": (2.765e12, 459e12),
+    "TPU v4": (1.2e12, 275e12),
+}
+
+
+@dataclasses.dataclass
+class GenRow:
+    """One ``generate``-mode measurement (rates in tokens/s; times in seconds)."""
+
+    engine: str  # "ours", "transformers (dynamic cache)", "transformers (static cache)"
+    model: str
+    dtype: str
+    batch: int
+    prompt_len: int
+    new_tokens: int
+    prefill_s: float  # wall time of prefill + first token (best of the repeats)
+    step_s: float  # wall time of one decode step (best (tN - t1) / (N - 1))
+    prefill_tok_s: float
+    decode_tok_s: float
+    prefill_cpu_s: float  # process CPU seconds of the same runs (all threads)
+    step_cpu_s: float
+    prefill_roofline: float  # prefill FLOPs / peak / prefill_s
+    decode_roofline: float  # bytes that must be read per step / bandwidth / step_s
+    compile_s: float | None = None
+    peak_memory_bytes: int | None = None
+    agreement: float | None = None  # share of greedy tokens equal to ours
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    """``(wall seconds, process CPU seconds, result)`` of one call."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, time.process_time() - c0, out
+
+
+def measure_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
+    """Read bandwidth (B/s) of the JAX default device: best time of a jitted sum over a
+    ``megabytes`` float32 array (each element read once)."""
+    import jax
+    import jax.numpy as jnp
+
+    n = megabytes * 2**20 // 4
+    x = jnp.ones((n,), jnp.float32)
+    f = jax.jit(lambda a: jnp.sum(a))
+    jax.block_until_ready(f(x))
+    best = min(_timed(lambda: jax.block_until_ready(f(x)))[0] for _ in range(repeats))
+    return 4 * n / best
+
+
+def measure_peak_flops(dtype: str = "float32", size: int = 1024, repeats: int = 5) -> float:
+    """Achieved FLOP/s of a jitted ``size``-cubed matmul in ``dtype`` (an achievable peak, not
+    the data-sheet one)."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jnp.ones((size, size), dtype)
+    f = jax.jit(lambda x: x @ x)
+    jax.block_until_ready(f(a))
+    best = min(_timed(lambda: jax.block_until_ready(f(a)))[0] for _ in range(repeats))
+    return 2 * size**3 / best
+
+
+def decode_bytes_per_step(config, batch: int, prompt_len: int, new_tokens: int) -> float:
+    """Bytes a decode step must read: every weight once (the tied table once, as the head;
+    the embedding lookup reads only ``B`` rows) plus the keys and values of the filled
+    prefix, averaged over the ``N - 1`` decode steps (mean filled length ``P + N / 2``)."""
+    import numpy as _np
+
+    pbytes = _np.dtype(config.jnp_param_dtype).itemsize
+    cbytes = _np.dtype(config.jnp_dtype).itemsize
+    weights = config.num_parameters() * pbytes
+    filled = prompt_len + new_tokens / 2
+    kv = 2 * config.num_hidden_layers * batch * filled * config.num_key_value_heads * config.head_dim * cbytes
+    return weights + kv
+
+
+def prefill_flops(config, batch: int, prompt_len: int) -> float:
+    """FLOPs of a prefill: ``2 x`` non-embedding weights per token, causal attention
+    (``QK^T`` and ``PV`` over half the ``P x P`` square) and the head at one position per row."""
+    c = config
+    emb = c.vocab_size * c.hidden_size
+    body = c.num_parameters() - emb - (0 if c.tie_word_embeddings else emb)
+    attention = 2 * 2 * c.num_hidden_layers * c.num_attention_heads * c.head_dim * prompt_len * prompt_len / 2
+    head = 2 * emb
+    return batch * (2 * body * prompt_len + attention + head)
+
+
+def _ours_generate(model, ids: np.ndarray, new_tokens: int, kv_block: int, unroll: bool | None = None):
+    """Compile ours (greedy, EOS off) for 1 and N new tokens ahead of time; return
+    ``(run, compile_s, peak_bytes)`` where ``run(n)`` calls the compiled executable (the
+    jitted ``_generate_core`` behind ``generate_ids``) and returns the tokens. ``compile_s``
+    and ``peak_bytes`` (XLA ``memory_analysis``: arguments + outputs + temporaries - aliased)
+    are those of the N-token function."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from llm.generate import MAX_EOS_IDS, GenerationConfig, _generate_core, _unroll_layers
+
+    graphdef, state = nnx.split(model)
+    unroll = _unroll_layers(GenerationConfig(unroll_layers=unroll), state)  # None: generate_ids' default
+    args = (state, jnp.asarray(ids), jnp.ones(ids.shape, bool), jax.random.PRNGKey(0), jnp.float32(1.0),
+            jnp.float32(1.0), jnp.full((MAX_EOS_IDS,), -1, jnp.int32), jnp.int32(0))
+    compiled, compile_s, peak = {}, 0.0, 0
+    for n in (1, new_tokens):
+        t0 = time.perf_counter()
+        compiled[n] = _generate_core.lower(graphdef, *args, max_new_tokens=n, greedy=True, top_k=0,
+                                           use_top_p=False, kv_block=kv_block, unroll_layers=unroll).compile()
+        compile_s = time.perf_counter() - t0
+        mem = compiled[n].memory_analysis()
+        if mem is not None:
+            peak = int(mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
+                       - mem.alias_size_in_bytes)
+
+    def run(n: int):
+        return np.asarray(jax.block_until_ready(compiled[n](*args))[0])
+
+    run(1), run(new_tokens)  # warm-up
+    return run, compile_s, peak
+
+
+def _torch_model(model, device: str):
+    import torch
+
+    from llm.hf_io import model_to_hf_tensors
+
+    from transformers import Qwen3Config as HFConfig
+    from transformers import Qwen3ForCausalLM as HFModel
+
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[model.config.dtype]
+    hf_cfg = HFConfig(**{k: v for k, v in model.config.to_hf_dict().items() if k not in ("architectures",)})
+    torch.manual_seed(0)
+    tmodel = HFModel(hf_cfg).eval().to(dtype)
+    state = {k: torch.from_numpy(np.array(v, np.float32)).to(dtype) for k, v in model_to_hf_tensors(model)}
+    missing, unexpected = tmodel.load_state_dict(state, strict=False)
+    if unexpected or [m for m in missing if m != "lm_head.weight"]:
+        raise RuntimeError(f"weight copy failed: missing={missing} unexpected={unexpected}")
+    if model.config.tie_word_embeddings:
+        tmodel.tie_weights()
+    return tmodel.to(torch.device("cuda" if device == "gpu" else "cpu"))
+
+
+def _theirs_generate(tmodel, ids: np.ndarray, cache: str):
+    """A runner for transformers ``generate`` with a ``dynamic`` or ``static`` cache."""
+    import torch
+
+    input_ids = torch.from_numpy(ids.astype(np.int64)).to(tmodel.device)
+    attention = torch.ones_like(input_ids)
+    extra = {"cache_implementation": "static"} if cache == "static" else {}
+
+    def run(n: int):
+        with torch.inference_mode():
+            out = tmodel.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=n, min_new_tokens=n,
+                                  do_sample=False, eos_token_id=None, pad_token_id=0, use_cache=True, **extra)
+        if input_ids.is_cuda:
+            torch.cuda.synchronize()
+        return out[:, ids.shape[1]:].cpu().numpy()
+
+    return run
+
+
+def bench_generate(name: str, *, batch: int, prompt_len: int, new_tokens: int, repeats: int = 3,
+                   peers: tuple[str, ...] = ("dynamic", "static"), dtype: str | None = None, bandwidth: float,
+                   peak_flops: float, kv_block: int = 64, device: str = "cpu", seed: int = 0,
+                   also_scan: bool = False) -> list[GenRow]:
+    """Ours and the ``transformers`` peers on one preset, timings interleaved per repeat.
+
+    Every engine runs a 1-token and an N-token greedy generation (EOS off) ``repeats`` times in
+    turn (ours, peer 1, peer 2, ours, ...), so load on a shared machine hits all alike; each
+    figure is the best repeat. Prefill = the 1-token run; a decode step = ``(tN - t1) / (N-1)``.
+    """
+    from flax import nnx
+
+    from llm.model import Qwen3ForCausalLM
+
+    if new_tokens < 2:
+        raise ValueError(f"new_tokens={new_tokens} must be >= 2 (decode is timed as tN - t1)")
+    config = _model_config(name)
+    if dtype is not None:
+        config = dataclasses.replace(config, dtype=dtype, param_dtype=dtype)
+    model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed))
+    ids = np.random.RandomState(seed).randint(3, config.vocab_size, size=(batch, prompt_len)).astype(np.int32)
+    ours_run, compile_s, peak = _ours_generate(model, ids, new_tokens, kv_block)
+    engines: dict[str, Callable[[int], np.ndarray]] = {"ours": ours_run}
+    compiles, peaks = {"ours": compile_s}, {"ours": peak}
+    if also_scan:
+        run, compiles["ours (layer scan)"], peaks["ours (layer scan)"] = _ours_generate(
+            model, ids, new_tokens, kv_block, unroll=False)
+        engines["ours (layer scan)"] = run
+    if peers:
+        tmodel = _torch_model(model, device)
+        for cache in peers:
+            engines[f"transformers ({cache} cache)"] = _theirs_generate(tmodel, ids, cache)
+        for run in list(engines.values())[1:]:
+            run(1), run(min(new_tokens, 4))  # warm-up
+    best: dict[str, dict[str, list[float]]] = {e: {"t1": [], "c1": [], "tn": [], "cn": []} for e in engines}
+    tokens: dict[str, np.ndarray] = {}
+    for _ in range(repeats):
+        for engine, run in engines.items():
+            t1, c1, _ = _timed(lambda: run(1))
+            tn, cn, out = _timed(lambda: run(new_tokens))
+            b = best[engine]
+            b["t1"].append(t1), b["c1"].append(c1), b["tn"].append(tn), b["cn"].append(cn)
+            tokens[engine] = out
+    need_bytes = decode_bytes_per_step(config, batch, prompt_len, new_tokens)
+    flops = prefill_flops(config, batch, prompt_len)
+    rows = []
+    for engine, b in best.items():
+        t1, tn = min(b["t1"]), min(b["tn"])
+        c1, cn = min(b["c1"]), min(b["cn"])
+        # (tN - t1) <= 0 happens only when timing noise exceeds the decode time (tiny runs)
+        step = (tn - t1) / (new_tokens - 1) if tn > t1 else float("nan")
+        rows.append(GenRow(
+            engine=engine, model=name, dtype=config.dtype, batch=batch, prompt_len=prompt_len,
+            new_tokens=new_tokens, prefill_s=t1, step_s=step, prefill_tok_s=batch * prompt_len / t1,
+            decode_tok_s=batch / step, prefill_cpu_s=c1, step_cpu_s=max(cn - c1, 0.0) / (new_tokens - 1),
+            prefill_roofline=flops / peak_flops / t1, decode_roofline=need_bytes / bandwidth / step,
+            compile_s=compiles.get(engine), peak_memory_bytes=peaks.get(engine),
+            agreement=float((tokens[engine] == tokens["ours"]).mean()),
+        ))
+    return rows
+
+
+def format_generate(rows: list[GenRow]) -> str:
+    """Markdown table of :func:`bench_generate` rows; ratios are ours / that engine."""
+    ours = {(r.model, r.batch, r.prompt_len, r.new_tokens): r for r in rows if r.engine == "ours"}
+    head = ("| model | engine | B | P | N | prefill tok/s | roofline | decode tok/s | roofline | step ms "
+            "| CPU-s/step | ours / it (prefill, decode) | compile s | peak MiB | agree |")
+    lines = [head, "|" + "---|" * 15]
+    for r in rows:
+        o = ours.get((r.model, r.batch, r.prompt_len, r.new_tokens), r)
+        ratio = f"{o.prefill_tok_s / r.prefill_tok_s:.2f}, {o.decode_tok_s / r.decode_tok_s:.2f}"
+        comp = "" if r.compile_s is None else f"{r.compile_s:.1f}"
+        mem = "" if r.peak_memory_bytes is None else f"{r.peak_memory_bytes / 2**20:.0f}"
+        lines.append(
+            f"| {r.model} ({r.dtype}) | {r.engine} | {r.batch} | {r.prompt_len} | {r.new_tokens} "
+            f"| {r.prefill_tok_s:,.0f} | {r.prefill_roofline:.1%} | {r.decode_tok_s:,.0f} | {r.decode_roofline:.1%} "
+            f"| {1e3 * r.step_s:.2f} | {r.step_cpu_s:.3f} | {ratio} | {comp} | {mem} | {r.agreement:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def generate_main(argv: list[str] | None = None) -> list[GenRow]:
+    """``python -m llm.benchmark generate ...`` (see ``--help``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m llm.benchmark generate",
+        description="Prefill/decode tok/s of ours and transformers generate, with roofline fractions.")
+    parser.add_argument("--models", default="small_100m", help="comma-separated conf/model names (or 'tiny')")
+    parser.add_argument("--batch", default="4", help="comma-separated batch sizes")
+    parser.add_argument("--prompt-len", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                        help="override the preset's param_dtype and dtype")
+    parser.add_argument("--kv-block", type=int, default=64, help="GenerationConfig.kv_block")
+    parser.add_argument("--also-scan", action="store_true",
+                        help="also time ours with unroll_layers=False (the layer scan inside the decode loop)")
+    parser.add_argument("--peers", default="dynamic,static",
+                        help="transformers cache implementations to compare ('' for none)")
+    parser.add_argument("--bandwidth", type=float, default=None,
+                        help="memory bandwidth in GB/s for the decode roofline (default: the known "
+                             "accelerator's figure, else measured with a jitted 256 MiB sum)")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="peak TFLOP/s for the prefill roofline (default: known accelerator's dense "
+                             "bf16 figure, else a measured 1024^3 matmul in the model dtype)")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="where torch runs")
+    parser.add_argument("--out", default=None, help="write rows and machine figures as JSON here")
+    args = parser.parse_args(argv)
+
+    import jax
+    import torch
+
+    threads = os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    kind = jax.devices()[0].device_kind
+    known = next((v for k, v in ACCELERATORS.items() if k.lower() in kind.lower()), None)
+    if args.bandwidth is not None:
+        bandwidth, bw_src = args.bandwidth * 1e9, "stated (--bandwidth)"
+    elif known is not None:
+        bandwidth, bw_src = known[0], f"data sheet ({kind})"
+    else:
+        bandwidth, bw_src = measure_bandwidth(), "measured (jitted 256 MiB sum)"
+    dtype_for_peak = args.dtype or _model_config(args.models.split(",")[0].strip()).dtype
+    if args.peak_tflops is not None:
+        peak, pk_src = args.peak_tflops * 1e12, "stated (--peak-tflops)"
+    elif known is not None:
+        peak, pk_src = known[1], f"data sheet dense bf16 ({kind})"
+    else:
+        peak, pk_src = measure_peak_flops(dtype_for_peak), f"measured (1024^3 {dtype_for_peak} matmul)"
+    where = torch.cuda.get_device_name(0) if args.device == "gpu" else f"cpu, {threads} threads"
+    print(f"jax {jax.__version__} on {kind}; torch {torch.__version__} on {where}")
+    print(f"bandwidth {bandwidth / 1e9:.1f} GB/s [{bw_src}]; peak {peak / 1e12:.3f} TFLOP/s [{pk_src}]", flush=True)
+    peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
+    rows: list[GenRow] = []
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        for batch in [int(b) for b in args.batch.split(",") if b.strip()]:
+            t0 = time.perf_counter()
+            rows += bench_generate(name, batch=batch, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
+                                   repeats=args.repeats, peers=peers, dtype=args.dtype, bandwidth=bandwidth,
+                                   peak_flops=peak, kv_block=args.kv_block, device=args.device,
+                                   also_scan=args.also_scan)
+            print(f"  {name} B={batch}: measured in {time.perf_counter() - t0:.0f}s", flush=True)
+    print(format_generate(rows))
+    if args.out:
+        _write_json(args.out, {"bandwidth": bandwidth, "bandwidth_source": bw_src, "peak_flops": peak,
+                               "peak_source": pk_src, "device_kind": kind, "jax": jax.__version__,
+                               "torch": torch.__version__, "rows": [dataclasses.asdict(r) for r in rows]})
+    return rows
+
+
+def _write_json(path: str, obj: Any) -> None:
+    """Write ``obj`` as JSON atomically (temp file in the same folder, then rename)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> list[Row] | list[GenRow]:
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["generate"]:
+        return generate_main(argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] + " (mode 'generate': see "
+                                     "python -m llm.benchmark generate --help)")
     parser.add_argument("--models", default="tiny,small_100m", help="comma-separated conf/model names")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--prompt-len", type=int, default=64)

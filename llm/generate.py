@@ -7,10 +7,17 @@ How a call runs (:func:`generate`):
    ``GenerationConfig.prompt_bucket``), so calls with similar prompts reuse one compiled
    function.
 2. **Device, one jitted function** (:func:`generate_ids`): prefill the whole padded prompt
-   into an empty cache of capacity ``P + max_new_tokens``, sample the first token, then decode
-   one token per iteration of a ``lax.while_loop`` that exits early when every row has hit
-   EOS. No host synchronisation happens inside the loop. The compiled function is cached by
-   ``jax.jit`` per ``(model graphdef, B, P, max_new_tokens, greedy, top_k, top_p < 1)``; the
+   into an empty cache of capacity ``P + max_new_tokens`` (attention over the ``P`` prompt
+   slots only), sample the first token, then decode one token per iteration of
+   ``lax.while_loop`` segments that exit early when every row has hit EOS. Segment ``j``
+   attends over the first ``P + (j + 1) * kv_block`` cache slots (a static bound), so a step
+   reads the weights once plus the *filled* prefix of the cache rounded up to a block, not
+   the capacity. The cache is carried through the loops and the layer scan and updated in
+   place (``dynamic_update_slice`` on the carry); finished rows keep their batch slot (they
+   still cost a step until every row is done; the batch is not refilled). No host
+   synchronisation happens inside the loop. The compiled function is cached by
+   ``jax.jit`` per ``(model graphdef, B, P, max_new_tokens, greedy, top_k, top_p < 1, kv_block,
+   unroll_layers)``; the
    parameter *state* is an ordinary argument (``nnx.split``), so GRPO calls it with new
    parameters every step without recompiling; temperature, top-p mass, EOS ids and the pad
    id are traced too (only greedy-or-not, ``top_k`` and whether top-p is on are static).
@@ -87,6 +94,16 @@ class GenerationConfig:
       prompt_bucket: prompts are left-padded to a multiple of this length (>= 1).
       pad_token_id: id written after a completion's end and used for left padding;
         ``None`` takes the tokenizer's pad id (else its EOS id, else 0).
+      kv_block: decode attention reads the cache up to the filled prefix rounded up to a
+        multiple of this many slots (at most :data:`MAX_DECODE_SEGMENTS` blocks per call; the
+        block grows when ``max_new_tokens`` needs more), not the whole capacity (>= 1; static).
+      unroll_layers: run the layers of the prefill and of each decode step as an unrolled
+        loop over per-layer weight buffers made once per call (see
+        ``Qwen3ForCausalLM.layer_states``) instead of the layer ``scan``: steps stop
+        copying each layer's weights out of the stacked arrays (XLA materialises that
+        dynamic slice), at the price of compile time growing with depth and one extra copy
+        of the layer weights per call. ``None`` (default) unrolls when the layer weights
+        reach :data:`UNROLL_MIN_BYTES` (real models), and keeps the scan for tiny ones.
     """
 
     max_new_tokens: int = 64
@@ -97,6 +114,8 @@ class GenerationConfig:
     stop_strings: tuple[str, ...] = ()
     prompt_bucket: int = 32
     pad_token_id: int | None = None
+    kv_block: int = 64
+    unroll_layers: bool | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1):
@@ -104,6 +123,10 @@ class GenerationConfig:
         validate_sampling(self.temperature, self.top_k, self.top_p)
         if not (isinstance(self.prompt_bucket, int) and self.prompt_bucket >= 1):
             raise ValueError(f"prompt_bucket={self.prompt_bucket!r} not an integer in [1, inf)")
+        if not (isinstance(self.kv_block, int) and self.kv_block >= 1):
+            raise ValueError(f"kv_block={self.kv_block!r} not an integer in [1, inf)")
+        if self.unroll_layers is not None and not isinstance(self.unroll_layers, bool):
+            raise ValueError(f"unroll_layers={self.unroll_layers!r} must be None, True or False")
         if self.eos_token_ids is not None:
             object.__setattr__(self, "eos_token_ids", tuple(int(i) for i in self.eos_token_ids))
         if isinstance(self.stop_strings, str):
@@ -209,15 +232,57 @@ def _prefill_all_but_last(model, input_ids, prompt_mask, capacity: int):
 MAX_EOS_IDS = 8
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "greedy", "top_k", "use_top_p"))
+#: ``GenerationConfig.unroll_layers=None`` unrolls the layers when their stacked weights take
+#: at least this many bytes (the ~100M preset's 8 layers take 100 MB; the test models < 1 MB).
+UNROLL_MIN_BYTES = 32 * 2**20
+
+
+def _unroll_layers(config: GenerationConfig, state: Any) -> bool:
+    if config.unroll_layers is not None:
+        return config.unroll_layers
+    layers = state["layers"] if "layers" in state else {}
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(layers)) >= UNROLL_MIN_BYTES
+
+
+#: At most this many decode segments (separately compiled loop bodies) per call: the
+#: attention bound of a segment is static, so more segments read less of the cache but
+#: compile longer. ``kv_block`` is enlarged when ``max_new_tokens`` would need more.
+MAX_DECODE_SEGMENTS = 4
+
+
+def decode_segments(prompt_len: int, max_new_tokens: int, kv_block: int) -> list[tuple[int, int, int]]:
+    """Static plan of the decode loop: ``[(first_step, end_step, kv_len), ...]``.
+
+    Step ``s`` (``1 <= s < max_new_tokens``) feeds token ``s - 1`` into cache slot
+    ``prompt_len + s - 1``, so its attention needs ``prompt_len + s`` slots; a segment
+    covering steps ``[a, b)`` reads ``kv_len = prompt_len + b - 1`` (its last step's need,
+    rounded up by the block size, capped at the capacity ``prompt_len + max_new_tokens``).
+    """
+    steps = max_new_tokens - 1
+    if steps <= 0:
+        return []
+    block = max(kv_block, -(-steps // MAX_DECODE_SEGMENTS))
+    plan, first = [], 1
+    while first <= steps:
+        end = min(first + block, steps + 1)
+        plan.append((first, end, prompt_len + end - 1))
+        first = end
+    return plan
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "greedy", "top_k", "use_top_p",
+                                             "kv_block", "unroll_layers"))
 def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, top_p, eos, pad_id, *,
-                   max_new_tokens, greedy, top_k, use_top_p):
-    """Prefill + ``lax.while_loop`` decode. ``temperature``, ``top_p``, ``eos [MAX_EOS_IDS]``
-    and ``pad_id`` are traced scalars/arrays; the static arguments select the code path."""
+                   max_new_tokens, greedy, top_k, use_top_p, kv_block=64, unroll_layers=True):
+    """Prefill + segmented ``lax.while_loop`` decode. ``temperature``, ``top_p``,
+    ``eos [MAX_EOS_IDS]`` and ``pad_id`` are traced scalars/arrays; the static arguments
+    select the code path."""
     _TRACES["generate"] += 1  # runs only while tracing
     batch, prompt_len = input_ids.shape
     n = max_new_tokens
     model = nnx.merge(graphdef, state)
+    # per-layer weight buffers, sliced once here rather than at every step of the loop
+    layers = model.layer_states() if unroll_layers else None
 
     def choose(step, logits):
         logits = logits.astype(jnp.float32)
@@ -228,16 +293,19 @@ def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, to
             if use_top_p:
                 warped = sampling.top_p_filter(warped, top_p)
             tok = jax.random.categorical(jax.random.fold_in(key, step), warped, axis=-1).astype(jnp.int32)
-        logp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tok[:, None], axis=-1)
-        return tok, logp[:, 0]
+        # log_softmax at one id: logit - logsumexp (no [B, V] log-prob array)
+        picked = jnp.take_along_axis(logits, tok[:, None], axis=-1)[:, 0]
+        return tok, picked - jax.nn.logsumexp(logits, axis=-1)
 
     def is_eos(tok):
         return jnp.any(tok[:, None] == eos[None, :], axis=-1)
 
-    # prefill: the whole prompt into the cache, the LM head only at the last position
+    # prefill: the whole prompt into the cache, attention over the prompt slots only, the LM
+    # head only at the last position
     positions = left_pad_positions(prompt_mask)
     logits, cache = model(input_ids, positions=positions, attention_mask=prompt_mask,
-                          cache=model.init_cache(batch, prompt_len + n), logits_to_keep=1)
+                          cache=model.init_cache(batch, prompt_len + n), logits_to_keep=1, kv_len=prompt_len,
+                          layer_states=layers)
     tok, logp = choose(0, logits[:, -1])
     done = is_eos(tok)
     tokens = jnp.full((batch, n), pad_id, jnp.int32).at[:, 0].set(tok)
@@ -245,26 +313,32 @@ def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, to
     lengths = jnp.ones((batch,), jnp.int32)
     next_pos = jnp.sum(prompt_mask.astype(jnp.int32), axis=-1)
 
-    def cond(carry):
-        step, _, _, done, *_ = carry
-        return (step < n) & ~jnp.all(done)
+    def segment(end, kv_len):
+        def cond(carry):
+            step, _, _, done, *_ = carry
+            return (step < end) & ~jnp.all(done)
 
-    def body(carry):
-        step, cache, prev, done, tokens, logps, lengths = carry
-        m = nnx.merge(graphdef, state)
-        pos = (next_pos + step - 1)[:, None]
-        logits, cache = m(prev[:, None], positions=pos, cache=cache)
-        tok, logp = choose(step, logits[:, -1])
-        tok = jnp.where(done, pad_id, tok)
-        logp = jnp.where(done, 0.0, logp)
-        tokens = jax.lax.dynamic_update_slice(tokens, tok[:, None], (0, step))
-        logps = jax.lax.dynamic_update_slice(logps, logp[:, None], (0, step))
-        lengths = lengths + (~done).astype(jnp.int32)
-        done = done | is_eos(tok)
-        return step + 1, cache, tok, done, tokens, logps, lengths
+        def body(carry):
+            step, cache, prev, done, tokens, logps, lengths = carry
+            m = nnx.merge(graphdef, state)
+            pos = (next_pos + step - 1)[:, None]
+            logits, cache = m(prev[:, None], positions=pos, cache=cache, kv_len=kv_len, layer_states=layers)
+            tok, logp = choose(step, logits[:, -1])
+            tok = jnp.where(done, pad_id, tok)
+            logp = jnp.where(done, 0.0, logp)
+            tokens = jax.lax.dynamic_update_slice(tokens, tok[:, None], (0, step))
+            logps = jax.lax.dynamic_update_slice(logps, logp[:, None], (0, step))
+            lengths = lengths + (~done).astype(jnp.int32)
+            done = done | is_eos(tok)
+            return step + 1, cache, tok, done, tokens, logps, lengths
+
+        return cond, body
 
     carry = (jnp.asarray(1, jnp.int32), cache, tok, done, tokens, logps, lengths)
-    _, _, _, done, tokens, logps, lengths = jax.lax.while_loop(cond, body, carry)
+    for _, end, kv_len in decode_segments(prompt_len, n, kv_block):
+        cond, body = segment(end, kv_len)
+        carry = jax.lax.while_loop(cond, body, carry)
+    _, _, _, done, tokens, logps, lengths = carry
     mask = jnp.arange(n)[None, :] < lengths[:, None]
     return tokens, mask, lengths, logps, done
 
@@ -273,7 +347,8 @@ def generate_ids(model: Any, input_ids, prompt_mask, key: jax.Array | None, conf
                  eos_token_ids: Sequence[int] = (), pad_token_id: int = 0):
     """Device part of generation on already left-padded arrays (no tokenizer, no stop strings).
 
-    Compiled once per ``(graphdef, B, P, max_new_tokens, greedy, top_k, top_p < 1)``;
+    Compiled once per ``(graphdef, B, P, max_new_tokens, greedy, top_k, top_p < 1, kv_block,
+    unroll_layers)``;
     parameters, prompts, key, temperature, top-p mass, EOS ids and pad id are traced.
 
     Args:
@@ -309,7 +384,7 @@ def generate_ids(model: Any, input_ids, prompt_mask, key: jax.Array | None, conf
         jnp.asarray(config.temperature if config.temperature > 0 else 1.0, jnp.float32),
         jnp.asarray(config.top_p, jnp.float32), eos_arr, jnp.asarray(pad, jnp.int32),
         max_new_tokens=config.max_new_tokens, greedy=config.greedy, top_k=int(config.top_k),
-        use_top_p=config.top_p < 1.0,
+        use_top_p=config.top_p < 1.0, kv_block=int(config.kv_block), unroll_layers=_unroll_layers(config, state),
     )
 
 

@@ -352,10 +352,18 @@ class Attention(nnx.Module):
         cos: jax.Array,
         sin: jax.Array,
         allowed: jax.Array,
-        cache_kv: tuple[jax.Array, jax.Array] | None,
+        cache_kv: tuple[jax.Array, jax.Array, jax.Array] | None,
         index: jax.Array | None,
+        kv_len: int | None = None,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
-        """``x [B, T, H]``; ``allowed [B, T, K]`` (K = T without cache, S with one)."""
+        """``x [B, T, H]``; ``allowed [B, T, K]`` (K = T without cache, ``kv_len`` with one).
+
+        With a cache, ``cache_kv = (k_all, v_all, layer)``: the *whole* stacked cache
+        ``[L, B, S, kv, d]`` and this layer's index. The new keys/values are written in place
+        at ``[layer, :, index:index+T]`` and attention reads slots ``[0, kv_len)`` of this
+        layer only (``kv_len`` static, ``>= index + T``); the updated stacked arrays are
+        returned so they can stay in the layer scan's carry (no per-step cache copy).
+        """
         b, t, _ = x.shape
         q = self.q_norm(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim))
         k = self.k_norm(self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim))
@@ -364,21 +372,38 @@ class Attention(nnx.Module):
         k = apply_rope(k, cos, sin)
         new_kv = None
         if cache_kv is not None:
-            k_cache, v_cache = cache_kv
+            k_all, v_all, layer = cache_kv
             zero = jnp.zeros((), jnp.int32)
-            k_cache = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (zero, index, zero, zero))
-            v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (zero, index, zero, zero))
-            k, v = k_cache.astype(q.dtype), v_cache.astype(q.dtype)
-            new_kv = (k_cache, v_cache)
-        groups = self.num_heads // self.num_kv_heads
-        qg = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim)
-        scores = jnp.einsum("btngd,bsnd->bngts", qg, k, preferred_element_type=jnp.float32)
-        scores = scores * (self.head_dim**-0.5)
-        scores = jnp.where(allowed[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-        out = jnp.einsum("bngts,bsnd->btngd", probs, v)
-        out = out.reshape(b, t, self.num_heads * self.head_dim)
-        return self.o_proj(out), new_kv
+            at = (layer.astype(jnp.int32), zero, index.astype(jnp.int32), zero, zero)
+            k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
+            v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
+            span = k_all.shape[2] if kv_len is None else kv_len
+            read = (layer.astype(jnp.int32), zero, zero, zero, zero)
+            size = (1, b, span, self.num_kv_heads, self.head_dim)
+            k = jax.lax.dynamic_slice(k_all, read, size)[0].astype(q.dtype)
+            v = jax.lax.dynamic_slice(v_all, read, size)[0].astype(q.dtype)
+            new_kv = (k_all, v_all)
+        out = grouped_attention(q, k, v, allowed, self.num_kv_heads)
+        return self.o_proj(out.reshape(b, t, self.num_heads * self.head_dim)), new_kv
+
+
+def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Array, num_kv_heads: int) -> jax.Array:
+    """Grouped-query attention without repeating keys/values.
+
+    ``q [B, T, heads, d]``, ``k, v [B, K, kv, d]``, ``allowed [B, T, K]`` bool. The query heads
+    are viewed as ``[kv, heads / kv]`` groups so each key/value head is read once; scores and
+    softmax in float32, masked scores at ``finfo(float32).min`` (as transformers' eager path).
+    Returns ``[B, T, heads, d]`` in ``v``'s dtype.
+    """
+    b, t, heads, d = q.shape
+    groups = heads // num_kv_heads
+    qg = q.reshape(b, t, num_kv_heads, groups, d)
+    scores = jnp.einsum("btngd,bsnd->bngts", qg, k, preferred_element_type=jnp.float32)
+    scores = scores * (d**-0.5)
+    scores = jnp.where(allowed[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bngts,bsnd->btngd", probs, v)
+    return out.reshape(b, t, heads, d)
 
 
 class MLP(nnx.Module):
@@ -404,8 +429,8 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, param_dtype=c.jnp_param_dtype)
         self.mlp = MLP(c, rngs=rngs)
 
-    def __call__(self, x, cos, sin, allowed, cache_kv, index):
-        h, new_kv = self.self_attn(self.input_layernorm(x), cos, sin, allowed, cache_kv, index)
+    def __call__(self, x, cos, sin, allowed, cache_kv, index, kv_len=None):
+        h, new_kv = self.self_attn(self.input_layernorm(x), cos, sin, allowed, cache_kv, index, kv_len)
         x = x + h
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, new_kv
@@ -440,6 +465,17 @@ class Qwen3ForCausalLM(nnx.Module):
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, param_dtype=c.jnp_param_dtype)
         self.lm_head = None if c.tie_word_embeddings else _linear(c.hidden_size, c.vocab_size, c, rngs)
 
+    def layer_states(self) -> list[Any]:
+        """The stacked layer parameters as ``L`` separate per-layer states (for ``layer_states``).
+
+        Call it inside ``jit`` *outside* a decode loop: each layer's weights become their own
+        buffer once per call, so the loop runs the layers without slicing the stacked
+        ``[L, ...]`` arrays at every step (XLA:CPU materialises such a slice as a copy of the
+        layer's weights, which triples the weight traffic of a decode step).
+        """
+        _, state = nnx.split(self.layers)
+        return [jax.tree.map(lambda a, i=i: a[i], state) for i in range(self.config.num_hidden_layers)]
+
     def init_cache(self, batch_size: int, capacity: int) -> KVCache:
         """An empty cache: zero keys/values, mask all False, index 0."""
         c = self.config
@@ -459,6 +495,8 @@ class Qwen3ForCausalLM(nnx.Module):
         cache: KVCache | None = None,
         *,
         logits_to_keep: int | None = None,
+        kv_len: int | None = None,
+        layer_states: list[Any] | None = None,
     ) -> tuple[jax.Array, KVCache | None]:
         """Logits ``[B, T, V]`` (float32) and the updated cache (``None`` without one).
 
@@ -472,6 +510,17 @@ class Qwen3ForCausalLM(nnx.Module):
         ``logits_to_keep=k`` (a static int) computes the LM head for the last ``k`` positions
         only and returns ``[B, k, V]``: with left padding, ``k=1`` after a prefill gives every
         row's next-token logits without the ``[B, T, V]`` cost.
+
+        ``kv_len`` (a static int, cache only) bounds the attention to cache slots
+        ``[0, kv_len)``: the caller promises ``index + T <= kv_len <= S`` (not checked inside
+        ``jit``), so a decode step reads the filled prefix of the cache, not its capacity.
+        ``None`` reads all ``S`` slots. The cache travels through the layer scan as part of
+        the carry and is updated with ``dynamic_update_slice``, which XLA performs in place.
+
+        ``layer_states`` (from :meth:`layer_states`, same values as ``self.layers``) runs the
+        layers as an unrolled Python loop over those per-layer states instead of the
+        ``lax.scan`` over the stacked weights (same numerics; used by the decode loop, see
+        :meth:`layer_states`). The default scan keeps one layer body whatever the depth.
         """
         c = self.config
         chex.assert_rank(input_ids, 2)
@@ -487,28 +536,53 @@ class Qwen3ForCausalLM(nnx.Module):
         if cache is None:
             causal = jnp.tril(jnp.ones((t, t), bool))
             allowed = causal[None] & attention_mask[:, None, :]
-            kv_in = None
         else:
             chex.assert_shape(cache.k, (c.num_hidden_layers, b, None, c.num_key_value_heads, c.head_dim))
             capacity = cache.k.shape[2]
+            span = capacity if kv_len is None else kv_len
+            if not (isinstance(span, int) and t <= span <= capacity):
+                raise ValueError(f"kv_len={kv_len!r} must be an int in [T={t}, capacity={capacity}]")
             key_mask = jax.lax.dynamic_update_slice(cache.mask, attention_mask, (jnp.zeros((), jnp.int32), start))
             q_slot = start + jnp.arange(t, dtype=jnp.int32)
-            causal = jnp.arange(capacity, dtype=jnp.int32)[None, :] <= q_slot[:, None]
-            allowed = causal[None] & key_mask[:, None, :]
-            kv_in = (cache.k, cache.v)
+            causal = jnp.arange(span, dtype=jnp.int32)[None, :] <= q_slot[:, None]
+            allowed = causal[None] & key_mask[:, None, :span]
 
         cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta)
         x = self.embed_tokens(input_ids.astype(jnp.int32)).astype(c.jnp_dtype)
 
         graphdef, layer_state = nnx.split(self.layers)
 
-        def body(h, xs):
-            state, kv = xs
-            layer = nnx.merge(graphdef, state)
-            h, new_kv = layer(h, cos, sin, allowed, kv, start)
-            return h, new_kv
+        if layer_states is not None:
+            if len(layer_states) != c.num_hidden_layers:
+                raise ValueError(f"layer_states has {len(layer_states)} entries; need {c.num_hidden_layers}")
+            k_new = None if cache is None else cache.k
+            v_new = None if cache is None else cache.v
+            for i, state in enumerate(layer_states):
+                layer = nnx.merge(graphdef, state)
+                if cache is None:
+                    x, _ = layer(x, cos, sin, allowed, None, None)
+                else:
+                    kv = (k_new, v_new, jnp.asarray(i, jnp.int32))
+                    x, (k_new, v_new) = layer(x, cos, sin, allowed, kv, start, span)
+        elif cache is None:
 
-        x, new_kv = jax.lax.scan(body, x, (layer_state, kv_in))
+            def body(h, state):
+                layer = nnx.merge(graphdef, state)
+                h, _ = layer(h, cos, sin, allowed, None, None)
+                return h, None
+
+            x, _ = jax.lax.scan(body, x, layer_state)
+        else:
+
+            def cached_body(carry, xs):
+                h, k_all, v_all = carry
+                state, layer_index = xs
+                layer = nnx.merge(graphdef, state)
+                h, (k_all, v_all) = layer(h, cos, sin, allowed, (k_all, v_all, layer_index), start, span)
+                return (h, k_all, v_all), None
+
+            layer_ids = jnp.arange(c.num_hidden_layers, dtype=jnp.int32)
+            (x, k_new, v_new), _ = jax.lax.scan(cached_body, (x, cache.k, cache.v), (layer_state, layer_ids))
         if logits_to_keep is not None:
             if not 1 <= logits_to_keep <= t:
                 raise ValueError(f"logits_to_keep={logits_to_keep} must be in [1, T={t}]")
@@ -529,7 +603,7 @@ class Qwen3ForCausalLM(nnx.Module):
 
         new_cache = None
         if cache is not None:
-            new_cache = KVCache(k=new_kv[0], v=new_kv[1], mask=key_mask, index=start + t)
+            new_cache = KVCache(k=k_new, v=v_new, mask=key_mask, index=start + t)
         return logits, new_cache
 
 

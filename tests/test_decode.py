@@ -1,0 +1,173 @@
+"""The KV-cache decoder's cost structure (llm/model.py, llm/generate.py) and the
+``python -m llm.benchmark generate`` mode (llm/benchmark.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from llm import benchmark
+from llm.generate import (
+    MAX_DECODE_SEGMENTS,
+    MAX_EOS_IDS,
+    GenerationConfig,
+    _generate_core,
+    decode_segments,
+    generate,
+    sequence_logprobs,
+)
+from llm.model import Qwen3Config, Qwen3ForCausalLM
+
+CFG = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
+                  rope_theta=10_000.0)
+PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14, 15, 16, 17], [3]]
+
+
+@pytest.fixture(scope="module")
+def split():
+    graphdef, state = nnx.split(Qwen3ForCausalLM(CFG, rngs=nnx.Rngs(0)))
+    # noise far from the N(0, 0.02) init so logits are peaked and ties impossible
+    flat, treedef = jax.tree.flatten(state)
+    keys = jax.random.split(jax.random.PRNGKey(3), len(flat))
+    flat = [x + 0.3 * jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, flat)]
+    return graphdef, jax.tree.unflatten(treedef, flat)
+
+
+# ----------------------------------------------------------------------------- the decode plan
+@pytest.mark.parametrize("prompt_len,n,block", [(16, 8, 64), (16, 40, 4), (3, 200, 8), (5, 2, 1), (7, 1, 4)])
+def test_decode_segments_cover_every_step_with_enough_keys(prompt_len, n, block):
+    plan = decode_segments(prompt_len, n, block)
+    assert len(plan) <= MAX_DECODE_SEGMENTS
+    steps = [s for first, end, _ in plan for s in range(first, end)]
+    assert steps == list(range(1, n))  # every decode step exactly once, in order
+    for first, end, kv_len in plan:
+        # step s writes slot P + s - 1 and attends over slots [0, P + s): the bound must cover it
+        assert kv_len == prompt_len + end - 1 <= prompt_len + n
+        assert end - first <= max(block, -(-(n - 1) // MAX_DECODE_SEGMENTS))
+
+
+def test_decode_segments_hand_example():
+    assert decode_segments(10, 9, 3) == [(1, 4, 13), (4, 7, 16), (7, 9, 18)]
+    assert decode_segments(10, 9, 64) == [(1, 9, 18)]
+
+
+# ----------------------------------------------------------------------------- correctness
+def test_kv_len_bound_equals_full_capacity(split):
+    """Attention over the first kv_len slots gives the same logits and cache as over all S."""
+    graphdef, state = split
+    model = nnx.merge(graphdef, state)
+    ids = jnp.asarray([[4, 5, 6, 7, 8], [9, 10, 11, 12, 13]], jnp.int32)
+    cache = model.init_cache(2, 16)
+    _, cache = model(ids[:, :3], cache=cache, kv_len=3)
+    full, c_full = model(ids[:, 3:], cache=cache)
+    bounded, c_bounded = model(ids[:, 3:], cache=cache, kv_len=5)
+    np.testing.assert_allclose(np.asarray(bounded), np.asarray(full), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(c_bounded.k), np.asarray(c_full.k), rtol=1e-5, atol=1e-5)
+    assert int(c_bounded.index) == 5
+    with pytest.raises(ValueError, match="kv_len"):
+        model(ids[:, 3:], cache=cache, kv_len=17)
+
+
+def test_segmented_decode_matches_full_forward(split):
+    """kv_block=1 splits decoding into MAX_DECODE_SEGMENTS loops with growing attention bounds
+    (here with the layers unrolled over per-layer weights): tokens equal the single-loop
+    layer-scan run and the reported log-probs equal the full forward
+    (``sequence_logprobs``, itself tested against the no-cache forward in test_generate.py)."""
+    n = 9
+    one = generate(split, None, PROMPTS, GenerationConfig(max_new_tokens=n, temperature=0.0, prompt_bucket=4,
+                                                          eos_token_ids=()), decode=False)
+    many = generate(split, None, PROMPTS, GenerationConfig(max_new_tokens=n, temperature=0.0, prompt_bucket=4,
+                                                           eos_token_ids=(), kv_block=1, unroll_layers=True),
+                    decode=False)
+    assert len(decode_segments(one.prompt_ids.shape[1], n, 1)) == MAX_DECODE_SEGMENTS
+    np.testing.assert_array_equal(np.asarray(many.tokens), np.asarray(one.tokens))
+    np.testing.assert_allclose(np.asarray(many.logprobs), np.asarray(one.logprobs), atol=1e-5)
+    full = sequence_logprobs(split, many.prompt_ids, many.prompt_mask, many.tokens, many.mask)
+    np.testing.assert_allclose(np.asarray(many.logprobs), np.asarray(full), atol=1e-4)
+
+
+def test_kv_block_and_unroll_are_validated():
+    with pytest.raises(ValueError, match="kv_block"):
+        GenerationConfig(kv_block=0)
+    with pytest.raises(ValueError, match="unroll_layers"):
+        GenerationConfig(unroll_layers=1)
+
+
+# ----------------------------------------------------------------------------- cost structure
+def _cache_copies(hlo: str, shape: str) -> int:
+    return len(re.findall(rf"= f32\[{shape}\]\{{[0-9,]*\}} copy\(", hlo))
+
+
+@pytest.mark.parametrize("unroll", [False, True])
+def test_decode_loop_does_not_copy_the_cache(split, unroll):
+    """The stacked [L, B, S, kv, d] cache is carried through the layer scan and updated in
+    place: the compiled generation holds no copy of it besides the initial zeros (the old
+    design passed it through the scan as xs/ys, which cost two full copies per step)."""
+    graphdef, state = split
+    b, p, n = 3, 8, 6
+    ids, mask = jnp.ones((b, p), jnp.int32), jnp.ones((b, p), bool)
+    compiled = _generate_core.lower(
+        graphdef, state, ids, mask, jax.random.PRNGKey(0), jnp.float32(1), jnp.float32(1),
+        jnp.full((MAX_EOS_IDS,), -1, jnp.int32), jnp.int32(0),
+        max_new_tokens=n, greedy=True, top_k=0, use_top_p=False, kv_block=2, unroll_layers=unroll).compile()
+    hlo = compiled.as_text()
+    shape = f"{CFG.num_hidden_layers},{b},{p + n},{CFG.num_key_value_heads},{CFG.head_dim}"
+    assert f"f32[{shape}]" in hlo  # the cache is there ...
+    assert _cache_copies(hlo, shape) <= 2  # ... and copied at most once per k/v (its zero init)
+
+
+def test_decode_step_aliases_a_donated_cache(split):
+    """A jitted decode step with the cache donated writes the new cache into the old buffers."""
+    graphdef, state = split
+
+    @jax.jit
+    def step(state, cache, tok):
+        logits, cache = nnx.merge(graphdef, state)(tok, cache=cache, kv_len=cache.k.shape[2])
+        return logits, cache
+
+    model = nnx.merge(graphdef, state)
+    cache = model.init_cache(2, 2048)
+    tok = jnp.ones((2, 1), jnp.int32)
+    donated = jax.jit(step.__wrapped__, donate_argnums=(1,)).lower(state, cache, tok).compile()
+    cache_bytes = cache.k.nbytes + cache.v.nbytes
+    mem = donated.memory_analysis()
+    assert mem.alias_size_in_bytes >= cache_bytes
+    assert mem.temp_size_in_bytes < cache_bytes  # no second cache (only this layer's [B, S] slices)
+
+
+# ----------------------------------------------------------------------------- benchmark
+def test_roofline_figures_by_hand():
+    c = CFG
+    weights = c.num_parameters() * 4
+    kv = 2 * 2 * 3 * (10 + 4 / 2) * 2 * 16 * 4  # k,v x L x B x mean filled x kv x d x bytes
+    assert benchmark.decode_bytes_per_step(c, batch=3, prompt_len=10, new_tokens=4) == weights + kv
+    body = c.num_parameters() - 2 * c.vocab_size * c.hidden_size  # untied: embedding and head
+    attn = 2 * 2 * 2 * 4 * 16 * 10 * 10 / 2
+    assert benchmark.prefill_flops(c, batch=3, prompt_len=10) == 3 * (2 * body * 10 + attn + 2 * 512 * 64)
+
+
+@pytest.mark.slow
+def test_benchmark_generate_mode_tiny(tmp_path, capsys):
+    out = tmp_path / "gen.json"
+    rows = benchmark.main(["generate", "--models", "tiny", "--batch", "2", "--prompt-len", "8", "--new-tokens", "5",
+                           "--repeats", "1", "--peers", "dynamic,static", "--bandwidth", "10", "--peak-tflops", "0.1",
+                           "--out", str(out)])
+    engines = [r.engine for r in rows]
+    assert engines == ["ours", "transformers (dynamic cache)", "transformers (static cache)"]
+    for r in rows:
+        assert r.prefill_tok_s > 0 and 0 < r.prefill_roofline
+        assert r.agreement == 1.0  # same weights, greedy: the same tokens
+    ours = rows[0]
+    assert ours.compile_s > 0 and ours.peak_memory_bytes > 0
+    saved = json.loads(out.read_text())
+    assert saved["bandwidth"] == 10e9 and saved["bandwidth_source"].startswith("stated")
+    assert [r["engine"] for r in saved["rows"]] == engines
+    table = capsys.readouterr().out
+    assert "| tiny (float32) | ours |" in table and "roofline" in table
