@@ -13,15 +13,17 @@ Backends here know nothing of language models:
 * ``manual``     -- a hand-written list of stage environments from ``conf/engineer/manual.yaml``;
 * ``random``     -- a uniformly random valid config from the :class:`ConfigSpace`;
 * ``heuristic``  -- a threshold ladder: raise one dimension a rung when success is above
-  ``raise_above``, go back to the last config that worked when it falls below
-  ``lower_below``, otherwise keep;
+  ``raise_above``; when a raised config fails (below ``lower_below``) go back to the last
+  config that worked and stay there; otherwise keep;
 * ``plr``        -- prioritized replay over configs (the held-out suite's cells plus every
   visited config) scored by learnability ``p (1 - p)``, rank-prioritised with a staleness
   bonus; proposes a mixture of the top configs.
 
 The LLM backends (``policy``, ``base``, ``external``) live in :mod:`llm.engineer` and reuse
 :class:`ConfigSpace` (constrained decoding), :func:`parse_proposal_text` and
-:func:`propose_with_retries` from this module. Every backend is built from its Hydra node
+:func:`propose_with_retries` from this module. Every engineer that has a space validates
+its proposal against it with :func:`check_in_space` (grid values, fixed fields, number of
+mixture components); model answers that fail it are shown the error and retried. Every backend is built from its Hydra node
 (``conf/engineer/<name>.yaml``, ``_target_`` + parameters) by :func:`build_engineer`.
 """
 
@@ -384,6 +386,60 @@ class ConfigSpace:
         return self.complete(partial)
 
 
+def _on_grid(value: Any, grid: Sequence[Any]) -> bool:
+    """Whether ``value`` is one of ``grid``'s values (floats within 1e-6: ``0.1 + 0.2`` is 0.3)."""
+    for g in grid:
+        if isinstance(g, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if abs(float(value) - g) <= 1e-6:
+                return True
+        elif value == g and type(value) is type(g):
+            return True
+    return False
+
+
+def check_in_space(mixture: Mixture, space: "ConfigSpace", max_components: int = 1) -> None:
+    """Raise :class:`ProposalError` unless every component of ``mixture`` lies in ``space``.
+
+    The one validation every engineer's proposal passes (free-text and external replies in
+    :func:`propose_with_retries`, the baselines before they answer), so that all engineers
+    search the same space:
+
+    * at most ``max_components`` components;
+    * each editable field on its grid (``hole_density=0.37`` is rejected when the grid is
+      0.1 steps), the error naming the field and its allowed values;
+    * each field that is not editable equal to the run's value (``space.base``): fields the
+      prompt shows as fixed (``slip_prob``, ``max_steps``, ``on_goal``, ...) cannot change.
+
+    Cross-field rules (two free cells per agent, distance bounds) are :class:`LakeConfig`'s.
+    """
+    if len(mixture) > int(max_components):
+        raise ProposalError(
+            f"the mixture has {len(mixture)} components; at most {int(max_components)} allowed "
+            f"(max_components={int(max_components)})"
+        )
+    base = space.base.to_dict()
+    for i, (_, config) in enumerate(mixture):
+        where = "config" if len(mixture) == 1 else f"mixture[{i}].config"
+        values = config.to_dict()
+        for name in FIELD_ORDER:
+            value = values[name]
+            if name in space.values:
+                if not _on_grid(value, space.values[name]):
+                    allowed = space.values[name]
+                    shown = (f"[{allowed[0]}, {allowed[1]}, ..., {allowed[-1]}] (integers)"
+                             if len(allowed) > 12 and all(isinstance(v, int) for v in allowed) else str(allowed))
+                    raise ProposalError(f"{where}.{name}={value!r} is not an allowed value; allowed: {shown}")
+            elif not _on_grid(value, [base[name]]):
+                raise ProposalError(
+                    f"{where}.{name}={value!r} is fixed at {base[name]!r} in this run; the fields you may change "
+                    f"are {list(space.editable)}"
+                )
+        for cap in CAPACITY_FIELDS:
+            if values[cap] != base[cap]:
+                raise ProposalError(f"{where}.{cap}={values[cap]!r} cannot change: the run's capacity is "
+                                    f"{cap}={base[cap]}")
+
+
 def _nearest(options: Sequence[Any], target: Any) -> Any:
     if target in options:
         return target
@@ -581,6 +637,7 @@ class RandomEngineer(Engineer):
     def propose(self, ctx: EngineerContext) -> Proposal:
         space = space_from_conf(ctx.base, self.space_node)
         config = space.sample(ctx.rng(1))
+        check_in_space([(1.0, config)], space, 1)
         return Proposal([(1.0, config)], "proposed", "uniform random config")
 
 
@@ -609,17 +666,38 @@ def _shift(space: ConfigSpace, config: LakeConfig, name: str, rungs: int) -> Opt
     return None if moved == config else moved
 
 
+#: Evaluation modes an engineer may read its success signal from (``llm.evaluate``).
+EVAL_MODES = ("greedy", "sampled")
+
+
+def _check_mode(mode: Any) -> str:
+    if mode not in EVAL_MODES:
+        raise ConfigError(f"engineer.mode={mode!r} not in {list(EVAL_MODES)}")
+    return mode
+
+
 class HeuristicEngineer(Engineer):
-    """A threshold ladder.
+    """A threshold ladder that climbs while the policy succeeds and settles where it failed.
 
-    With ``p`` the greedy success on the current environment (see :func:`stage_success`):
+    With ``p`` the success on the current environment (``mode`` decoding, see
+    :func:`stage_success`), one step of the ladder is, in this order:
 
-    * ``p >= raise_above`` -- the config worked: remember it as the last good one and raise
-      the next dimension of ``ladder`` (round robin, skipping dimensions at their top) by
-      its ``step`` grid rungs;
-    * ``p < lower_below``  -- too hard: go back to the last good config; without one, lower
-      the first dimension (from the end of the ladder) that can go down;
-    * otherwise keep the current config (it is being learned).
+    1. ``p`` unknown -- keep the environment.
+    2. **settled** (a raise has failed before, ``state["settled"]`` is that last good config):
+       keep it for the rest of the run; only if the settled config itself fails
+       (``p < lower_below``) lower it one rung (the ladder's last dimension that can go down)
+       and settle there instead. It never raises again, so it cannot oscillate.
+    3. ``p >= raise_above`` -- the config worked: remember it as ``last_good`` and raise the
+       next dimension of ``ladder`` (round robin, skipping dimensions at their top) by its
+       ``step`` grid rungs.
+    4. ``p < lower_below`` -- too hard: with a ``last_good`` config other than the current one,
+       go back to it and **settle** there (step 2 from now on); without one (the first config
+       is already too hard), lower one rung and keep climbing from there.
+    5. otherwise keep the current config (it is being learned; a later success raises on).
+
+    So a success sequence ``0.9, 0.9, 0.1, 0.9, ...`` from ``A`` trains on ``A, B, C, B, B, ...``:
+    ``C`` failed, ``B`` was the last config that worked, and the ladder stays there.
+    Every proposal lies in the engineer's ``space`` (:func:`check_in_space`).
     """
 
     name = "heuristic"
@@ -662,17 +740,45 @@ class HeuristicEngineer(Engineer):
         if signal not in ("current_env", "suite"):
             raise ConfigError(f"engineer.signal={signal!r} not in ['current_env', 'suite']")
         self.raise_above, self.lower_below = float(raise_above), float(lower_below)
-        self.signal, self.mode, self.space_node, self.name = signal, mode, space, name
+        self.signal, self.mode, self.space_node, self.name = signal, _check_mode(mode), space, name
+
+    def _lower(self, space: ConfigSpace, config: LakeConfig) -> Optional[tuple[str, LakeConfig]]:
+        for f, step in reversed(self.ladder):
+            moved = _shift(space, config, f, -step)
+            if moved is not None:
+                return f, moved
+        return None
 
     def propose(self, ctx: EngineerContext) -> Proposal:
         space = space_from_conf(ctx.base, self.space_node)
+        proposal = self._step(ctx, space)
+        check_in_space(proposal.mixture, space, 1)
+        return proposal
+
+    def _step(self, ctx: EngineerContext, space: ConfigSpace) -> Proposal:
         current = ctx.base
         state = dict(ctx.state or {})
         pointer = int(state.get("next_rung", 0)) % len(self.ladder)
         p = stage_success(ctx.eval_result, self.mode, self.signal)
-        new_state = {"next_rung": pointer, "last_good": state.get("last_good"), "success": p}
+        new_state = {"next_rung": pointer, "last_good": state.get("last_good"), "settled": state.get("settled"),
+                     "success": p}
+
+        def go(config: LakeConfig, why: str) -> Proposal:
+            if [(1.0, config)] == ctx.current or (len(ctx.current) == 1 and ctx.current[0][1] == config):
+                return Proposal(ctx.current, "kept", why, state=new_state)
+            return Proposal([(1.0, config)], "proposed", why, state=new_state)
+
         if p is None:
             return Proposal(ctx.current, "kept", "no success measurement; keeping the environment", state=new_state)
+        if new_state["settled"]:
+            settled = LakeConfig.from_dict(new_state["settled"])
+            if p < self.lower_below and current == settled:
+                lowered = self._lower(space, settled)
+                if lowered is not None:
+                    new_state["settled"] = lowered[1].to_dict()
+                    return go(lowered[1], f"success {p:.2f} < {self.lower_below} on the settled config: "
+                                          f"lower {lowered[0]} and settle there")
+            return go(settled, f"success {p:.2f}; settled on the last config that worked after a failed raise")
         if p >= self.raise_above:
             new_state["last_good"] = current.to_dict()
             for offset in range(len(self.ladder)):
@@ -681,34 +787,19 @@ class HeuristicEngineer(Engineer):
                 moved = _shift(space, current, f, step)
                 if moved is not None:
                     new_state["next_rung"] = (i + 1) % len(self.ladder)
-                    return Proposal(
-                        [(1.0, moved)], "proposed", f"success {p:.2f} >= {self.raise_above}: raise {f}", state=new_state
-                    )
-            return Proposal(ctx.current, "kept", f"success {p:.2f} but every dimension is at its top", state=new_state)
+                    return go(moved, f"success {p:.2f} >= {self.raise_above}: raise {f}")
+            return go(current, f"success {p:.2f} but every dimension is at its top")
         if p < self.lower_below:
-            last_good = state.get("last_good")
-            if last_good:
-                good = LakeConfig.from_dict(last_good)
-                if good != current:
-                    return Proposal(
-                        [(1.0, good)],
-                        "proposed",
-                        f"success {p:.2f} < {self.lower_below}: back to the last config that worked",
-                        state=new_state,
-                    )
-            for f, step in reversed(self.ladder):
-                moved = _shift(space, current, f, -step)
-                if moved is not None:
-                    return Proposal(
-                        [(1.0, moved)], "proposed", f"success {p:.2f} < {self.lower_below}: lower {f}", state=new_state
-                    )
-            return Proposal(ctx.current, "kept", f"success {p:.2f} but nothing can be lowered", state=new_state)
-        return Proposal(
-            ctx.current,
-            "kept",
-            f"success {p:.2f} in [{self.lower_below}, {self.raise_above}): keep what is being learned",
-            state=new_state,
-        )
+            last_good = new_state["last_good"]
+            if last_good and LakeConfig.from_dict(last_good) != current:
+                new_state["settled"] = last_good
+                return go(LakeConfig.from_dict(last_good),
+                          f"success {p:.2f} < {self.lower_below}: back to the last config that worked, settled there")
+            lowered = self._lower(space, current)
+            if lowered is not None:
+                return go(lowered[1], f"success {p:.2f} < {self.lower_below}: lower {lowered[0]}")
+            return go(current, f"success {p:.2f} but nothing can be lowered")
+        return go(current, f"success {p:.2f} in [{self.lower_below}, {self.raise_above}): keep what is being learned")
 
 
 # ============================================================================ PLR
@@ -752,7 +843,7 @@ class PLREngineer(Engineer):
             raise ConfigError(f"engineer.explore_prob={explore_prob} not in [0, 1]")
         self.top_k, self.temperature = int(top_k), float(temperature)
         self.staleness_coef, self.explore_prob = float(staleness_coef), float(explore_prob)
-        self.mode, self.space_node, self.name = mode, space, name
+        self.mode, self.space_node, self.name = _check_mode(mode), space, name
 
     def _buffer(self, ctx: EngineerContext, space: ConfigSpace) -> dict[str, dict]:
         """key -> {config, p, last_trained}; suite cells moved onto the run's capacity."""
@@ -765,8 +856,10 @@ class PLREngineer(Engineer):
                 continue
             values = {**cfg_dict, **{c: getattr(base, c) for c in CAPACITY_FIELDS}}
             try:
-                config = LakeConfig(**values)
-            except ConfigError:
+                # onto the engineer's space: the suite's fixed fields (max_steps, slip_prob, ...)
+                # become the run's, editable ones move to their nearest allowed value
+                config = space.snap(LakeConfig(**values))
+            except (ConfigError, IndexError):
                 continue  # does not fit the run's capacity
             key = _config_key(config)
             entry = buffer.setdefault(key, {"config": config.to_dict(), "last_trained": None})
@@ -809,6 +902,7 @@ class PLREngineer(Engineer):
             items[-1] = (items[-1][0], space.sample(rng))
             explored = True
         mixture = normalize_mixture(items)
+        check_in_space(mixture, space, self.top_k)
         table = [
             {"config": buffer[keys[i]]["config"], "p": buffer[keys[i]]["p"], "learnability": float(scores[i]),
              "priority": float(prob[i])}
@@ -836,17 +930,27 @@ def retry_prompt(prompt: str, raw: str, error: str) -> str:
     )
 
 
+class FatalEngineerError(RuntimeError):
+    """A failure that another attempt cannot fix (a prompt over the endpoint's context, a
+    refused redirect, HTTP 400/401/403/404): :func:`propose_with_retries` stops at once."""
+
+
 def propose_with_retries(
     ask: Callable[[str, int], str],
     prompt: str,
     ctx: EngineerContext,
     retries: int = 2,
+    space: Optional["ConfigSpace"] = None,
+    max_components: int = 1,
 ) -> Proposal:
     """Ask, validate, retry with the error shown, fall back to the current environment.
 
     ``ask(prompt, attempt) -> raw text`` may raise (network errors, ...): that counts as a
-    failed attempt. Never raises on bad output. The record holds every attempt's prompt, raw
-    output, parsed object and errors.
+    failed attempt (a :class:`FatalEngineerError` ends the attempts at once). Each answer is
+    parsed and validated (:class:`LakeConfig`; with ``space``, :func:`check_in_space` with
+    ``max_components``) and a rejected answer is shown to the model with the error in the
+    next prompt (:func:`retry_prompt`). Never raises on bad output. The record holds every
+    attempt's prompt, raw output, parsed object and errors.
     """
     attempts = []
     current_prompt = prompt
@@ -857,6 +961,8 @@ def propose_with_retries(
         except Exception as err:  # noqa: BLE001 - a backend failure must not crash the run
             entry.update(raw_output=None, parsed=None, errors=[f"{type(err).__name__}: {err}"])
             attempts.append(entry)
+            if isinstance(err, FatalEngineerError):
+                break  # the same request would fail the same way
             current_prompt = prompt  # nothing to show; ask again
             continue
         entry["raw_output"] = raw
@@ -864,6 +970,8 @@ def propose_with_retries(
             parsed = extract_json(raw)
             entry["parsed"] = parsed
             mixture = mixture_from_obj(parsed, ctx.base)
+            if space is not None:
+                check_in_space(mixture, space, max_components)
         except ProposalError as err:
             entry.setdefault("parsed", None)
             entry["errors"] = [str(err)]

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from jaxlake.config import ConfigError, LakeConfig
-from jaxlake.engineers import (
 from jaxlake.conf import CONF_DIR
+from jaxlake.engineers import (
     ConfigSpace,
     EngineerContext,
     FixedEngineer,
@@ -265,3 +265,104 @@ def test_plr_prefers_learnable_cells():
 def test_build_engineer_requires_target():
     with pytest.raises(ConfigError, match="no _target_"):
         build_engineer({"name": "x"})
+
+
+# ----------------------------------------------------------------------------- one allowed space (issue 13 item 2)
+HEUR_SPACE = {"editable": ["height", "width", "num_agents", "hole_density", "conflict_density"],
+              "values": {"hole_density": [0.0, 0.1, 0.2, 0.3], "conflict_density": [0.0, 0.25, 0.5, 0.75, 1.0]}}
+
+
+@pytest.mark.parametrize(
+    "reply, message",
+    [
+        ('{"hole_density": 0.37}', "config.hole_density=0.37 is not an allowed value; allowed: [0.0, 0.1, 0.2, 0.3]"),
+        ('{"slip_prob": 0.2}', "config.slip_prob=0.2 is fixed at 0.0 in this run"),
+        ('{"max_steps": 64}', "config.max_steps=64 is fixed at 16 in this run"),
+        ('{"on_goal": "stay"}', "config.on_goal='stay' is fixed at 'vanish' in this run"),
+        ('{"mixture": [{"weight": 1, "config": {}}, {"weight": 1, "config": {"height": 4}}]}',
+         "the mixture has 2 components; at most 1 allowed (max_components=1)"),
+        ('{"mixture": [{"weight": 1, "config": {"conflict_density": 0.3}}]}',
+         "config.conflict_density=0.3 is not an allowed value; allowed: [0.0, 0.25, 0.5, 0.75, 1.0]"),
+    ],
+)
+def test_replies_outside_the_space_are_rejected_and_shown_on_retry(reply, message):
+    from jaxlake.engineers import check_in_space
+
+    space = space_from_conf(BASE, HEUR_SPACE)
+    prompts = []
+
+    def ask(prompt, attempt):
+        prompts.append(prompt)
+        return reply if attempt == 0 else '{"height": 6}'
+
+    p = propose_with_retries(ask, "PROMPT", ctx(), retries=1, space=space, max_components=1)
+    assert p.decision == "proposed" and p.mixture[0][1].height == 6
+    assert message in p.record["validation_errors"][0]
+    assert message in prompts[1] and "It was rejected" in prompts[1]
+    # the same check, directly: the on-space answer passes
+    check_in_space(p.mixture, space, max_components=1)
+
+
+def test_check_in_space_accepts_on_grid_and_rejects_by_name():
+    from jaxlake.engineers import check_in_space
+
+    space = space_from_conf(BASE, HEUR_SPACE)
+    ok = mixture_from_obj({"mixture": [{"weight": 1, "config": {"hole_density": 0.1 + 0.2}},
+                                       {"weight": 1, "config": {"num_agents": 3}}]}, BASE)
+    check_in_space(ok, space, max_components=2)  # 0.30000000000000004 is on the 0.1 grid
+    with pytest.raises(ProposalError, match=r"mixture\[1\].config.slip_prob=0.5 is fixed at 0.0 in this run"):
+        check_in_space(mixture_from_obj({"num_agents": 3}, BASE) + [(0.5, BASE.replace(slip_prob=0.5))], space, 2)
+
+
+def test_every_baseline_stays_in_its_space():
+    from jaxlake.engineers import check_in_space
+
+    for name in ("random", "heuristic", "plr"):
+        node = OmegaConf.load(CONF / f"{name}.yaml")
+        eng = build_engineer(node)
+        space = space_from_conf(BASE, OmegaConf.to_container(node.get("space")) if node.get("space") else None)
+        cells = [{"id": 0, "values": {"size": 4}, "n": 4, "score": 0.5,
+                  "config": LakeConfig(height=4, width=4, num_agents=1, max_steps=24, slip_prob=0.1).to_dict()}]
+        state = {}
+        current = [(1.0, BASE)]
+        for stage, p_cur in enumerate((0.9, 0.9, 0.1, 0.5, 0.9), start=1):
+            p = eng.propose(ctx(stage=stage, current=current, state=state,
+                                eval_result=eval_with(p_current=p_cur, p_suite=0.5, cells=cells)))
+            check_in_space(p.mixture, space, max_components=getattr(eng, "top_k", 1))
+            current, state = p.mixture, p.state
+
+
+# ----------------------------------------------------------------------------- the ladder (issue 13 item 4)
+def _ladder_run(eng, successes, start=BASE):
+    """Feed the ladder one success per stage; return the config of every stage (stage 1 = start)."""
+    current, state, configs = [(1.0, start)], {}, [start]
+    for stage, p_cur in enumerate(successes, start=1):
+        p = eng.propose(ctx(stage=stage, current=current, state=state, eval_result=eval_with(p_current=p_cur)))
+        current, state = p.mixture, p.state
+        configs.append(current[0][1])
+    return configs
+
+
+def test_heuristic_returns_to_last_good_and_stays():
+    eng = HeuristicEngineer(ladder=[{"field": "size", "step": 1}, {"field": "num_agents", "step": 1}],
+                            space=HEUR_SPACE)
+    a = BASE
+    b = BASE.replace(height=6, width=6)           # size raised
+    c = b.replace(num_agents=3)                   # agents raised
+    # works, works, fails (back to b), works again at b, works, ...: stays at b
+    got = _ladder_run(eng, [0.9, 0.9, 0.1, 0.9, 0.95, 0.8, 0.5])
+    assert got == [a, b, c, b, b, b, b, b]
+    # at the settled config a failure still lowers it (it is no longer known to work)
+    got = _ladder_run(eng, [0.9, 0.1, 0.1, 0.9])
+    assert got[:3] == [a, b, a] and got[3] == a.replace(num_agents=1) and got[4] == got[3]
+    # in-between success keeps the harder config being learned; a later success raises on
+    got = _ladder_run(eng, [0.9, 0.5, 0.8])
+    assert got == [a, b, b, c]
+
+
+def test_heuristic_mode_is_validated():
+    with pytest.raises(ConfigError, match=r"engineer.mode='sample' not in \['greedy', 'sampled'\]"):
+        HeuristicEngineer(mode="sample")
+    with pytest.raises(ConfigError, match=r"engineer.mode='sample' not in \['greedy', 'sampled'\]"):
+        PLREngineer(mode="sample")
+    assert HeuristicEngineer(mode="sampled").mode == "sampled"
