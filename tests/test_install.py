@@ -160,6 +160,10 @@ def test_wheel_in_a_fresh_venv_runs_from_an_empty_folder(tmp_path):
     configs = {f"jaxlake/conf/{p.relative_to(CONF_DIR).as_posix()}" for p in CONF_DIR.rglob("*.yaml")}
     assert "jaxlake/conf/hydra/launcher/slurm.yaml" in configs
     assert configs <= names, f"configs missing from the wheel: {sorted(configs - names)}"
+    # every file of the two packages (code and data: a new template or data file needs package data)
+    files = {p.relative_to(src).as_posix() for name in ("jaxlake", "llm") for p in (src / name).rglob("*")
+             if p.is_file() and not p.name.startswith(".")}
+    assert files <= names, f"files of the packages missing from the wheel (pyproject package-data): {sorted(files - names)}"
     assert {"jaxlake/run.py", "jaxlake/bench.py", "llm/benchmark.py", "jaxlake/conf/__init__.py"} <= names
     assert not [n for n in names if n.startswith(("tests/", "notebooks/", "docs/"))]
     lap("build wheel")
@@ -218,11 +222,27 @@ def test_wheel_in_a_fresh_venv_runs_from_an_empty_folder(tmp_path):
     # 6. the other entry points start from here; the study composes its config from the package
     study = _run_rc(python, ["-m", "jaxlake.study", "--no-run", "--", "runs_dir=runs"], work, env)
     assert study.returncode == 1 and "run the sweep first" in study.stderr, study.stderr[-3000:]
-    for module in ("jaxlake.report", "llm.benchmark", "llm.evaluate"):
-        assert "usage:" in venv_run("-m", module, "--help").stdout, module
+    helps = venv_run("-c", HELP_ALL).stdout  # one interpreter: `python -m <module> --help` for each
+    for module in HELP_MODULES:
+        assert f"[{module}] usage:" in helps, helps[-3000:]
     assert sorted(p.name for p in work.iterdir()) == ["outputs"]  # nothing else written here
     lap("study, report, benchmark, evaluate")
     print(f"\n[test_install] seconds per step: {times}, total {sum(times.values()):.0f}")
+
+
+HELP_MODULES = ("jaxlake.report", "llm.benchmark", "llm.evaluate", "jaxlake.study")
+HELP_ALL = f"""
+import contextlib, io, runpy, sys
+for module in {HELP_MODULES!r}:
+    sys.argv = [module, "--help"]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except SystemExit as stop:
+            assert stop.code in (0, None), (module, stop.code)
+    print(f"[{{module}}] " + buf.getvalue().lstrip())
+"""
 
 
 def _run_rc(python: Path, args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
