@@ -914,7 +914,8 @@ def train_stage(
 
     Metrics go to the back ends of ``cfg.logger`` (:mod:`jaxlake.metrics`; default
     ``[jsonl]``: ``<stage_dir>/metrics.jsonl``; ``tensorboard``: ``<stage_dir>/tb/<phase>/``;
-    ``wandb``: ``<stage_dir>/wandb/``, settings in ``cfg.wandb``), each truncated on resume.
+    ``wandb``: ``<stage_dir>/wandb/``, settings in ``cfg.wandb``); on resume each drops or
+    hides what came after the checkpoint as far as it can (:mod:`jaxlake.metrics`).
 
     Returns:
       :class:`StageResult`.
@@ -924,21 +925,12 @@ def train_stage(
     run_config = {"train": to_plain(cfg_get(cfg, "train", {})), "env": _env_description(env_config)}
     with build_writer(LoggerConfig.from_cfg(cfg), stage_dir, phases=PHASES, name=stage_dir.name,
                       run_config=run_config) as metrics:
-        return _train_stage(cfg, env_config, stage_dir, init_from, policy=policy, mesh=mesh, max_steps=max_steps,
-                            metrics=metrics)
+        return _train_stage(cfg, env_config, stage_dir, init_from, policy, mesh, max_steps, metrics)
 
 
-def _train_stage(
-    cfg: Any,
-    env_config: EnvSpec,
-    stage_dir: str | os.PathLike,
-    init_from: Optional[str | os.PathLike] = None,
-    *,
-    policy: Optional[Policy] = None,
-    mesh=None,
-    max_steps: Optional[Mapping[str, int]] = None,
-    metrics: MetricsWriter,
-) -> StageResult:
+def _train_stage(cfg: Any, env_config: EnvSpec, stage_dir: Path, init_from: Optional[str | os.PathLike],
+                 policy: Optional[Policy], mesh, max_steps: Optional[Mapping[str, int]],
+                 metrics: MetricsWriter) -> StageResult:
     """:func:`train_stage` with its metrics writer open."""
     t_start = time.perf_counter()
     tcfg = TrainConfig.from_dict(to_plain(cfg_get(cfg, "train", {})) or {}, to_plain(cfg_get(cfg, "reward")),
