@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from jaxlake.config import ConfigError, cfg_get, to_plain
-from jaxlake.io import jsonable
+from jaxlake.io import jsonable, write_text
 
 __all__ = [
     "BACKENDS",
@@ -202,11 +202,7 @@ class JsonlWriter(MetricsWriter):
                     keep.append(row)
             elif self._order(row.get("phase")) < order or not drop_later:
                 keep.append(row)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for row in keep:
-                f.write(json.dumps(row) + "\n")
-        os.replace(tmp, self.path)
+        write_text(self.path, "".join(json.dumps(row) + "\n" for row in keep))
 
     def append(self, row: Mapping[str, Any]) -> None:
         _check_row(row)

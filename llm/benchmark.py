@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from jaxlake.io import write_json
+
 
 @dataclasses.dataclass
 class Row:
@@ -471,20 +473,11 @@ def generate_main(argv: list[str] | None = None) -> list[GenRow]:
             print(f"  {name} B={batch}: measured in {time.perf_counter() - t0:.0f}s", flush=True)
     print(format_generate(rows))
     if args.out:
-        _write_json(args.out, {"bandwidth": bandwidth, "bandwidth_source": bw_src, "peak_flops": peak,
-                               "peak_source": pk_src, "device_kind": kind, "jax": jax.__version__,
-                               "torch": torch.__version__, "rows": [dataclasses.asdict(r) for r in rows]})
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        write_json(args.out, {"bandwidth": bandwidth, "bandwidth_source": bw_src, "peak_flops": peak,
+                              "peak_source": pk_src, "device_kind": kind, "jax": jax.__version__,
+                              "torch": torch.__version__, "rows": [dataclasses.asdict(r) for r in rows]}, indent=2)
     return rows
-
-
-def _write_json(path: str, obj: Any) -> None:
-    """Write ``obj`` as JSON atomically (temp file in the same folder, then rename)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> list[Row] | list[GenRow]:
