@@ -96,7 +96,7 @@ def test_good_output_is_proposed(monkeypatch):
 def test_malformed_then_invalid_then_error_falls_back_without_crash():
     replies = [(200, "I would make it harder."), (200, '{"height": 99}'), (500, "overloaded")]
     with Stub(replies) as stub:
-        p = ExternalEngineer(url=stub.url + "/chat/completions", model="m", retries=2).propose(ctx())
+        p = ExternalEngineer(url=stub.url + "/chat/completions", model="m", retries=2, http_retries=0).propose(ctx())
     assert p.decision == "fallback" and p.mixture == [(1.0, BASE)]
     assert len(stub.requests) == 3
     second = stub.requests[1]["body"]["messages"][1]["content"]
@@ -113,7 +113,7 @@ def test_malformed_then_invalid_then_error_falls_back_without_crash():
 def test_retry_recovers_with_mixture():
     good = json.dumps({"mixture": [{"weight": 2, "config": {"num_agents": 1}}, {"weight": 1, "config": {"num_agents": 3}}]})
     with Stub([(200, "{not json"), (200, good)]) as stub:
-        p = ExternalEngineer(url=stub.url, model="m", json_mode=True).propose(ctx())
+        p = ExternalEngineer(url=stub.url, model="m", json_mode=True, max_components=2).propose(ctx())
     assert p.decision == "proposed" and len(stub.requests) == 2
     assert stub.requests[0]["body"]["response_format"] == {"type": "json_object"}
     assert [round(w, 4) for w, _ in p.mixture] == [0.6667, 0.3333]
@@ -125,7 +125,7 @@ def test_unreachable_endpoint_falls_back():
         port = s.getsockname()[1]
     p = ExternalEngineer(url=f"http://127.0.0.1:{port}/v1", model="m", retries=1, timeout_s=2).propose(ctx())
     assert p.decision == "fallback" and len(p.record["attempts"]) == 2
-    assert all(e.startswith("URLError") for e in p.record["validation_errors"])
+    assert all(e.startswith("ConnectionRefusedError") for e in p.record["validation_errors"])
 
 
 def test_config_errors_and_conf_file(monkeypatch):
@@ -139,3 +139,200 @@ def test_config_errors_and_conf_file(monkeypatch):
     eng = build_engineer(node)
     assert isinstance(eng, ExternalEngineer) and eng.url == "http://127.0.0.1:9/v1/chat/completions"
     assert eng.parts == ["behaviour", "failures", "env_stats", "history"]
+
+
+# ----------------------------------------------------------------------------- hardening (issue 13 item 7)
+class Scripted:
+    """A stub endpoint on 127.0.0.1 that plays one scripted action per request and stops by itself.
+
+    Actions: ``("ok", content)``, ``("status", code, body, headers)``, ``("drip", n_bytes, interval_s)``
+    (a 200 whose body arrives one byte at a time, at most ``n_bytes``), ``("redirect", code, location)``.
+    Past the script every request gets HTTP 500. Requests are recorded with their time and headers.
+    """
+
+    def __init__(self, actions):
+        self.actions = list(actions)
+        self.requests = []
+        self.stop = threading.Event()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _handle(self):
+                import time
+
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length)) if length else None
+                stub.requests.append({"t": time.monotonic(), "method": self.command, "path": self.path,
+                                      "body": body, "auth": self.headers.get("Authorization")})
+                action = stub.actions.pop(0) if stub.actions else ("status", 500, "script over", {})
+                try:
+                    if action[0] == "ok":
+                        self._send(200, json.dumps({"choices": [{"message": {"content": action[1]}}]}).encode())
+                    elif action[0] == "status":
+                        self._send(action[1], json.dumps({"error": action[2]}).encode(), action[3])
+                    elif action[0] == "redirect":
+                        self._send(action[1], b"", {"Location": action[2]})
+                    elif action[0] == "drip":
+                        self.send_response(200)
+                        self.send_header("Content-Length", str(action[1] + 100))
+                        self.end_headers()
+                        for _ in range(action[1]):
+                            if stub.stop.wait(action[2]):
+                                break
+                            self.wfile.write(b" ")
+                            self.wfile.flush()
+                except OSError:
+                    pass  # the client hung up: that is what a deadline does
+
+            def _send(self, code, data, headers=None):
+                self.send_response(code)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_POST = do_GET = _handle  # noqa: N815 - http.server API
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+GOOD = '{"height": 6, "width": 6}'
+SPACE = {"editable": ["height", "width", "num_agents", "hole_density", "conflict_density"],
+         "values": {"hole_density": [0.0, 0.1, 0.2, 0.3], "conflict_density": [0.0, 0.25, 0.5, 0.75, 1.0]}}
+
+
+def test_slow_server_hits_one_overall_deadline():
+    import time
+
+    # 40 bytes, one every 0.05 s: every socket read is fast, the whole answer takes 2 s
+    with Scripted([("drip", 40, 0.05)]) as stub:
+        eng = ExternalEngineer(url=stub.url, model="m", timeout_s=0.5, retries=0)
+        t0 = time.monotonic()
+        p = eng.propose(ctx())
+        took = time.monotonic() - t0
+    assert p.decision == "fallback" and len(stub.requests) == 1
+    assert took < 1.2, f"the request ran {took:.2f} s past a 0.5 s deadline"
+    assert "TimeoutError" in p.record["validation_errors"][0] and "timeout_s=0.5" in p.record["validation_errors"][0]
+
+
+def test_redirect_to_another_address_never_carries_the_key(monkeypatch):
+    monkeypatch.setenv("JAXLAKE_TEST_KEY", "sekrit")
+    with Scripted([("ok", GOOD)] * 3) as other:
+        with Scripted([("redirect", code, other.url + "/chat/completions") for code in (302, 307, 308)]) as stub:
+            for _ in range(3):
+                p = ExternalEngineer(url=stub.url, model="m", api_key_env="JAXLAKE_TEST_KEY", retries=2,
+                                     timeout_s=2).propose(ctx())
+                assert p.decision == "fallback" and len(p.record["attempts"]) == 1  # refused once, not retried
+                assert "redirect" in p.record["validation_errors"][0] and other.url in p.record["validation_errors"][0]
+    assert other.requests == [] and len(stub.requests) == 3
+
+
+def test_rate_limit_honours_retry_after_and_5xx_back_off():
+    with Scripted([("status", 429, "slow down", {"Retry-After": "0.3"}), ("status", 503, "busy", {}),
+                   ("status", 502, "busy", {}), ("ok", GOOD)]) as stub:
+        eng = ExternalEngineer(url=stub.url, model="m", timeout_s=2, backoff_s=0.05, max_backoff_s=1.0, http_retries=3)
+        p = eng.propose(ctx())
+    assert p.decision == "proposed" and len(p.record["attempts"]) == 1
+    t = [r["t"] for r in stub.requests]
+    gaps = [b - a for a, b in zip(t, t[1:])]
+    assert len(gaps) == 3
+    assert gaps[0] >= 0.3                      # Retry-After: 0.3
+    assert 0.05 <= gaps[1] < 0.3               # backoff 0.05 * 2**1 = 0.1
+    assert gaps[2] >= 0.2 and gaps[2] < 0.6    # backoff 0.05 * 2**2 = 0.2
+
+
+def test_backoff_is_bounded():
+    # a Retry-After beyond max_backoff_s is not waited for; the attempt fails at once
+    import time
+
+    with Scripted([("status", 429, "later", {"Retry-After": "3600"})]) as stub:
+        eng = ExternalEngineer(url=stub.url, model="m", timeout_s=1, retries=0, max_backoff_s=0.5)
+        t0 = time.monotonic()
+        p = eng.propose(ctx())
+        assert time.monotonic() - t0 < 1.0
+    assert p.decision == "fallback" and len(stub.requests) == 1
+    assert "Retry-After" in p.record["validation_errors"][0] and "max_backoff_s=0.5" in p.record["validation_errors"][0]
+    # 5xx every time: http_retries + 1 requests per attempt, then the attempt fails
+    with Scripted([]) as stub:
+        p = ExternalEngineer(url=stub.url, model="m", timeout_s=1, retries=0, backoff_s=0.01,
+                             http_retries=2).propose(ctx())
+    assert p.decision == "fallback" and len(stub.requests) == 3 and "HTTP 500" in p.record["validation_errors"][0]
+
+
+LONG_HISTORY = [{"stage": s, "env": [{"weight": 1.0, "config": BASE.to_dict()}], "scores": {"greedy": 0.5}}
+                for s in range(1, 40)]
+
+
+def test_prompt_budget_drops_context_or_fails_once():
+    summary = dict(SUMMARY, history=LONG_HISTORY)
+    c = EngineerContext(stage=40, current=[(1.0, BASE)], initial=[(1.0, BASE)], eval_result={}, summary=summary,
+                        history=[], state={}, seed=0)
+    with Scripted([("ok", GOOD)]) as stub:
+        full = ExternalEngineer(url=stub.url, model="m", timeout_s=2).propose(c)
+    full_len = len(full.record["prompt"])
+    # a context that cannot hold the full history: the oldest stages go, the answer schema stays
+    with Scripted([("ok", GOOD)]) as stub:
+        p = ExternalEngineer(url=stub.url, model="m", timeout_s=2, context_tokens=2000, max_tokens=256,
+                             retries=0).propose(c)
+    assert p.decision == "proposed"
+    sent = stub.requests[0]["body"]["messages"][1]["content"]
+    assert len(sent) < full_len and "Fields you may set" in sent and "stage 39:" in sent and "stage 2:" not in sent
+    # a context too small for even the shortest prompt: one clear error, no request, no retries
+    with Scripted([("ok", GOOD)]) as stub:
+        p = ExternalEngineer(url=stub.url, model="m", timeout_s=2, context_tokens=300, max_tokens=256,
+                             retries=2).propose(c)
+    assert p.decision == "fallback" and stub.requests == [] and len(p.record["attempts"]) == 1
+    assert "context_tokens=300" in p.record["validation_errors"][0]
+    # the server says the prompt is too long (HTTP 400): failed once, not on every attempt
+    with Scripted([("status", 400, "This model's maximum context length is 4096 tokens", {})]) as stub:
+        p = ExternalEngineer(url=stub.url, model="m", timeout_s=2, retries=2).propose(c)
+    assert p.decision == "fallback" and len(stub.requests) == 1
+    assert "HTTP 400" in p.record["validation_errors"][0] and "maximum context length" in p.record["validation_errors"][0]
+
+
+def test_off_grid_and_fixed_fields_are_rejected_for_the_endpoint():
+    with Scripted([("ok", '{"hole_density": 0.37}'), ("ok", '{"slip_prob": 0.5}'), ("ok", GOOD)]) as stub:
+        p = ExternalEngineer(url=stub.url, model="m", timeout_s=2, retries=2, space=SPACE).propose(ctx())
+    assert p.decision == "proposed" and len(stub.requests) == 3
+    second = stub.requests[1]["body"]["messages"][1]["content"]
+    assert "hole_density=0.37 is not an allowed value; allowed: [0.0, 0.1, 0.2, 0.3]" in second
+    third = stub.requests[2]["body"]["messages"][1]["content"]
+    assert "slip_prob=0.5 is fixed at 0.0" in third
+
+
+# ----------------------------------------------------------------------------- the prompt says what is there (item 8)
+def test_system_prompt_names_only_the_parts_shown_and_the_rules_are_stated():
+    from llm.engineer import LLMEngineer
+
+    with Scripted([("ok", GOOD)]) as stub:
+        ExternalEngineer(url=stub.url, model="m", timeout_s=2, space=SPACE,
+                         context={"failures": False, "env_stats": False}).propose(ctx())
+    system, user = (m["content"] for m in stub.requests[0]["body"]["messages"])
+    assert "behaviour" in system and "stage history" in system
+    assert "failure" not in system and "environment statistics" not in system
+    # the cross-field rules, so a free-text engineer need not learn them from rejections
+    assert "2 * num_agents <= height * width - round(hole_density * height * width)" in user
+    assert "Fixed fields (keep them)" in user and "at most 1 component" in user
+    none = LLMEngineer(context={p: False for p in ("behaviour", "failures", "env_stats", "history")})
+    assert "summary" not in none.system and "current configuration" in none.system
+    full = LLMEngineer()
+    for part in ("behaviour", "failure cases", "environment statistics", "stage history"):
+        assert part in full.system
