@@ -480,7 +480,9 @@ def write_analysis(model: Any, tokenizer: Any, text: str, thinking_tokens: int, 
     toks = out["tokens"][0, :n].tolist()
     if toks and (out["closed"][0] or out["ended"][0]):
         toks = toks[:-1]  # drop the </think> or end-of-turn token the model ended with
-    analysis = tokenizer.decode(toks, skip_special_tokens=True)
+    # as written (special tokens shown, so an untrained model's output is visible), without
+    # think tags, which would nest inside the block the answer is decoded after
+    analysis = tokenizer.decode(toks, skip_special_tokens=False)
     analysis = analysis.replace(reasoning.THINK_OPEN, "").replace(reasoning.THINK_CLOSE, "").strip()
     return analysis, n, bool(out["hit_budget"][0])
 

@@ -199,7 +199,7 @@ def compute_rewards(
         chex.assert_shape(forced, (b,))
         texts = [s.answer for s in split]
         think_terms = {
-            "think_unclosed": np.asarray([not s.closed for s in split]) | forced,
+            "think_unclosed": np.asarray([s.thinking is not None and not s.closed for s in split]) | forced,
             "think_format": np.asarray([s.think_format for s in split]),
             "answer_empty": np.asarray([s.answer_empty for s in split]),
             "trailing_text": np.asarray([s.trailing_text for s in split]),

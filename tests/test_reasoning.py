@@ -265,3 +265,21 @@ def test_warmstart_reasoning_is_true_and_fits_the_budget():
     p = split_completion(texts[0])
     assert not p.problems and p.answer.startswith("A: ")
     assert tokens[0, mask[0].sum() - 1] == tok.eos_token_id
+
+
+# ----------------------------------------------------------------------------- summaries
+def test_history_shows_the_engineers_analysis():
+    from jaxlake.config import LakeConfig
+    from jaxlake.summaries import ANALYSIS_CHARS, history_entry, render_summary
+
+    why = "Success is 0.9 on 4x4 lakes: wider lakes next. " * 20
+    record = {"engineer": "policy", "decision": "proposed", "reason": "valid proposal on attempt 1", "analysis": why,
+              "prompt": "not shown"}
+    h = [history_entry(1, [(1.0, LakeConfig())], None, None, record),
+         history_entry(2, [(1.0, LakeConfig())], None, None, {"engineer": "heuristic", "decision": "kept"})]
+    assert h[0]["engineer"]["analysis"] == why and "prompt" not in h[0]["engineer"]
+    assert "analysis" not in h[1]["engineer"]
+    text = render_summary({"history": h}, ["history"])
+    shown = [line for line in text.splitlines() if line.startswith("  analysis: ")]
+    assert len(shown) == 1 and shown[0].startswith("  analysis: Success is 0.9 on 4x4 lakes: wider lakes next.")
+    assert len(shown[0]) == len("  analysis: ") + ANALYSIS_CHARS and shown[0].endswith("...")
