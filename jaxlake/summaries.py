@@ -5,6 +5,8 @@ Four parts, each switchable in the engineer's prompt (``conf/engineer/*.yaml`` `
 * ``behaviour`` -- policy behaviour on the held-out suite: success, share arrived, fall /
   conflict / timeout / malformed rates, plan length and its ratio to the reference planner,
   broken down by every suite dimension; plus success on lakes of the training environment.
+  Every line shows the malformed rate, and timeouts count well-formed answers only (a
+  malformed answer that leaves agents standing is not a timeout).
 * ``failures``  -- ``k`` failed episodes chosen to cover every failure type (malformed,
   fell, conflict, timeout) before repeating one, from as many different cells as possible:
   the grid, the plan, and each cause with its step.
@@ -40,8 +42,37 @@ def _round(x: Any, nd: int = 3) -> Any:
     return None if x is None else round(float(x), nd)
 
 
+def _wellformed_timeout_rate(records: Sequence[Mapping[str, Any]]) -> Optional[float]:
+    """Share of episodes that timed out with a well-formed answer (a malformed answer that
+    leaves agents standing until the horizon is counted as malformed, not as a timeout)."""
+    if not records:
+        return None
+    return float(np.mean([r["timed_out"] > 0 and not r["malformed"] for r in records]))
+
+
+def _by_dim_episodes(eval_result: Mapping[str, Any], mode: str, dims: Sequence[str]) -> dict[str, dict[str, list]]:
+    """``{dim: {value key: [episode records]}}`` of one mode, from the suite's cells."""
+    from jaxlake.suite import value_key
+
+    cells = {c["id"]: c.get("values") or {} for c in (eval_result.get("suite") or {}).get("cells", [])}
+    out: dict[str, dict[str, list]] = {d: {} for d in dims}
+    for r in eval_result.get("episodes") or []:
+        if r.get("mode", mode) != mode or r.get("cell") not in cells:
+            continue
+        for d in dims:
+            if d in cells[r["cell"]]:
+                out[d].setdefault(value_key(cells[r["cell"]][d]), []).append(r)
+    return out
+
+
 def behaviour(eval_result: Mapping[str, Any], mode: str = "greedy") -> dict:
-    """Overall metrics, per-dimension breakdown and training-env success of one mode."""
+    """Overall metrics, per-dimension breakdown and training-env success of one mode.
+
+    Every line carries the malformed rate; ``timeout_rate`` here counts only episodes with a
+    well-formed answer (:func:`_wellformed_timeout_rate`), recomputed from the episode
+    records when ``eval_result`` has them (``eval.json`` always does; without them the
+    evaluation's own ``timeout_rate`` is shown as it is).
+    """
     modes = eval_result.get("modes") or {}
     if mode not in modes:
         mode = next(iter(modes), mode)
@@ -56,9 +87,21 @@ def behaviour(eval_result: Mapping[str, Any], mode: str = "greedy") -> dict:
         },
         "scores": {m: _round(r.get("score")) for m, r in modes.items()},
     }
-    cur = ((eval_result.get("current_env") or {}).get("modes") or {}).get(mode)
+    episodes = [r for r in eval_result.get("episodes") or [] if r.get("mode", mode) == mode]
+    if episodes:
+        out["overall"]["timeout_rate"] = _round(_wellformed_timeout_rate(episodes))
+        for dim, groups in _by_dim_episodes(eval_result, mode, list(out["by_dim"])).items():
+            for v, recs in groups.items():
+                if v in out["by_dim"][dim]:
+                    out["by_dim"][dim][v]["timeout_rate"] = _round(_wellformed_timeout_rate(recs))
+    out["timeouts_wellformed_only"] = bool(episodes)
+    cur_node = eval_result.get("current_env") or {}
+    cur = (cur_node.get("modes") or {}).get(mode)
     if cur:
         out["current_env"] = {k: _round(cur.get(k)) for k in METRIC_KEYS} | {"n": cur.get("n", 0)}
+        cur_eps = [r for r in cur_node.get("episodes") or [] if r.get("mode", mode) == mode]
+        if cur_eps:
+            out["current_env"]["timeout_rate"] = _round(_wellformed_timeout_rate(cur_eps))
     return out
 
 
@@ -277,10 +320,12 @@ def _render_behaviour(b: Mapping[str, Any]) -> list[str]:
         f"written plan length {_fmt(o['plan_len'], 1)} steps; on successes the plan costs "
         f"{_fmt(o['soc_ratio'])} times the reference planner's; planner solves {_fmt(o['solvable'])} of the lakes",
     ]
+    if b.get("timeouts_wellformed_only"):
+        lines.append("(timeouts count well-formed answers only; a malformed answer counts as malformed)")
     for dim, vals in b["by_dim"].items():
         parts = [
             f"{v}: success {_fmt(m['score'])} fall {_fmt(m['fall_rate'])} conflict {_fmt(m['conflict_rate'])} "
-            f"timeout {_fmt(m['timeout_rate'])}"
+            f"timeout {_fmt(m['timeout_rate'])} malformed {_fmt(m.get('malformed_rate'))}"
             for v, m in vals.items()
         ]
         lines.append(f"by {dim}: " + "; ".join(parts))
@@ -288,7 +333,8 @@ def _render_behaviour(b: Mapping[str, Any]) -> list[str]:
         c = b["current_env"]
         lines.append(
             f"on the training environment ({c['n']} lakes): success {_fmt(c['score'])}, arrived "
-            f"{_fmt(c['arrived_share'])}, fall {_fmt(c['fall_rate'])}, timeout {_fmt(c['timeout_rate'])}"
+            f"{_fmt(c['arrived_share'])}, fall {_fmt(c['fall_rate'])}, timeout {_fmt(c['timeout_rate'])}, "
+            f"malformed {_fmt(c.get('malformed_rate'))}"
         )
     other = {m: s for m, s in b.get("scores", {}).items() if m != b["mode"]}
     if other:

@@ -192,3 +192,23 @@ def test_behaviour_falls_back_to_available_mode():
     del ev["modes"]["greedy"]
     b = behaviour(ev, "greedy")
     assert b["mode"] == "sampled" and b["overall"]["score"] == 1.0
+
+
+def test_malformed_shown_per_dimension_and_not_counted_as_timeout():
+    ev = synthetic_eval()
+    # the training environment: one success, one well-formed timeout, two malformed answers that ran out of time
+    cur = [rec(10, 0, success=True, n=1, arrived=1), rec(11, 0, timed_out=1, events=TIMEOUT),
+           rec(12, 0, malformed=True, timed_out=2, events=TIMEOUT), rec(13, 0, malformed=True, timed_out=1)]
+    ev["current_env"] = {"modes": {"greedy": metrics(cur)}, "episodes": cur}
+    b = behaviour(ev)
+    # size 6 = lakes 4 (a timeout) and 5 (malformed, and so timed out): the aggregate says timeout 1.0
+    assert ev["modes"]["greedy"]["by_dim"]["size"]["6"]["timeout_rate"] == 1.0
+    six = b["by_dim"]["size"]["6"]
+    assert six["timeout_rate"] == 0.5 and six["malformed_rate"] == 0.5
+    assert b["by_dim"]["size"]["4"]["timeout_rate"] == 0.25 and b["by_dim"]["size"]["4"]["malformed_rate"] == 0.0
+    assert b["overall"]["timeout_rate"] == pytest.approx(2 / 6, abs=1e-3)  # lakes 3 and 4; not 5
+    assert b["current_env"]["timeout_rate"] == 0.25 and b["current_env"]["malformed_rate"] == 0.5
+    text = render_summary(summarize(ev), parts=["behaviour"])
+    assert "6: success 0.00 fall 0.00 conflict 0.00 timeout 0.50 malformed 0.50" in text
+    assert "success 0.25, arrived 0.25, fall 0.00, timeout 0.25, malformed 0.50" in text
+    assert "timeouts count well-formed answers only" in text
