@@ -131,18 +131,13 @@ def space_rules(space: ConfigSpace, max_components: int = 1) -> str:
     """The cross-field rules a proposal must meet (what :class:`LakeConfig` and
     :func:`jaxlake.engineers.check_in_space` check; the rules are in docs/rules.md), so that a
     free-text engineer does not have to learn them from rejections."""
-    b = space.base
-    lines = [
-        "- every value is exactly one of the allowed values above; fixed fields keep their values;",
-        "- every agent needs its own start cell and goal cell, all frozen: "
-        "2 * num_agents <= height * width - round(hole_density * height * width);",
-        f"- height <= {b.max_height}, width <= {b.max_width}, num_agents <= {b.max_agents} (the run's capacity);",
-    ]
+    lines = ["- each agent needs its own frozen start and goal cell: "
+             "2 * num_agents <= height * width - round(hole_density * height * width)"]
     if "min_dist" in space.editable or "max_dist" in space.editable:
-        lines.append("- 1 <= min_dist <= height * width - 1 and min_dist <= max_dist (max_dist null: no upper bound);")
+        lines.append("- 1 <= min_dist <= height * width - 1, min_dist <= max_dist (null: no bound)")
     n = int(max_components)
-    lines.append(f"- at most {n} component{'s' if n != 1 else ''}" + (", weights positive." if n > 1 else "."))
-    return "Rules (an answer that breaks one is rejected):\n" + "\n".join(lines)
+    lines.append(f"- at most {n} component{'s' if n != 1 else ''}" + (", weights > 0" if n > 1 else ""))
+    return "Rules:\n" + "\n".join(lines)
 
 
 def build_user_prompt(
