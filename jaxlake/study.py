@@ -112,6 +112,7 @@ def collect_rows(root: Path) -> list[dict]:
                 "own_env_greedy": own.get("score"),
                 "env": short_env(mixture_to_obj(load_mixture(sd / "env.yaml"))) if (sd / "env.yaml").is_file() else None,
                 "decision": eng.get("decision"),
+                "attempts": len(eng["attempts"]) if isinstance(eng.get("attempts"), list) else None,
                 "changed": eng.get("changed"),
                 "shared_stage1": (sd / "shared_from.json").is_file(),
                 "train_wall_s": train.get("wall_s"),
@@ -171,6 +172,22 @@ def env_table(rows: Sequence[dict]) -> str:
         for seed in sorted({r["seed"] for r in rows if r["variant"] == v}):
             by = {r["stage"]: r["env"] for r in rows if r["variant"] == v and r["seed"] == seed}
             out.append(f"| {v} | {seed} | " + " | ".join(by.get(s) or "–" for s in stages) + " |")
+    return "\n".join(out)
+
+
+def decision_table(rows: Sequence[dict]) -> str:
+    """Per engineer: its decisions over every run and stage (``proposed`` / ``kept`` /
+    ``fallback``, the last when no valid answer came in any attempt and the current
+    environment was kept) and how many answers needed a retry (model-backed engineers)."""
+    out = ["| engineer | decisions | proposed | kept | fallback | answers retried |", "|---|---|---|---|---|---|"]
+    for v in _variants(rows):
+        made = [r for r in rows if r["variant"] == v and r.get("decision")]
+        count = {d: sum(r["decision"] == d for r in made) for d in ("proposed", "kept", "fallback")}
+        fb = count["fallback"]
+        fb_cell = f"{fb} ({100 * fb / len(made):.0f} %)" if fb and made else str(fb)
+        tried = [r["attempts"] for r in made if r.get("attempts")]
+        retried = f"{sum(a > 1 for a in tried)} of {len(tried)}" if tried else "–"
+        out.append(f"| {v} | {len(made)} | {count['proposed']} | {count['kept']} | {fb_cell} | {retried} |")
     return "\n".join(out)
 
 
@@ -243,6 +260,9 @@ def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path
                   "Not comparable across engineers (each trains on its own environments); it shows",
                   "how hard each engineer made the task.", "", score_table(rows, "own_env_greedy", paired=False)]
     parts += ["", "### Environments chosen (height x width, agents n, hole and conflict densities)", "", env_table(rows)]
+    parts += ["", "### Engineer decisions", "",
+              "Every proposal over all runs and stages; a fallback keeps the current environment because no",
+              "attempt gave a valid answer in the engineer's space.", "", decision_table(rows)]
     assets.mkdir(parents=True, exist_ok=True)
     runs = [load_run(d) for d in find_runs(root)]
     plot_final(rows, assets / "last_stage.png")

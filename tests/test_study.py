@@ -100,6 +100,7 @@ def test_study_end_to_end(tmp_path, micro_model, capfd):
     for v in ("heuristic", "fixed", "policy_no_history"):
         assert f"| {v} | 2 |" in text
     assert "stage 2 − fixed (paired)" in text
+    assert "### Engineer decisions" in text and study.decision_table(rows) in text
     for png in ("last_stage.png", "score_per_stage.png", "breakdown.png"):
         assert (page.parent / "results" / png).stat().st_size > 1000
     assert payload["table_md"] in text
@@ -124,3 +125,18 @@ def test_study_needs_runs(tmp_path, capsys):
     assert code == 1
     assert "run the sweep first" in capsys.readouterr().err
     assert not (tmp_path / "r.md").exists()
+
+
+def test_decision_table_counts_fallbacks_per_engineer():
+    rows = [{"variant": v, "seed": s, "stage": k, "decision": d, "attempts": a}
+            for v, s, k, d, a in [
+                ("fixed", 0, 1, "kept", None), ("fixed", 0, 2, None, None),
+                ("external", 0, 1, "fallback", 3), ("external", 0, 2, "proposed", 2),
+                ("external", 1, 1, "proposed", 1), ("external", 1, 2, None, None),
+                ("policy", 0, 1, "proposed", 1)]]
+    table = study.decision_table(rows)
+    lines = table.splitlines()
+    assert lines[0] == "| engineer | decisions | proposed | kept | fallback | answers retried |"
+    assert "| fixed | 1 | 0 | 1 | 0 | – |" in lines
+    assert "| external | 3 | 2 | 0 | 1 (33 %) | 2 of 3 |" in lines
+    assert "| policy | 1 | 1 | 0 | 0 | 0 of 1 |" in lines
