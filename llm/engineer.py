@@ -1,6 +1,7 @@
 """LLM environment engineers: ``policy``, ``base`` and ``external``.
 
-The prompt (:func:`build_user_prompt`) is the stage summary rendered by
+The system turn (:func:`default_system`) names only the summary parts the prompt shows. The
+user turn (:func:`build_user_prompt`) is the stage summary rendered by
 :func:`jaxlake.summaries.render_summary` with each context part switchable in
 ``conf/engineer/<name>.yaml`` (``context: {behaviour, failures, env_stats, history}``, for
 ablations), the current environment as JSON and the schema of what may be proposed: the
@@ -18,8 +19,9 @@ mixture. The result is valid by construction, so even a random model yields a va
 ``decoding: free`` samples text instead and relies on validation and retries.
 
 Every backend runs :func:`jaxlake.engineers.propose_with_retries`: parse, validate
-(``LakeConfig``), retry with the error shown in the prompt, keep the current environment as
-the last resort; the record keeps the prompt, the raw outputs, the parsed object, the
+(``LakeConfig`` and :func:`jaxlake.engineers.check_in_space`: allowed values, fixed fields,
+at most ``max_components`` components), retry with the error shown in the prompt, keep the
+current environment as the last resort (a ``fallback``); the record keeps the prompt, the raw outputs, the parsed object, the
 validation errors and, for constrained decoding, the top-scored values at every choice.
 Malformed output never raises.
 
