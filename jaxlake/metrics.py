@@ -19,11 +19,13 @@ Back ends (chosen in the Hydra config, ``logger: [jsonl, tensorboard, wandb]``):
     ``metrics.jsonl``); ``truncate`` rewrites the file without the dropped rows (atomically).
 ``tensorboard`` (:class:`TensorBoardWriter`, needs the ``tensorboard`` extra)
     one TensorBoard run per phase, ``<logdir>/<phase>/``, written by ``tensorboardX``:
-    numbers and booleans as scalars, strings as text, at the row's ``step``.
-    ``truncate(phase, step)`` reopens that phase's run with ``purge_step=step + 1``: TensorBoard
-    then hides every event of the previous attempt from ``step + 1`` on, so a resumed run's
-    curves have each step once (the old events stay on disk; TensorBoard's own readers,
-    including ``EventAccumulator``, discard them).
+    numbers and booleans as scalars, strings as text (tensorboardX files them under
+    ``<key>/text_summary``), at the row's ``step``. ``truncate(phase, step)`` reopens that
+    phase's run with ``purge_step=step + 1``: TensorBoard then hides every event of the
+    previous attempt from ``step + 1`` on, so a resumed run's curves have each step once (the
+    old events stay on disk; TensorBoard's own readers, including ``EventAccumulator``,
+    discard them). ``drop_later`` needs nothing here: a later phase purges its own events
+    when it restarts.
 ``wandb`` (:class:`WandbWriter`, needs the ``wandb`` extra)
     one W&B run per writer folder, its id derived from the folder (a resumed process
     continues the same run id: ``resume="allow"``); ``mode="offline"`` (the default) writes
