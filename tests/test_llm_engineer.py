@@ -178,3 +178,19 @@ def test_prompt_budget_drops_failures_first(tokenizer):
     assert fewer.count("### Case") == 4
     tight = fit_user_prompt(build, count, len(build(max_failures=0, max_history=0)), 5, 1)
     assert "### Case" not in tight and "stage 1: env" not in tight
+
+
+def test_free_text_answers_outside_the_space_are_retried_with_the_error(tokenizer, scorers, monkeypatch):
+    """Hand-written free-text replies (issue 13 item 2): an off-grid value and a fixed field are
+    rejected like the external endpoint's, the error naming the field and its allowed values."""
+    model = nnx.merge(scorers[1].graphdef, scorers[1].state)
+    ctx, _ = make_ctx(model, tokenizer)
+    replies = iter(['{"hole_density": 0.37}', '{"max_steps": 64}', '{"height": 6, "hole_density": 0.2}'])
+    monkeypatch.setattr(PolicyEngineer, "_free", lambda self, *a, **k: next(replies))
+    space = {"editable": ["height", "width", "num_agents", "hole_density"], "values": {"hole_density": [0.0, 0.1, 0.2]}}
+    p = PolicyEngineer(decoding="free", retries=2, space=space).propose(ctx)
+    assert p.decision == "proposed" and (p.mixture[0][1].height, p.mixture[0][1].hole_density) == (6, 0.2)
+    errors = p.record["validation_errors"]
+    assert errors[0] == "config.hole_density=0.37 is not an allowed value; allowed: [0.0, 0.1, 0.2]"
+    assert errors[1].startswith("config.max_steps=64 is fixed at 16 in this run")
+    assert errors[0] in p.record["attempts"][1]["prompt"] and errors[1] in p.record["attempts"][2]["prompt"]
