@@ -299,16 +299,23 @@ def _torch_model(model, device: str):
     from transformers import Qwen3ForCausalLM as HFModel
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[model.config.dtype]
+    target = torch.device("cuda" if device == "gpu" else "cpu")
     hf_cfg = HFConfig(**{k: v for k, v in model.config.to_hf_dict().items() if k not in ("architectures",)})
     torch.manual_seed(0)
-    tmodel = HFModel(hf_cfg).eval().to(dtype)
-    state = {k: torch.from_numpy(np.array(v, np.float32)).to(dtype) for k, v in model_to_hf_tensors(model)}
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # build (and randomly initialise) in the target dtype, on the target
+    try:
+        with target:
+            tmodel = HFModel(hf_cfg).eval()
+    finally:
+        torch.set_default_dtype(default)
+    state = {k: torch.from_numpy(np.array(v, np.float32)).to(target, dtype) for k, v in model_to_hf_tensors(model)}
     missing, unexpected = tmodel.load_state_dict(state, strict=False)
     if unexpected or [m for m in missing if m != "lm_head.weight"]:
         raise RuntimeError(f"weight copy failed: missing={missing} unexpected={unexpected}")
     if model.config.tie_word_embeddings:
         tmodel.tie_weights()
-    return tmodel.to(torch.device("cuda" if device == "gpu" else "cpu"))
+    return tmodel
 
 
 def _theirs_generate(tmodel, ids: np.ndarray, cache: str):
@@ -361,9 +368,9 @@ def bench_generate(name: str, *, batch: int, prompt_len: int, new_tokens: int, r
     if peers:
         tmodel = _torch_model(model, device)
         for cache in peers:
-            engines[f"transformers ({cache} cache)"] = _theirs_generate(tmodel, ids, cache)
-        for run in list(engines.values())[1:]:
-            run(1), run(min(new_tokens, 4))  # warm-up
+            run = _theirs_generate(tmodel, ids, cache)
+            run(1), run(min(new_tokens, 4))  # warm-up (torch has nothing to compile)
+            engines[f"transformers ({cache} cache)"] = run
     best: dict[str, dict[str, list[float]]] = {e: {"t1": [], "c1": [], "tn": [], "cn": []} for e in engines}
     tokens: dict[str, np.ndarray] = {}
     for _ in range(repeats):

@@ -97,8 +97,8 @@ class GenerationConfig:
       kv_block: decode attention reads the cache up to the filled prefix rounded up to a
         multiple of this many slots (at most :data:`MAX_DECODE_SEGMENTS` blocks per call; the
         block grows when ``max_new_tokens`` needs more), not the whole capacity (>= 1; static).
-      unroll_layers: run the layers of the prefill and of each decode step as an unrolled
-        loop over per-layer weight buffers made once per call (see
+      unroll_layers: run the layers of each decode step as an unrolled loop over per-layer
+        weight buffers made once per call (see
         ``Qwen3ForCausalLM.layer_states``) instead of the layer ``scan``: steps stop
         copying each layer's weights out of the stacked arrays (XLA materialises that
         dynamic slice), at the price of compile time growing with depth and one extra copy
@@ -281,7 +281,7 @@ def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, to
     batch, prompt_len = input_ids.shape
     n = max_new_tokens
     model = nnx.merge(graphdef, state)
-    # per-layer weight buffers, sliced once here rather than at every step of the loop
+    # per-layer weight buffers for the decode loop, sliced once here rather than at every step
     layers = model.layer_states() if unroll_layers else None
 
     def choose(step, logits):
@@ -301,11 +301,11 @@ def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, to
         return jnp.any(tok[:, None] == eos[None, :], axis=-1)
 
     # prefill: the whole prompt into the cache, attention over the prompt slots only, the LM
-    # head only at the last position
+    # head only at the last position; the layer scan (its weight slices are amortised over
+    # the P prompt tokens, unlike a decode step's)
     positions = left_pad_positions(prompt_mask)
     logits, cache = model(input_ids, positions=positions, attention_mask=prompt_mask,
-                          cache=model.init_cache(batch, prompt_len + n), logits_to_keep=1, kv_len=prompt_len,
-                          layer_states=layers)
+                          cache=model.init_cache(batch, prompt_len + n), logits_to_keep=1, kv_len=prompt_len)
     tok, logp = choose(0, logits[:, -1])
     done = is_eos(tok)
     tokens = jnp.full((batch, n), pad_id, jnp.int32).at[:, 0].set(tok)
