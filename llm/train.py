@@ -57,9 +57,11 @@ from jaxlake.config import cfg_get, to_plain
 from jaxlake.io import write_json
 from jaxlake.metrics import JsonlWriter, LoggerConfig, MetricsWriter, build_writer
 from llm import grpo, prompts, rewards
+from llm import logprobs as logprobs_mod
 from llm import sharding as shd
 from llm.generate import GenerationConfig, generate_ids, left_pad_positions
 from llm.grpo import GRPOLossConfig
+from llm.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
 from llm.prompts import PromptConfig
 from llm.rewards import RewardConfig
 from llm.sharding import to_host
@@ -166,6 +168,8 @@ class GRPOConfig:
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     eval_every: int = 0
+    logprob_chunk: int = DEFAULT_LOGPROB_CHUNK
+    remat: str = "full"
 
     def __post_init__(self) -> None:
         _positive_int("grpo.steps", self.steps, 0)
@@ -177,6 +181,17 @@ class GRPOConfig:
         _positive_int("grpo.checkpoint_every", self.checkpoint_every)
         _positive_int("grpo.keep_checkpoints", self.keep_checkpoints)
         _positive_int("grpo.eval_every", self.eval_every, 0)
+        _positive_int("grpo.logprob_chunk", self.logprob_chunk)
+        if self.remat not in logprobs_mod.REMAT_POLICIES:
+            raise ValueError(f"grpo.remat={self.remat!r} not in {logprobs_mod.REMAT_POLICIES}")
+        if not self.temperature > 0:
+            raise ValueError(f"grpo.temperature={self.temperature} must be > 0 (GRPO samples; 0 is greedy)")
+        if self.top_k != 0 or self.top_p != 1.0:
+            # the loss would need the filtered distribution's log-probs (a renormalised
+            # support per token); GRPO trains on the temperature-scaled distribution only
+            raise ValueError(f"grpo.top_k={self.top_k} / grpo.top_p={self.top_p}: GRPO samples from the "
+                             "temperature-scaled distribution only (top_k=0, top_p=1.0), so the ratio, KL "
+                             "and entropy refer to the distribution that drew the tokens")
         rows = self.lakes_per_step * self.group_size
         if rows % self.micro_batches:
             raise ValueError(
@@ -312,30 +327,37 @@ def completion_forward(
     mask: jax.Array,
     *,
     entropy: bool = False,
+    temperature: float = 1.0,
+    chunk: Optional[int] = DEFAULT_LOGPROB_CHUNK,
+    remat: str = "none",
 ) -> tuple[jax.Array, Optional[jax.Array], jax.Array]:
     """One full forward over ``[prompt | completion]`` (the layout :func:`generate_ids` uses).
 
     Returns ``(logp [B, T], entropy [B, T] or None, greedy_match [B, T] bool)``: the
-    log-probs of the completion tokens under the raw model (temperature 1), the per-token
-    entropies of its distribution and whether each token is the arg-max; all 0/False where
-    ``mask`` is False.
+    log-probs of the completion tokens under the model's distribution at ``temperature``
+    (``softmax(logits / temperature)``: the sampler's distribution, so the GRPO ratio, KL and
+    entropy all refer to the policy that drew the tokens), the per-token entropies of that
+    distribution and whether each token is the arg-max; all 0/False where ``mask`` is False.
+
+    ``chunk`` tokens at a time go through the LM head (:mod:`llm.logprobs`: the ``[B, T, V]``
+    float32 logits are never materialised, and the backward pass recomputes each chunk);
+    ``None`` computes the full logits at once (the reference path, same values). ``remat``:
+    the decoder layers' rematerialisation (:data:`llm.logprobs.REMAT_POLICIES`).
     """
     model = nnx.merge(graphdef, state)
-    p = prompt_ids.shape[1]
     t = tokens.shape[1]
     ids = jnp.concatenate([prompt_ids.astype(jnp.int32), tokens.astype(jnp.int32)], axis=1)
     m = jnp.concatenate([prompt_mask.astype(bool), mask.astype(bool)], axis=1)
     # the LM head only where a completion token is predicted: positions P-1 .. P+T-2
-    logits, _ = model(ids, positions=left_pad_positions(m), attention_mask=m, logits_to_keep=t + 1)
-    logits = logits[:, :t].astype(jnp.float32)
-    logz = jax.nn.logsumexp(logits, axis=-1)
-    target = jnp.take_along_axis(logits, tokens[..., None].astype(jnp.int32), axis=-1)[..., 0]
-    logp = jnp.where(mask, target - logz, 0.0)
-    ent = None
-    if entropy:
-        ent = jnp.where(mask, grpo.token_entropy(logits), 0.0)
-    match = (jnp.argmax(logits, axis=-1) == tokens) & mask.astype(bool)
-    return logp, ent, match
+    hidden = logprobs_mod.hidden_states(model, ids, left_pad_positions(m), m, last=t + 1, remat=remat)[:, :t]
+    weight, tied = logprobs_mod.head_weight(model)
+    logp, ent, match = logprobs_mod.token_logprobs(hidden, weight, tokens, tied=tied, temperature=temperature,
+                                                   chunk=chunk, entropy=entropy)
+    valid = mask.astype(bool)
+    logp = jnp.where(valid, logp, 0.0)
+    if ent is not None:
+        ent = jnp.where(valid, ent, 0.0)
+    return logp, ent, match & valid
 
 
 def _copy(tree: Any) -> Any:
@@ -363,7 +385,14 @@ def _constrain_micro(tree: Any, mesh) -> Any:
 
 
 def _accumulate(loss_fn: Callable, state: Any, batch: Mapping[str, jax.Array], micro: int, mesh):
-    """Sum of loss, metrics and gradients over ``micro`` micro-batches (a ``lax.scan``)."""
+    """Sum of loss, metrics and gradients over ``micro`` micro-batches (a ``lax.scan``).
+
+    One micro-batch takes the gradient directly: no zero-initialised accumulator, which would
+    hold a second parameter-sized gradient buffer (15 GiB for a 4B model in float32).
+    """
+    if micro == 1:
+        (loss, msum), grads = jax.value_and_grad(loss_fn, has_aux=True)(state, dict(batch))
+        return loss, msum, grads
     mbs = _constrain_micro(jax.tree_util.tree_map(lambda x: _micro_split(x, micro), dict(batch)), mesh)
     first = jax.tree_util.tree_map(lambda x: x[0], mbs)
     _, metric_shapes = jax.eval_shape(loss_fn, state, first)
@@ -396,6 +425,9 @@ def make_grpo_update(
     micro_batches: int = 1,
     compute_entropy: bool = True,
     mesh=None,
+    temperature: float = 1.0,
+    logprob_chunk: Optional[int] = DEFAULT_LOGPROB_CHUNK,
+    remat: str = "full",
 ) -> Callable:
     """The jitted GRPO update ``(state, opt_state, batch) -> (state, opt_state, metrics)``.
 
@@ -404,11 +436,18 @@ def make_grpo_update(
     (:func:`llm.grpo.token_weights`), so the ``micro_batches`` accumulated gradients sum
     to the full-batch gradient. Metrics are weighted means plus ``loss`` and ``grad_norm``
     (before clipping). Parameters and optimizer state are donated.
+
+    The policy's log-probs and entropies are those of the sampling distribution at
+    ``temperature`` (:func:`completion_forward`); ``old_logp`` and ``ref_logp`` must come from
+    :func:`make_logprob_fn` at the same temperature, so the ratio is exactly 1 on the first
+    inner iteration. ``logprob_chunk`` and ``remat`` (per-layer rematerialisation, default
+    ``"full"``): see :func:`completion_forward`.
     """
 
     def loss_fn(state, mb):
         logp, ent, _ = completion_forward(graphdef, state, mb["prompt_ids"], mb["prompt_mask"], mb["tokens"],
-                                          mb["mask"], entropy=compute_entropy)
+                                          mb["mask"], entropy=compute_entropy, temperature=temperature,
+                                          chunk=logprob_chunk, remat=remat)
         return grpo.grpo_loss(logp, mb["old_logp"], mb["advantages"], mb["weights"], loss_config,
                               ref_logp=mb.get("ref_logp"), entropy=ent)
 
@@ -424,11 +463,19 @@ def make_grpo_update(
     return jax.jit(update, donate_argnums=(0, 1))
 
 
-def make_logprob_fn(graphdef: Any) -> Callable:
-    """Jitted ``(state, prompt_ids, prompt_mask, tokens, mask) -> logp [B, T]`` (no grad)."""
+def make_logprob_fn(graphdef: Any, temperature: float = 1.0,
+                    logprob_chunk: Optional[int] = DEFAULT_LOGPROB_CHUNK) -> Callable:
+    """Jitted ``(state, prompt_ids, prompt_mask, tokens, mask) -> logp [B, T]`` (no grad).
+
+    The log-probs at ``temperature`` (:func:`completion_forward`): with the policy's state
+    these are the behaviour log-probs ``old_logp`` of the GRPO batch (recomputed with the
+    training forward rather than taken from the sampler), with the reference's the
+    ``ref_logp``.
+    """
 
     def fn(state, prompt_ids, prompt_mask, tokens, mask):
-        return completion_forward(graphdef, state, prompt_ids, prompt_mask, tokens, mask)[0]
+        return completion_forward(graphdef, state, prompt_ids, prompt_mask, tokens, mask, temperature=temperature,
+                                  chunk=logprob_chunk)[0]
 
     return jax.jit(fn)
 
@@ -705,8 +752,10 @@ def run_grpo(
             ref_state = shd.replicate(ref_state, mesh)
     policy = Policy(policy.graphdef, state, policy.tokenizer)
     update = make_grpo_update(policy.graphdef, optimizer, lc, micro_batches=gc.micro_batches,
-                              compute_entropy=gc.compute_entropy, mesh=mesh)
-    ref_logprobs = make_logprob_fn(policy.graphdef) if lc.use_reference else None
+                              compute_entropy=gc.compute_entropy, mesh=mesh, temperature=gc.temperature,
+                              logprob_chunk=gc.logprob_chunk, remat=gc.remat)
+    # behaviour (old) and reference log-probs: the training forward at the sampling temperature
+    logprob_fn = make_logprob_fn(policy.graphdef, temperature=gc.temperature, logprob_chunk=gc.logprob_chunk)
     gen = GenerationConfig(max_new_tokens=gc.max_new_tokens, temperature=gc.temperature, top_k=gc.top_k,
                            top_p=gc.top_p)
     reasoning = prompter.config.reasoning
@@ -742,14 +791,16 @@ def run_grpo(
                                      lc.max_len)
         host_batch = {"advantages": np.asarray(adv), "weights": np.asarray(weights)}
         batch = {"prompt_ids": ids, "prompt_mask": pmask, "tokens": out["tokens_np"], "mask": to_host(cmask),
-                 "old_logp": to_host(out["logp"]), **host_batch}
+                 **host_batch}
         if mesh is not None:
             batch = shd.shard_batch(batch, mesh)
         else:
             batch = {k: jnp.asarray(v) for k, v in batch.items()}
+        seq = (batch["prompt_ids"], batch["prompt_mask"], batch["tokens"], batch["mask"])
+        # recomputed, not the sampler's: same forward and temperature as the update (ratio 1 at first)
+        batch["old_logp"] = logprob_fn(state, *seq)
         if lc.use_reference:
-            batch["ref_logp"] = ref_logprobs(ref_state, batch["prompt_ids"], batch["prompt_mask"], batch["tokens"],
-                                             batch["mask"])
+            batch["ref_logp"] = logprob_fn(ref_state, *seq)
         t_upd = time.perf_counter()
         inner = []
         for _ in range(gc.mu):
@@ -847,7 +898,7 @@ def load_policy(model_cfg: Any, init_from: Optional[str | os.PathLike] = None, s
         if (init / "config.json").is_file():
             from llm.hf_io import from_pretrained
 
-            model, tokenizer = from_pretrained(init)
+            model, tokenizer = from_pretrained(init, **_precision(model_cfg))
             return Policy.from_model(model, tokenizer)
         from llm.checkpoint import restore_checkpoint
 
@@ -856,8 +907,7 @@ def load_policy(model_cfg: Any, init_from: Optional[str | os.PathLike] = None, s
     if path:
         from llm.hf_io import from_pretrained
 
-        dtype = cfg_get(model_cfg, "dtype")
-        model, tokenizer = from_pretrained(path, dtype=dtype) if dtype else from_pretrained(path)
+        model, tokenizer = from_pretrained(path, **_precision(model_cfg))
         return Policy.from_model(model, tokenizer)
     from llm import default as default_model
     from llm.model import Qwen3Config, Qwen3ForCausalLM
@@ -871,6 +921,18 @@ def load_policy(model_cfg: Any, init_from: Optional[str | os.PathLike] = None, s
         config = dataclasses.replace(base, **{**arch, "vocab_size": max(int(arch.get("vocab_size", 0)), len(tokenizer))})
         model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed))
     return Policy.from_model(model, tokenizer)
+
+
+def _precision(model_cfg: Any) -> dict[str, str]:
+    """``dtype`` / ``param_dtype`` overrides of a Hugging Face load from the model config.
+
+    ``dtype`` is the compute dtype, ``param_dtype`` the storage (master) dtype of the
+    parameters, which the AdamW moments follow: the ``qwen3_*`` presets train bfloat16
+    compute on float32 master weights and moments (12 bytes per parameter of state, see the
+    README's Precision section); unset fields follow the checkpoint's ``config.json``.
+    """
+    out = {k: cfg_get(model_cfg, k) for k in ("dtype", "param_dtype")}
+    return {k: str(v) for k, v in out.items() if v}
 
 
 def _tokenizer_for(model_cfg: Any):

@@ -1,0 +1,183 @@
+"""Token log-probs and entropies without the full-vocabulary logits.
+
+The GRPO loss needs, for every completion token, ``log softmax(logits / T)[token]`` and (for
+a metric) the entropy of that distribution. Computing them from the model's ``[B, T, V]``
+float32 logits holds ``B * T * V * 4`` bytes -- 9.3 GiB for 16 rows x 1024 tokens of Qwen3's
+151,936-token vocabulary -- and autodiff keeps several such buffers alive for the backward
+pass (the softmax, the entropy's products, their cotangents).
+
+:func:`token_logprobs` instead takes the final hidden states ``[B, T, H]`` and the LM-head
+weight and walks over the sequence in chunks of ``chunk`` tokens with ``lax.map``: each
+chunk's ``[B, chunk, V]`` logits exist only inside one iteration, and the per-chunk function
+is wrapped in ``jax.checkpoint`` so the backward pass recomputes them chunk by chunk instead
+of saving them. Peak extra memory is a few ``[B, chunk, V]`` float32 buffers whatever ``T``.
+
+:func:`hidden_states` is the model's forward without the LM head (the same modules and ops as
+:meth:`llm.model.Qwen3ForCausalLM.__call__` without a KV cache: embedding, the ``lax.scan``
+over the stacked decoder layers, the final RMSNorm); tests check it against the model's own
+logits, so the two cannot drift apart unnoticed.
+
+Shapes: ``B`` rows, ``T`` positions, ``H`` hidden size, ``V`` vocabulary; everything static.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+#: Default tokens per chunk: ``[B, 128, V]`` float32 is 1.2 GiB for B = 16 and Qwen3's vocabulary.
+DEFAULT_CHUNK = 128
+
+#: Rematerialisation of the decoder layers in :func:`hidden_states` (what the backward pass keeps):
+#: ``"none"`` every intermediate of every layer (attention scores ``[B, heads, T, T]`` included);
+#: ``"full"`` only each layer's input, the layer is recomputed in the backward pass (about one
+#: extra forward, ~1.33x the FLOPs of forward + backward); ``"save_matmuls"`` each layer's
+#: matmul outputs without a batch dimension (the projections) are kept, the rest (norms,
+#: RoPE, attention scores and softmax, activations) recomputed.
+REMAT_POLICIES = ("none", "full", "save_matmuls")
+
+
+def hidden_states(
+    model: Any,
+    input_ids: jax.Array,
+    positions: jax.Array,
+    attention_mask: jax.Array,
+    *,
+    last: Optional[int] = None,
+    remat: str = "none",
+) -> jax.Array:
+    """Final (normed) hidden states ``[B, last or T, H]`` in the compute dtype.
+
+    The model's causal forward without a cache and without the LM head; ``last=k`` keeps the
+    last ``k`` positions (before the final norm, like ``logits_to_keep``). ``remat`` (one of
+    :data:`REMAT_POLICIES`) wraps the layer-scan body in ``jax.checkpoint``: same values and
+    gradients, less memory for the backward pass.
+
+    Args:
+      model: a :class:`llm.model.Qwen3ForCausalLM`.
+      input_ids: ``[B, T]`` int token ids.
+      positions: ``[B, T]`` int RoPE positions (``left_pad_positions(mask)`` for left padding).
+      attention_mask: ``[B, T]`` bool, False on pad keys.
+    """
+    from llm.model import rope_cos_sin
+
+    c = model.config
+    chex.assert_rank([input_ids, positions, attention_mask], 2)
+    chex.assert_equal_shape([input_ids, positions, attention_mask])
+    b, t = input_ids.shape
+    mask = attention_mask.astype(bool)
+    allowed = jnp.tril(jnp.ones((t, t), bool))[None] & mask[:, None, :]
+    cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta)
+    x = model.embed_tokens(input_ids.astype(jnp.int32)).astype(c.jnp_dtype)
+    graphdef, layer_state = nnx.split(model.layers)
+
+    def body(h, state):
+        h, _ = nnx.merge(graphdef, state)(h, cos, sin, allowed, None, None)
+        return h, None
+
+    if remat not in REMAT_POLICIES:
+        raise ValueError(f"remat={remat!r} not in {REMAT_POLICIES}")
+    if remat == "full":
+        body = jax.checkpoint(body, prevent_cse=False)
+    elif remat == "save_matmuls":
+        body = jax.checkpoint(body, prevent_cse=False, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+    x, _ = jax.lax.scan(body, x, layer_state)
+    if last is not None:
+        if not 1 <= last <= t:
+            raise ValueError(f"last={last} must be in [1, T={t}]")
+        x = x[:, t - last :]
+    return model.norm(x)
+
+
+def head_weight(model: Any) -> tuple[jax.Array, bool]:
+    """``(weight, tied)``: the embedding table ``[V, H]`` when the head is tied, else the
+    head kernel ``[H, V]``; in the model's compute dtype (as the model's own head uses them)."""
+    dtype = model.config.jnp_dtype
+    if model.lm_head is None:
+        return model.embed_tokens.embedding[...].astype(dtype), True
+    return model.lm_head.kernel[...].astype(dtype), False
+
+
+def _chunk_stats(h: jax.Array, w: jax.Array, tok: jax.Array, tied: bool, temperature: float, entropy: bool):
+    """``h [B, C, H]``, ``tok [B, C]`` -> ``(logp, entropy, argmax == tok)``, each ``[B, C]``."""
+    spec = "bch,vh->bcv" if tied else "bch,hv->bcv"
+    logits = jnp.einsum(spec, h, w, preferred_element_type=jnp.float32).astype(jnp.float32)
+    if temperature != 1.0:
+        logits = logits / temperature
+    logz = jax.nn.logsumexp(logits, axis=-1)
+    target = jnp.take_along_axis(logits, tok[..., None], axis=-1)[..., 0]
+    logp = target - logz
+    if entropy:
+        # H = logz - sum_v p_v * logit_v
+        ent = logz - jnp.sum(jax.nn.softmax(logits, axis=-1) * logits, axis=-1)
+    else:
+        ent = jnp.zeros_like(logp)
+    match = jnp.argmax(logits, axis=-1) == tok
+    return logp, ent, match
+
+
+def token_logprobs(
+    hidden: jax.Array,
+    weight: jax.Array,
+    tokens: jax.Array,
+    *,
+    tied: bool,
+    temperature: float = 1.0,
+    chunk: Optional[int] = DEFAULT_CHUNK,
+    entropy: bool = True,
+) -> tuple[jax.Array, Optional[jax.Array], jax.Array]:
+    """Log-probs, entropies and greedy matches of ``tokens`` under ``softmax(hidden @ W / T)``.
+
+    Args:
+      hidden: ``[B, T, H]`` final hidden states (:func:`hidden_states`); row ``b``, position
+        ``t`` predicts ``tokens[b, t]``.
+      weight: the head weight from :func:`head_weight` (``[V, H]`` when ``tied``, else
+        ``[H, V]``).
+      tokens: ``[B, T]`` int token ids.
+      tied: the layout of ``weight``.
+      temperature: the logits are divided by it (``> 0``): the sampling distribution of a
+        sampler at that temperature (1 = the raw model).
+      chunk: tokens per chunk (static, ``>= 1``; ``T`` is padded up to a multiple); ``None``
+        computes the whole ``[B, T, V]`` logits at once (the reference path).
+      entropy: also return the per-token entropies (nats) of the same distribution.
+
+    Returns:
+      ``(logp [B, T] float32, entropy [B, T] float32 or None, match [B, T] bool)``.
+      Gradients flow to ``hidden`` and ``weight`` (the chunked path recomputes each chunk's
+      logits in the backward pass instead of storing them).
+    """
+    chex.assert_rank([hidden, tokens], [3, 2])
+    chex.assert_equal_shape_prefix([hidden, tokens], 2)
+    if not temperature > 0:
+        raise ValueError(f"temperature={temperature} must be > 0")
+    tokens = tokens.astype(jnp.int32)
+    b, t, hdim = hidden.shape
+    if chunk is None:
+        logp, ent, match = _chunk_stats(hidden, weight, tokens, tied, float(temperature), entropy)
+        return logp, (ent if entropy else None), match
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"chunk={chunk!r} must be an integer >= 1 (or None for the full logits)")
+    c = min(chunk, t)
+    n = -(-t // c)
+    pad = n * c - t
+    if pad:
+        hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
+        tokens = jnp.pad(tokens, ((0, 0), (0, pad)))
+    hs = jnp.swapaxes(hidden.reshape(b, n, c, hdim), 0, 1)  # [n, B, C, H]
+    ts = jnp.swapaxes(tokens.reshape(b, n, c), 0, 1)  # [n, B, C]
+
+    @jax.checkpoint
+    def one(xs):
+        h, tok = xs
+        return _chunk_stats(h, weight, tok, tied, float(temperature), entropy)
+
+    logp, ent, match = jax.lax.map(one, (hs, ts))
+
+    def unchunk(x):
+        return jnp.swapaxes(x, 0, 1).reshape(b, n * c)[:, :t]
+
+    return unchunk(logp), (unchunk(ent) if entropy else None), unchunk(match)

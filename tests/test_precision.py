@@ -1,0 +1,105 @@
+"""Precision of training (issue 11): bfloat16 compute on float32 master weights and float32
+AdamW moments keeps small updates that bfloat16 parameters lose; checkpoints and Hugging Face
+export/import keep the dtypes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import yaml
+from flax import nnx
+
+from jaxlake.conf import CONF_DIR
+from llm import grpo
+from llm import train as tr
+from llm.grpo import GRPOLossConfig
+from llm.model import Qwen3Config, Qwen3ForCausalLM
+
+VOCAB, B, P, T = 40, 4, 5, 4
+
+
+def tiny(param_dtype: str, dtype: str = "bfloat16", vocab: int = VOCAB) -> Qwen3ForCausalLM:
+    cfg = Qwen3Config(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=8, param_dtype=param_dtype, dtype=dtype)
+    return Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0))
+
+
+def fake_batch(seed: int) -> dict:
+    rng = np.random.RandomState(seed)
+    cmask = np.ones((B, T), bool)
+    return {
+        "prompt_ids": jnp.asarray(rng.randint(0, VOCAB, (B, P)), jnp.int32),
+        "prompt_mask": jnp.ones((B, P), bool),
+        "tokens": jnp.asarray(rng.randint(0, VOCAB, (B, T)), jnp.int32),
+        "mask": jnp.asarray(cmask),
+        "old_logp": jnp.full((B, T), -np.log(VOCAB), jnp.float32),
+        "advantages": jnp.asarray(rng.randn(B), jnp.float32),
+        "weights": grpo.token_weights(jnp.asarray(cmask), jnp.ones(B), "token_mean"),
+    }
+
+
+def run_updates(param_dtype: str, steps: int = 3):
+    """``steps`` GRPO updates at lr 1e-4 (no warmup, no decay); returns (before, after, opt_state)."""
+    model = tiny(param_dtype)
+    graphdef, state = nnx.split(model)
+    opt = tr.make_optimizer(tr.OptimConfig(lr=1e-4, warmup_steps=0, min_lr_ratio=1.0), 100)
+    update = tr.make_grpo_update(graphdef, opt, GRPOLossConfig(), compute_entropy=False, remat="none")
+    before = [np.asarray(x, np.float32) for x in jax.tree_util.tree_leaves(state)]
+    opt_state = opt.init(state)
+    state = tr._copy(state)
+    for seed in range(steps):
+        state, opt_state, _ = update(state, opt_state, fake_batch(seed))
+    after = [np.asarray(x, np.float32) for x in jax.tree_util.tree_leaves(state)]
+    return before, after, opt_state
+
+
+@pytest.mark.parametrize("name", ["qwen3_0_6b", "qwen3_1_7b", "qwen3_4b"])
+def test_pretrained_presets_train_bf16_on_float32_master_weights(name):
+    cfg = yaml.safe_load((CONF_DIR / "model" / f"{name}.yaml").read_text())
+    assert (cfg["param_dtype"], cfg["dtype"]) == ("float32", "bfloat16")
+
+
+def test_float32_master_weights_keep_small_updates_bf16_params_lose_them():
+    before, after, opt_state = run_updates("float32")
+    for i, (a, b) in enumerate(zip(before, after)):
+        assert np.all(a != b), f"leaf {i}: {np.mean(a == b):.0%} of the entries did not move"
+    moments = [x for x in jax.tree_util.tree_leaves(opt_state) if hasattr(x, "ndim") and x.ndim >= 1]
+    assert moments and all(x.dtype == jnp.float32 for x in moments)
+    # the defect this guards against: bfloat16 parameters (and moments) round the steps away,
+    # every RMSNorm weight (1.0) included
+    before16, after16, _ = run_updates("bfloat16")
+    unchanged = [np.mean(a == b) for a, b in zip(before16, after16)]
+    assert max(unchanged) == 1.0
+
+
+def test_master_weights_survive_checkpoint_and_hf_round_trip(tmp_path):
+    """orbax keeps float32 master weights; the HF export is in the parameters' dtype and
+    ``load_policy`` reads it back with the model config's compute / master dtypes."""
+    from llm.checkpoint import restore_checkpoint, save_checkpoint
+    from llm.hf_io import from_pretrained, save_pretrained
+
+    model = tiny("float32")
+    save_checkpoint(tmp_path / "ckpt", model, 1)
+    restored = restore_checkpoint(tmp_path / "ckpt").model
+    assert (restored.config.param_dtype, restored.config.dtype) == ("float32", "bfloat16")
+    for a, b in zip(jax.tree_util.tree_leaves(nnx.state(model)), jax.tree_util.tree_leaves(nnx.state(restored))):
+        assert b.dtype == jnp.float32
+        np.testing.assert_array_equal(a, b)
+    save_pretrained(model, None, tmp_path / "hf")
+    plain, _ = from_pretrained(tmp_path / "hf", tokenizer=False)
+    assert plain.config.param_dtype == "float32"
+    # a bfloat16 folder (what the hub ships) loads as float32 master weights with bf16 compute
+    from llm.tokenizer import build_game_tokenizer, to_hf_tokenizer
+
+    tok = to_hf_tokenizer(build_game_tokenizer())
+    save_pretrained(tiny("bfloat16", vocab=len(tok)), tok, tmp_path / "hf16")
+    policy = tr.load_policy({"path": str(tmp_path / "hf16"), "dtype": "bfloat16", "param_dtype": "float32"})
+    cfg = policy.config
+    assert (cfg.param_dtype, cfg.dtype) == ("float32", "bfloat16")
+    assert all(x.dtype == jnp.float32 for x in jax.tree_util.tree_leaves(policy.state))
+    logits, _ = policy.module()(jnp.zeros((1, 3), jnp.int32))
+    assert logits.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(logits)))
