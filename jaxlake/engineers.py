@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from jaxlake.config import DYNAMIC_FIELDS, FIELD_BOUNDS, ConfigError, LakeConfig
+from jaxlake.config import DYNAMIC_FIELDS, FIELD_BOUNDS, ConfigError, LakeConfig, to_plain
 
 #: A weighted mixture of environment configs; weights are positive and sum to one.
 Mixture = list  # list[tuple[float, LakeConfig]]
@@ -201,10 +201,7 @@ def mixture_to_yaml(mixture: Mixture) -> str:
 
 def mixture_from_env_node(node: Any) -> Mixture:
     """A mixture from a Hydra env node: a LakeConfig mapping or ``{mixture: [...]}``."""
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
-    if isinstance(node, (DictConfig, ListConfig)):
-        node = OmegaConf.to_container(node, resolve=True)
+    node = to_plain(node)
     if isinstance(node, LakeConfig):
         return [(1.0, node)]
     if isinstance(node, Mapping) and "mixture" in node:
@@ -597,10 +594,7 @@ class ManualEngineer(Engineer):
     name = "manual"
 
     def __init__(self, stages: Sequence[Any], name: str = "manual", first_is_stage_1: bool = True, **_: Any) -> None:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(stages, (DictConfig, ListConfig)):
-            stages = OmegaConf.to_container(stages, resolve=True)
+        stages = to_plain(stages)
         if not stages:
             raise ConfigError("engineer.stages: give at least one stage environment")
         self.stages = list(stages)
@@ -718,10 +712,7 @@ class HeuristicEngineer(Engineer):
         name: str = "heuristic",
         **_: Any,
     ) -> None:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(ladder, (DictConfig, ListConfig)):
-            ladder = OmegaConf.to_container(ladder, resolve=True)
+        ladder = to_plain(ladder)
         self.ladder = []
         for i, rung in enumerate(ladder):
             f, step = rung.get("field"), int(rung.get("step", 1))
@@ -752,7 +743,10 @@ class HeuristicEngineer(Engineer):
     def propose(self, ctx: EngineerContext) -> Proposal:
         space = space_from_conf(ctx.base, self.space_node)
         proposal = self._step(ctx, space)
-        check_in_space(proposal.mixture, space, 1)
+        if proposal.decision == "proposed":  # a kept environment is the run's, on the grid or not
+            # fields the ladder did not move may still be off the grid (the run's initial env)
+            proposal.mixture = [(w, space.snap(c)) for w, c in proposal.mixture]
+            check_in_space(proposal.mixture, space, 1)
         return proposal
 
     def _step(self, ctx: EngineerContext, space: ConfigSpace) -> Proposal:
@@ -901,7 +895,8 @@ class PLREngineer(Engineer):
         if rng.random() < self.explore_prob:
             items[-1] = (items[-1][0], space.sample(rng))
             explored = True
-        mixture = normalize_mixture(items)
+        # trained configs may predate the space (the run's initial env): moved onto it too
+        mixture = normalize_mixture([(w, space.snap(c)) for w, c in items])
         check_in_space(mixture, space, self.top_k)
         table = [
             {"config": buffer[keys[i]]["config"], "p": buffer[keys[i]]["p"], "learnability": float(scores[i]),

@@ -366,3 +366,17 @@ def test_heuristic_mode_is_validated():
     with pytest.raises(ConfigError, match=r"engineer.mode='sample' not in \['greedy', 'sampled'\]"):
         PLREngineer(mode="sample")
     assert HeuristicEngineer(mode="sampled").mode == "sampled"
+
+
+def test_baselines_keep_an_off_grid_run_environment_without_error():
+    # the run's env may lie off an engineer's grid (env=classic: hole_density 0.25); keeping it is
+    # not a proposal, and anything proposed is on the grid
+    off = BASE.replace(hole_density=0.25)
+    eng = build_engineer(OmegaConf.load(CONF / "heuristic.yaml"))
+    kept = eng.propose(ctx(current=[(1.0, off)], eval_result=eval_with(p_current=0.5)))
+    assert kept.decision == "kept" and kept.mixture == [(1.0, off)]
+    raised = eng.propose(ctx(current=[(1.0, off)], eval_result=eval_with(p_current=0.9)))
+    assert raised.decision == "proposed" and raised.mixture[0][1].hole_density in (0.2, 0.3)
+    plr = build_engineer(OmegaConf.load(CONF / "plr.yaml"))
+    p = plr.propose(ctx(current=[(1.0, off)], eval_result=eval_with(p_current=0.5)))
+    assert all(c.hole_density in (0.0, 0.1, 0.2, 0.3) for _, c in p.mixture)
