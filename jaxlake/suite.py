@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlake import env as lake_env
-from jaxlake.config import ConfigError, LakeConfig, stack_configs
+from jaxlake.config import ConfigError, LakeConfig, stack_configs, to_plain
 from jaxlake.text import format_plan, parse_plan_detailed, render_text
 from jaxlake.types import ACTION_LETTERS, Lake
 from jaxlake.conf import CONF_DIR
@@ -97,11 +97,7 @@ class SuiteSpec:
     @classmethod
     def from_conf(cls, node: Mapping[str, Any]) -> "SuiteSpec":
         """From an eval node (a Hydra ``DictConfig`` or a dict)."""
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(node, DictConfig):
-            node = OmegaConf.to_container(node, resolve=True)
-        node = dict(node)
+        node = dict(to_plain(node))
         for key in ("seed", "lakes_per_cell", "grid"):
             if key not in node:
                 raise SuiteError(f"eval.{key} is missing (see conf/eval/default.yaml)")
