@@ -283,3 +283,21 @@ def test_history_shows_the_engineers_analysis():
     shown = [line for line in text.splitlines() if line.startswith("  analysis: ")]
     assert len(shown) == 1 and shown[0].startswith("  analysis: Success is 0.9 on 4x4 lakes: wider lakes next.")
     assert len(shown[0]) == len("  analysis: ") + ANALYSIS_CHARS and shown[0].endswith("...")
+
+
+# ----------------------------------------------------------------------------- engineer replies
+def test_engineer_reply_is_the_last_object_after_the_think_block():
+    from jaxlake.engineers import ProposalError, extract_json
+
+    quoted = '{"height": 4, "width": 4}'
+    assert extract_json(f"<think>now {quoted}, so wider</think>\n{{\"height\": 4, \"width\": 6}}") == \
+        {"height": 4, "width": 6}
+    # no think block: the last complete object, not the quoted current one
+    assert extract_json(f"The current config is {quoted}. I propose {{\"height\": 5}}.") == {"height": 5}
+    # a nested object belongs to its parent; a broken object after a good one leaves the good one
+    mix = '{"mixture": [{"weight": 1, "config": {"height": 3}}]}'
+    assert extract_json(mix + ' and {"height": ') == {"mixture": [{"weight": 1, "config": {"height": 3}}]}
+    with pytest.raises(ProposalError, match="never closed"):
+        extract_json(f"<think>thinking about {quoted}")
+    with pytest.raises(ProposalError, match="no JSON object"):
+        extract_json(f"<think>{quoted}</think> no answer")
