@@ -65,6 +65,8 @@ def hidden_states(
     """
     from llm.model import rope_cos_sin
 
+    if remat not in REMAT_POLICIES:
+        raise ValueError(f"remat={remat!r} not in {REMAT_POLICIES}")
     c = model.config
     chex.assert_rank([input_ids, positions, attention_mask], 2)
     chex.assert_equal_shape([input_ids, positions, attention_mask])
@@ -79,8 +81,6 @@ def hidden_states(
         h, _ = nnx.merge(graphdef, state)(h, cos, sin, allowed, None, None)
         return h, None
 
-    if remat not in REMAT_POLICIES:
-        raise ValueError(f"remat={remat!r} not in {REMAT_POLICIES}")
     if remat == "full":
         body = jax.checkpoint(body, prevent_cse=False)
     elif remat == "save_matmuls":

@@ -76,12 +76,16 @@ def test_token_logprobs_rejects_bad_settings():
         lp.token_logprobs(h, w, t, tied=True, chunk=0)
     with pytest.raises(ValueError, match="temperature"):
         lp.token_logprobs(h, w, t, tied=True, temperature=0.0)
+    model = tiny(True)
+    ids, mask = jnp.zeros((1, 3), jnp.int32), jnp.ones((1, 3), bool)
+    with pytest.raises(ValueError, match="remat='some'"):
+        lp.hidden_states(model, ids, ids, mask, remat="some")
 
 
-@pytest.mark.parametrize("tied", [False])  # tied: test_logprobs_gradients_match_transformers
-def test_completion_forward_equals_full_logits_path(tied):
-    """The trainer's chunked forward equals log-softmax of the model's own logits at T=0.7,
-    values, entropies and parameter gradients."""
+@pytest.mark.parametrize("tied,remat", [(False, "save_matmuls")])  # tied, full: the transformers test
+def test_completion_forward_equals_full_logits_path(tied, remat):
+    """The trainer's chunked, rematerialised forward equals log-softmax of the model's own
+    logits at T=0.7: values, entropies and parameter gradients."""
     model = tiny(tied)
     graphdef, state = nnx.split(model)
     pids, pmask, tokens, cmask = batch()
@@ -89,7 +93,7 @@ def test_completion_forward_equals_full_logits_path(tied):
 
     def ours(s):
         logp, ent, _ = tr.completion_forward(graphdef, s, pids, pmask, tokens, cmask, entropy=True, temperature=0.7,
-                                             chunk=3)
+                                             chunk=3, remat=remat)
         return jnp.sum(logp * cot) + 0.1 * jnp.sum(ent), (logp, ent)
 
     def theirs(s):
@@ -125,7 +129,8 @@ def test_logprobs_gradients_match_transformers():
     cot = np.random.RandomState(4).randn(B, T).astype(np.float32) * np.asarray(cmask)
 
     def loss(s):
-        logp, _, _ = tr.completion_forward(graphdef, s, pids, pmask, tokens, cmask, temperature=0.7, chunk=3)
+        logp, _, _ = tr.completion_forward(graphdef, s, pids, pmask, tokens, cmask, temperature=0.7, chunk=3,
+                                           remat="full")
         return jnp.sum(logp * cot)
 
     ours = dict(model_to_hf_tensors(nnx.merge(graphdef, jax.jit(jax.grad(loss))(state))))
