@@ -466,6 +466,7 @@ def run_stage(cfg: Any, k: int, engineer: Any = None) -> dict:
     k = int(k)
     if not 1 <= k <= num_stages(cfg):
         raise PipelineError(f"stage={k} not in [1, stages={num_stages(cfg)}]")
+    LoggerConfig.from_cfg(cfg)  # a bad logger / wandb setting fails before any work
     engineer = engineer or build_engineer(cfg.engineer)
     write_run_info(cfg, engineer)
     d = stage_dir(cfg, k)

@@ -66,6 +66,14 @@ def test_missing_library_names_the_extra(monkeypatch, tmp_path):
         build_writer(LoggerConfig(backends=("jsonl", "wandb")), tmp_path)
 
 
+def test_pipeline_rejects_a_bad_logger_before_any_work(tmp_path):
+    from jaxlake.pipeline import run_stage
+
+    with pytest.raises(ConfigError, match="logger: unknown back end 'tensorbord'"):
+        run_stage({"runs_dir": str(tmp_path), "experiment": "x", "stages": 1, "logger": ["tensorbord"]}, 1)
+    assert not (tmp_path / "x").exists()
+
+
 def test_rows_need_phase_and_step(tmp_path):
     with pytest.raises(ValueError, match="'phase' and 'step'"):
         JsonlWriter(tmp_path / "m.jsonl").append({"reward": 1.0})
