@@ -5,11 +5,13 @@ One GRPO step:
 1. draw ``N`` lakes (deterministic in the step: ``fold_in(data_key, step)``), render the
    prompts (:mod:`llm.prompts`) left-padded to a fixed length ``P``;
 2. sample ``G`` completions per lake with the KV-cache generator (:func:`llm.generate.
-   generate_ids`: tokens, raw-model log-probs = the *old* log-probs, masks);
+   generate_ids`: tokens, masks) at ``grpo.temperature`` (no top-k / top-p);
 3. score them in the simulator (:mod:`llm.rewards`), group advantages, sequence masks and
    global token weights (:mod:`llm.grpo`);
-4. reference log-probs when ``beta > 0`` (one jitted forward of the frozen reference;
-   skipped entirely when ``beta == 0``);
+4. the *old* (behaviour) log-probs, recomputed with the training forward at the sampling
+   temperature (:func:`make_logprob_fn`), and the reference's when ``beta > 0`` (skipped
+   entirely when ``beta == 0``): ratio, KL and entropy all refer to the distribution that
+   drew the tokens;
 5. ``mu`` calls of ONE jitted update function (:func:`make_grpo_update`): parameters and
    optimizer state in, new ones out; inside, a ``lax.scan`` over micro-batches accumulates
    the gradient (gradient accumulation), then optax (warmup + cosine, global-norm clipping)
