@@ -1,5 +1,14 @@
 """Generation throughput: ours (jitted JAX KV-cache loop) vs ``transformers``' PyTorch ``generate``.
 
+Two modes. ``python -m llm.benchmark generate ...`` (:func:`generate_main`, see ``--help`` and
+docs/performance.md "Generation"): one preset and batch sizes, ours against transformers
+with a dynamic and a static cache, timings interleaved per repeat, wall and process-CPU
+seconds, the fraction of the roofline beside each rate (decode: bytes a step must read /
+bandwidth; prefill: FLOPs / peak; figures stated on the command line, from
+:data:`ACCELERATORS`, or measured), compile time and XLA peak memory of ours.
+
+``python -m llm.benchmark`` (the older comparison, below):
+
 ``python -m llm.benchmark`` measures, for the tiny default config and the ~100M config
 (``conf/model/tiny.yaml``, ``conf/model/small_100m.yaml``), on the same machine in the same
 run, with the same weights (ours are copied into the torch model), batch, prompt length and

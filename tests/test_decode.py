@@ -93,6 +93,22 @@ def test_segmented_decode_matches_full_forward(split):
     np.testing.assert_allclose(np.asarray(many.logprobs), np.asarray(full), atol=1e-4)
 
 
+def test_unroll_layers_default_follows_layer_bytes():
+    """unroll_layers=None: scan for the tiny test models, unrolled for real-size layer stacks."""
+    from llm.generate import UNROLL_MIN_BYTES, _unroll_layers
+
+    def state_of(cfg):
+        return nnx.split(nnx.eval_shape(lambda: Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0))))[1]
+
+    big = Qwen3Config(vocab_size=512, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
+                      num_attention_heads=8, num_key_value_heads=4, head_dim=64)  # small_100m's layers: 100 MB
+    assert 25e6 * 4 > UNROLL_MIN_BYTES
+    assert _unroll_layers(GenerationConfig(), state_of(big)) is True
+    assert _unroll_layers(GenerationConfig(), state_of(CFG)) is False
+    assert _unroll_layers(GenerationConfig(unroll_layers=True), state_of(CFG)) is True
+    assert _unroll_layers(GenerationConfig(unroll_layers=False), state_of(big)) is False
+
+
 def test_kv_block_and_unroll_are_validated():
     with pytest.raises(ValueError, match="kv_block"):
         GenerationConfig(kv_block=0)
