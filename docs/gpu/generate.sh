@@ -10,7 +10,11 @@
 #
 # Variables: MODEL (conf/model preset), DTYPE, PROMPT, NEW, BATCHES (all engines),
 # BIG_BATCHES (ours + transformers static cache only: the dynamic cache is the slow peer),
-# REPEATS, OUT, DEVICE (gpu|cpu; where torch runs).
+# REPEATS, OUT, DEVICE (gpu|cpu; where torch runs), KV_BLOCK (GenerationConfig.kv_block:
+# 128 gives 2 decode segments at N=256, fewer unrolled layer bodies to compile than 64's 4),
+# ALSO_SCAN=1 (also time ours with the layer scan in the decode loop).
+# Compilations are cached in $JAX_COMPILATION_CACHE_DIR (default /tmp/jaxlake_jax_cache), so
+# a rerun on the same machine does not compile again.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -23,6 +27,8 @@ BIG_BATCHES=${BIG_BATCHES-256}
 REPEATS=${REPEATS:-2}
 OUT=${OUT:-docs/gpu}
 DEVICE=${DEVICE:-gpu}
+KV_BLOCK=${KV_BLOCK:-128}
+export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/jaxlake_jax_cache}
 
 if [ "$DEVICE" = gpu ]; then
   export JAX_PLATFORMS=${JAX_PLATFORMS:-cuda}
@@ -38,7 +44,7 @@ run() {  # run <batches> <peers>
   local tag=${1//,/_}
   python -m llm.benchmark generate --device "$DEVICE" --models "$MODEL" --dtype "$DTYPE" \
     --batch "$1" --prompt-len "$PROMPT" --new-tokens "$NEW" --repeats "$REPEATS" --peers "$2" \
-    --out "$OUT/generate_${MODEL}_b${tag}.json"
+    --kv-block "$KV_BLOCK" ${ALSO_SCAN:+--also-scan} --out "$OUT/generate_${MODEL}_b${tag}.json"
 }
 
 time run "$BATCHES" dynamic,static
