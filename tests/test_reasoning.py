@@ -189,15 +189,12 @@ def test_two_phase_logprobs_equal_one_forward_over_the_whole_completion():
     gives back the sampler's log-probs on every sampled token."""
     from llm.train import completion_forward
 
-    cfg = Qwen3Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                      num_key_value_heads=1, head_dim=16, tie_word_embeddings=False, max_position_embeddings=256)
-    graphdef, state = nnx.split(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(3)))
-    state = jax.tree_util.tree_map(lambda x: x * 4.0, state)  # peaked logits: some rows close early
+    # the rambler's architecture and shapes (its compiled sampler is reused), random weights
+    graphdef, state = _fixed_model(WORD)
+    state = jax.tree_util.tree_map(lambda x: 0.5 * jax.random.normal(jax.random.PRNGKey(3), x.shape, x.dtype), state)
     ids, mask = _prompts()
-    gen = GenerationConfig(max_new_tokens=4, temperature=1.0)
-    s = reasoning.generate_with_thinking((graphdef, state), ids, mask, jax.random.PRNGKey(5), gen,
-                                         ReasoningConfig(enabled=True, thinking_tokens=5), close_id=CLOSE,
-                                         forced_ids=FORCED, eos_token_ids=(EOS,), pad_token_id=PAD)
+    s = _sample((graphdef, state), budget=6, answer=5)
+    assert s.hit_budget.any() and (s.hit_eos & (s.answer_lengths == 0)).any()  # forced rows and a row that ended
     logp, _, _ = completion_forward(graphdef, state, jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(s.tokens),
                                     jnp.asarray(s.mask))
     np.testing.assert_allclose(np.where(s.loss_mask, np.asarray(logp), 0.0), s.logprobs, atol=2e-5)
