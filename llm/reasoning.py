@@ -47,6 +47,8 @@ import chex
 import jax
 import numpy as np
 
+from llm import sharding
+
 if TYPE_CHECKING:  # llm.generate imports llm.prompts, which imports this module
     from llm.generate import GenerationConfig
 
@@ -262,13 +264,9 @@ class ThinkingSample:
     forced_lengths: np.ndarray
 
 
-def _host(x: Any) -> np.ndarray:
-    return np.asarray(jax.device_get(x))
-
-
 def think_phase(model: Any, input_ids, prompt_mask, key: Optional[jax.Array], config: GenerationConfig,
                 thinking_tokens: int, close_id: int, *, eos_token_ids: Sequence[int], pad_token_id: int,
-                to_host: Callable[[Any], np.ndarray] = _host) -> dict[str, np.ndarray]:
+                to_host: Callable[[Any], np.ndarray] = sharding.to_host) -> dict[str, np.ndarray]:
     """Phase 1: sample up to ``thinking_tokens`` tokens, stopping at ``</think>`` or an end id.
 
     Returns host arrays ``tokens [B, thinking_tokens]``, ``lengths``, ``logprobs``, ``closed``
@@ -318,7 +316,7 @@ def generate_with_thinking(model: Any, input_ids, prompt_mask, key: Optional[jax
                            reasoning: ReasoningConfig, *, close_id: int, forced_ids: Sequence[int],
                            eos_token_ids: Sequence[int], pad_token_id: int,
                            place: Callable[[Any], Any] = lambda x: x,
-                           to_host: Callable[[Any], np.ndarray] = _host) -> ThinkingSample:
+                           to_host: Callable[[Any], np.ndarray] = sharding.to_host) -> ThinkingSample:
     """Sample ``thinking + (forced close) + answer`` for every prompt row (see the module doc).
 
     Args:
