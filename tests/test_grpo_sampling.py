@@ -5,7 +5,6 @@ temperature the behaviour log-probs, the training forward, the KL and the entrop
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx

@@ -4,8 +4,6 @@ export/import keep the dtypes."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,12 +12,10 @@ import yaml
 from flax import nnx
 
 from jaxlake.conf import CONF_DIR
-from llm import grpo
 from llm import train as tr
-from llm.grpo import GRPOLossConfig
 from llm.model import Qwen3Config, Qwen3ForCausalLM
 
-VOCAB, B, P, T = 40, 4, 5, 4
+VOCAB, B, P = 40, 4, 5
 
 
 def tiny(param_dtype: str, dtype: str = "bfloat16", vocab: int = VOCAB) -> Qwen3ForCausalLM:
@@ -28,31 +24,26 @@ def tiny(param_dtype: str, dtype: str = "bfloat16", vocab: int = VOCAB) -> Qwen3
     return Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0))
 
 
-def fake_batch(seed: int) -> dict:
-    rng = np.random.RandomState(seed)
-    cmask = np.ones((B, T), bool)
-    return {
-        "prompt_ids": jnp.asarray(rng.randint(0, VOCAB, (B, P)), jnp.int32),
-        "prompt_mask": jnp.ones((B, P), bool),
-        "tokens": jnp.asarray(rng.randint(0, VOCAB, (B, T)), jnp.int32),
-        "mask": jnp.asarray(cmask),
-        "old_logp": jnp.full((B, T), -np.log(VOCAB), jnp.float32),
-        "advantages": jnp.asarray(rng.randn(B), jnp.float32),
-        "weights": grpo.token_weights(jnp.asarray(cmask), jnp.ones(B), "token_mean"),
-    }
-
-
 def run_updates(param_dtype: str, steps: int = 3):
-    """``steps`` GRPO updates at lr 1e-4 (no warmup, no decay); returns (before, after, opt_state)."""
-    model = tiny(param_dtype)
-    graphdef, state = nnx.split(model)
+    """``steps`` AdamW updates (the trainer's optimizer and apply step) at lr 1e-4, no warmup
+    or decay, on a loss that reaches every parameter; returns (before, after, opt_state)."""
+    graphdef, state = nnx.split(tiny(param_dtype))
     opt = tr.make_optimizer(tr.OptimConfig(lr=1e-4, warmup_steps=0, min_lr_ratio=1.0), 100)
-    update = tr.make_grpo_update(graphdef, opt, GRPOLossConfig(), compute_entropy=False, remat="none")
+    ids = jnp.asarray(np.random.RandomState(0).randint(0, VOCAB, (B, P)), jnp.int32)
+
+    def loss(s, k):
+        logits, _ = nnx.merge(graphdef, s)(ids)
+        return -jnp.mean(jax.nn.log_softmax(logits)[..., k])
+
+    @jax.jit
+    def step(s, o, k):
+        s, o, _ = tr._apply(opt, s, o, jax.grad(loss)(s, k))
+        return s, o
+
     before = [np.asarray(x, np.float32) for x in jax.tree_util.tree_leaves(state)]
     opt_state = opt.init(state)
-    state = tr._copy(state)
-    for seed in range(steps):
-        state, opt_state, _ = update(state, opt_state, fake_batch(seed))
+    for k in range(steps):
+        state, opt_state = step(state, opt_state, k)
     after = [np.asarray(x, np.float32) for x in jax.tree_util.tree_leaves(state)]
     return before, after, opt_state
 
