@@ -1,6 +1,6 @@
 """The package installs anywhere and its entry points run from any folder.
 
-* README's first two commands are exactly the set-up and test commands ``.ci/run`` runs.
+* README starts with two commands (the main job, the tests); the test one is exactly what ``.ci/run`` runs.
 * A folder of one's own adds configs beside the package's (README, "Your own configs"): the
   README block runs from an empty folder.
 * No module finds its inputs or places its outputs relative to the source tree.
@@ -65,10 +65,14 @@ def _bash_blocks(text: str) -> list[str]:
 
 
 def test_readme_first_commands_are_what_ci_runs():
-    readme = _commands(_bash_blocks(README.read_text())[0])[:2]
+    readme = _commands(_bash_blocks(README.read_text())[0])
     ci = [c for c in _commands(CI.read_text()) if not c.startswith(("set ", "cd "))]
-    assert readme == ci, f"README's first two commands {readme} differ from .ci/run's {ci}"
-    assert ci[0].startswith("pip install -e ") and ci[1].startswith("python -m pytest")
+    assert len(readme) == 2, f"README must start with two commands (main job, tests), got {readme}"
+    run, test = readme
+    assert run.startswith("pip install -e ") and run.endswith("&& python -m jaxlake.run"), run
+    assert test.startswith("pip install -e ") and test.endswith("&& python -m pytest -q"), test
+    assert run.split(" && ")[0] == test.split(" && ")[0], "both README commands install the same extras"
+    assert ci == [test], f"README's test command {test!r} differs from .ci/run's {ci}"
 
 
 def _own_configs_block() -> str:

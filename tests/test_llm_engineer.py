@@ -35,7 +35,7 @@ def tokenizer():
 
 def random_model(tokenizer, seed):
     cfg = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=1024)
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=2048)
     return Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(seed))
 
 
