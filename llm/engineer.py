@@ -559,27 +559,36 @@ class LLMEngineer(Engineer):
             raise ConfigError(f"engineer={self.name} needs a model: the pipeline passes load_model in the context")
         return ctx.load_model(self.source)
 
-    def propose(self, ctx: EngineerContext) -> Proposal:
-        model, tokenizer = self._model(ctx)
+    def prompt_turns(self, ctx: EngineerContext, model: Any, tokenizer: Any) -> tuple[str, str]:
+        """The ``(system, user)`` turns this engineer sends for ``ctx``: the richest user prompt
+        that fits the model's context beside the system turn and the answer room (see
+        :func:`fit_user_prompt`). :meth:`propose` and notebook 03 both build it here."""
         space = space_from_conf(ctx.base, self.space_node)
-        scorer = ChoiceScorer(model, tokenizer)
+        count = ChoiceScorer(model, tokenizer).count
         thinking = self.reasons(ctx)
         system = self.system + (REASONING_SYSTEM if thinking and not self.custom_system else "")
         answer_room = 64 + 24 * len(space.editable) * self.max_components
         if self.decoding == "free":
             answer_room = max(answer_room, self.max_new_tokens)
         if thinking:
-            answer_room += self.reasoning["thinking_tokens"] + scorer.count(self.reasoning["close_text"]) + 8
+            answer_room += self.reasoning["thinking_tokens"] + count(self.reasoning["close_text"]) + 8
         limit = getattr(getattr(model, "config", None), "max_position_embeddings", 4096)
         budget = int(self.max_prompt_tokens) if self.max_prompt_tokens else int(limit) - answer_room
-        system_tokens = scorer.count(chat_text(tokenizer, system, "", thinking))
+        system_tokens = count(chat_text(tokenizer, system, "", thinking))
 
         def build(**kw):
             return build_user_prompt(ctx, self.parts, space, self.max_components, **kw)
 
         failures = len(((ctx.summary or {}).get("failures") or {}).get("cases", []))
         history = len((ctx.summary or {}).get("history") or [])
-        user = fit_user_prompt(build, scorer.count, budget - system_tokens, failures, history)
+        return system, fit_user_prompt(build, count, budget - system_tokens, failures, history)
+
+    def propose(self, ctx: EngineerContext) -> Proposal:
+        model, tokenizer = self._model(ctx)
+        space = space_from_conf(ctx.base, self.space_node)
+        scorer = ChoiceScorer(model, tokenizer)
+        thinking = self.reasons(ctx)
+        system, user = self.prompt_turns(ctx, model, tokenizer)
         rng = ctx.rng(7)
         traces: list = []
         analyses: list = []
