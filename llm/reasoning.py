@@ -165,6 +165,17 @@ def _trailing_text(answer: str) -> bool:
     return last >= 0 and any(line.strip() for line in lines[last + 1:])
 
 
+def _answer_problems(answer: str, empty_problem: str, problems: list) -> tuple[bool, bool]:
+    """``(empty, trailing)`` of an answer, appending their problem texts to ``problems``."""
+    empty = not answer.strip()
+    if empty:
+        problems.append(empty_problem)
+    trailing = _trailing_text(answer)
+    if trailing:
+        problems.append("text after the plan")
+    return empty, trailing
+
+
 def split_completion(text: Any) -> ThinkParse:
     """Split a reasoning-mode completion into thinking and answer. Never raises.
 
@@ -186,12 +197,7 @@ def split_completion(text: Any) -> ThinkParse:
         if opens == 0:
             answer = text.lstrip("\n")
             problems.append("no think block")
-            empty = not answer.strip()
-            if empty:
-                problems.append("empty answer")
-            trailing = _trailing_text(answer)
-            if trailing:
-                problems.append("text after the plan")
+            empty, trailing = _answer_problems(answer, "empty answer", problems)
             return ThinkParse(answer, None, False, True, empty, trailing, tuple(problems))
         thinking = text.split(THINK_OPEN, 1)[1]
         problems.append("think block not closed")
@@ -210,12 +216,7 @@ def split_completion(text: Any) -> ThinkParse:
     if fmt:
         problems.append("missing, nested, repeated or misplaced think tags")
     answer = answer.lstrip("\n")
-    empty = not answer.strip()
-    if empty:
-        problems.append("nothing after </think>")
-    trailing = _trailing_text(answer)
-    if trailing:
-        problems.append("text after the plan")
+    empty, trailing = _answer_problems(answer, "nothing after </think>", problems)
     return ThinkParse(answer, thinking.strip("\n"), True, fmt, empty, trailing, tuple(problems))
 
 

@@ -1,4 +1,6 @@
 import os
+import sys
+from pathlib import Path
 
 # Tests run on the CPU; keep XLA from grabbing every core for one test's compile.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -38,3 +40,25 @@ def tiny_run_overrides(micro):
         "eval.current_env_lakes=2", "eval.summary.env_stats_lakes=2", "eval.batch_size=16",
         "eval.sampled.num_samples=1", "eval.max_new_tokens=16",
     ]
+
+
+def run_cli(monkeypatch, args):
+    """``python -m jaxlake.run <args>`` in this process; returns the SystemExit code (None: ok)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    import jaxlake.run as entry
+
+    GlobalHydra.instance().clear()
+    # resolve config_path="conf" from jaxlake/run.py as `python -m jaxlake.run` does
+    monkeypatch.setenv("HYDRA_MAIN_MODULE", "__main__")
+    # Hydra's logging set-up (dictConfig) closes existing handlers, and absl's handler closes
+    # its stream (pytest's capture) when that is not the current sys.stderr: leave logging be
+    quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
+    monkeypatch.setattr(sys, "argv", [str(Path(__file__).resolve().parents[1] / "jaxlake" / "run.py"), *args, *quiet])
+    try:
+        entry.main()
+    except SystemExit as err:
+        return err.code
+    finally:
+        GlobalHydra.instance().clear()
+    return None

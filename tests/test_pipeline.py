@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import tiny_run_overrides
+from conftest import run_cli, tiny_run_overrides
 from jaxlake.conf import CONF_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,28 +31,6 @@ def runs(tmp_path_factory):
 
 def overrides(runs, micro, experiment, *extra):
     return [f"runs_dir={runs}", f"experiment={experiment}", "stages=2", *tiny_run_overrides(micro), *extra]
-
-
-def run_cli(monkeypatch, args):
-    """``python -m jaxlake.run <args>`` in this process; returns the SystemExit code (None: ok)."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    import jaxlake.run as entry
-
-    GlobalHydra.instance().clear()
-    # resolve config_path="conf" from jaxlake/run.py as `python -m jaxlake.run` does
-    monkeypatch.setenv("HYDRA_MAIN_MODULE", "__main__")
-    # Hydra's logging set-up (dictConfig) closes existing handlers, and absl's handler closes
-    # its stream (pytest's capture) when that is not the current sys.stderr: leave logging be
-    quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
-    monkeypatch.setattr(sys, "argv", [str(ROOT / "jaxlake" / "run.py"), *args, *quiet])
-    try:
-        entry.main()
-    except SystemExit as err:
-        return err.code
-    finally:
-        GlobalHydra.instance().clear()
-    return None
 
 
 def stage_files(d):

@@ -5,13 +5,12 @@ engineer. (The same command on the embedded tiny default is in the README; it ta
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import tiny_run_overrides
+from conftest import run_cli, tiny_run_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,25 +18,6 @@ pytestmark = pytest.mark.slow
 
 REASONING = ["prompt=reasoning", "engineer=policy", "prompt.reasoning.thinking_tokens=8",
              "engineer.reasoning.thinking_tokens=8", "engineer.retries=0"]
-
-
-def run_cli(monkeypatch, args):
-    """``python -m jaxlake.run <args>`` in this process; returns the SystemExit code (None: ok)."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    import jaxlake.run as entry
-
-    GlobalHydra.instance().clear()
-    monkeypatch.setenv("HYDRA_MAIN_MODULE", "__main__")
-    quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
-    monkeypatch.setattr(sys, "argv", [str(ROOT / "jaxlake" / "run.py"), *args, *quiet])
-    try:
-        entry.main()
-    except SystemExit as err:
-        return err.code
-    finally:
-        GlobalHydra.instance().clear()
-    return None
 
 
 def _spy(monkeypatch):
