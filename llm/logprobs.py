@@ -12,10 +12,9 @@ chunk's ``[B, chunk, V]`` logits exist only inside one iteration, and the per-ch
 is wrapped in ``jax.checkpoint`` so the backward pass recomputes them chunk by chunk instead
 of saving them. Peak extra memory is a few ``[B, chunk, V]`` float32 buffers whatever ``T``.
 
-:func:`hidden_states` is the model's forward without the LM head (the same modules and ops as
-:meth:`llm.model.Qwen3ForCausalLM.__call__` without a KV cache: embedding, the ``lax.scan``
-over the stacked decoder layers, the final RMSNorm); tests check it against the model's own
-logits, so the two cannot drift apart unnoticed.
+:func:`hidden_states` is :meth:`llm.model.Qwen3ForCausalLM.hidden_states`: the model's own
+forward without the LM head (one layer scan, its rematerialisation policy and attention
+implementation live in :mod:`llm.model`); tests check it against the model's own logits.
 
 Shapes: ``B`` rows, ``T`` positions, ``H`` hidden size, ``V`` vocabulary; everything static.
 """
@@ -27,18 +26,14 @@ from typing import Any, Optional
 import chex
 import jax
 import jax.numpy as jnp
-from flax import nnx
+
+from llm import model as model_lib
 
 #: Default tokens per chunk: ``[B, 128, V]`` float32 is 1.2 GiB for B = 16 and Qwen3's vocabulary.
 DEFAULT_CHUNK = 128
 
-#: Rematerialisation of the decoder layers in :func:`hidden_states` (what the backward pass keeps):
-#: ``"none"`` every intermediate of every layer (attention scores ``[B, heads, T, T]`` included);
-#: ``"full"`` only each layer's input, the layer is recomputed in the backward pass (about one
-#: extra forward, ~1.33x the FLOPs of forward + backward); ``"save_matmuls"`` each layer's
-#: matmul outputs without a batch dimension (the projections) are kept, the rest (norms,
-#: RoPE, attention scores and softmax, activations) recomputed.
-REMAT_POLICIES = ("none", "full", "save_matmuls")
+#: Rematerialisation policies of the layer scan (defined with it in :mod:`llm.model`).
+REMAT_POLICIES = model_lib.REMAT_POLICIES
 
 
 def hidden_states(
@@ -52,10 +47,10 @@ def hidden_states(
 ) -> jax.Array:
     """Final (normed) hidden states ``[B, last or T, H]`` in the compute dtype.
 
-    The model's causal forward without a cache and without the LM head; ``last=k`` keeps the
-    last ``k`` positions (before the final norm, like ``logits_to_keep``). ``remat`` (one of
-    :data:`REMAT_POLICIES`) wraps the layer-scan body in ``jax.checkpoint``: same values and
-    gradients, less memory for the backward pass.
+    The model's causal forward without a cache and without the LM head
+    (:meth:`llm.model.Qwen3ForCausalLM.hidden_states`); ``last=k`` keeps the last ``k``
+    positions; ``remat`` (one of :data:`REMAT_POLICIES`) is the layer scan's
+    rematerialisation: same values and gradients, less memory for the backward pass.
 
     Args:
       model: a :class:`llm.model.Qwen3ForCausalLM`.
@@ -63,34 +58,11 @@ def hidden_states(
       positions: ``[B, T]`` int RoPE positions (``left_pad_positions(mask)`` for left padding).
       attention_mask: ``[B, T]`` bool, False on pad keys.
     """
-    from llm.model import rope_cos_sin
-
     if remat not in REMAT_POLICIES:
         raise ValueError(f"remat={remat!r} not in {REMAT_POLICIES}")
-    c = model.config
     chex.assert_rank([input_ids, positions, attention_mask], 2)
     chex.assert_equal_shape([input_ids, positions, attention_mask])
-    b, t = input_ids.shape
-    mask = attention_mask.astype(bool)
-    allowed = jnp.tril(jnp.ones((t, t), bool))[None] & mask[:, None, :]
-    cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta)
-    x = model.embed_tokens(input_ids.astype(jnp.int32)).astype(c.jnp_dtype)
-    graphdef, layer_state = nnx.split(model.layers)
-
-    def body(h, state):
-        h, _ = nnx.merge(graphdef, state)(h, cos, sin, allowed, None, None)
-        return h, None
-
-    if remat == "full":
-        body = jax.checkpoint(body, prevent_cse=False)
-    elif remat == "save_matmuls":
-        body = jax.checkpoint(body, prevent_cse=False, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
-    x, _ = jax.lax.scan(body, x, layer_state)
-    if last is not None:
-        if not 1 <= last <= t:
-            raise ValueError(f"last={last} must be in [1, T={t}]")
-        x = x[:, t - last :]
-    return model.norm(x)
+    return model.hidden_states(input_ids, positions, attention_mask, last=last, remat=remat)
 
 
 def head_weight(model: Any) -> tuple[jax.Array, bool]:

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxlake.config import ConfigError
+from llm.attention import ATTENTION_IMPLS, causal_attention, grouped_attention
 
 #: Supported parameter / compute dtypes, by name.
 DTYPES: dict[str, Any] = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -43,6 +44,14 @@ _SMALL_HEAD_ROWS = 64
 
 #: Standard deviation of the normal initialiser (``initializer_range`` in transformers).
 INIT_STD = 0.02
+
+#: Rematerialisation of the decoder layers in the forward without a cache (what the backward
+#: pass keeps; :meth:`Qwen3ForCausalLM.hidden_states`): ``"none"`` every intermediate of every
+#: layer; ``"full"`` only each layer's input, the layer is recomputed in the backward pass
+#: (about one extra forward, ~1.33x the FLOPs of forward + backward); ``"save_matmuls"`` each
+#: layer's matmul outputs without a batch dimension (the projections) are kept, the rest
+#: (norms, RoPE, attention, activations) recomputed.
+REMAT_POLICIES = ("none", "full", "save_matmuls")
 
 _INT_FIELDS = (
     "vocab_size",
@@ -63,6 +72,13 @@ class Qwen3Config:
     Frozen (hashable) so it can live in a module's static graph. ``param_dtype`` is the
     storage dtype of the weights, ``dtype`` the compute dtype; both are ``"float32"`` or
     ``"bfloat16"``. Logits are always returned in float32.
+
+    ``attention_impl`` (one of :data:`llm.attention.ATTENTION_IMPLS`) is how the forward
+    without a KV cache (training, scoring) computes attention: ``"xla"`` the dense scores,
+    ``"chunked"`` tiles with an online softmax (no ``[B, heads, T, T]`` buffer), ``"cudnn"``
+    cuDNN's fused kernel (NVIDIA GPUs, 16-bit compute), ``"auto"`` cuDNN where it applies and
+    chunked elsewhere. The cached (decode) path always uses the dense grouped attention. It
+    changes no architecture field and is not written to ``config.json``.
     """
 
     vocab_size: int
@@ -81,6 +97,7 @@ class Qwen3Config:
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     pad_token_id: int | None = None
+    attention_impl: str = "auto"
 
     def __post_init__(self) -> None:
         for name in _INT_FIELDS:
@@ -105,6 +122,8 @@ class Qwen3Config:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ConfigError(f"{name}={value!r} must be None or an integer >= 0")
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ConfigError(f"attention_impl={self.attention_impl!r} not in {ATTENTION_IMPLS}")
 
     # ----------------------------------------------------------------- derived values
     @property
@@ -339,6 +358,7 @@ class Attention(nnx.Module):
         self.num_heads = c.num_attention_heads
         self.num_kv_heads = c.num_key_value_heads
         self.head_dim = c.head_dim
+        self.attention_impl = c.attention_impl
         self.q_proj = _linear(c.hidden_size, c.num_attention_heads * c.head_dim, c, rngs)
         self.k_proj = _linear(c.hidden_size, c.num_key_value_heads * c.head_dim, c, rngs)
         self.v_proj = _linear(c.hidden_size, c.num_key_value_heads * c.head_dim, c, rngs)
@@ -355,8 +375,12 @@ class Attention(nnx.Module):
         cache_kv: tuple[jax.Array, jax.Array, jax.Array] | None,
         index: jax.Array | None,
         kv_len: int | None = None,
+        key_mask: jax.Array | None = None,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
         """``x [B, T, H]``; ``allowed [B, T, K]`` (K = T without cache, ``kv_len`` with one).
+
+        Without a cache, ``allowed=None`` and ``key_mask [B, T]`` (False on padding) select
+        causal self-attention by the config's ``attention_impl`` (:mod:`llm.attention`).
 
         With a cache, ``cache_kv = (k_all, v_all, layer)``: the *whole* stacked cache
         ``[L, B, S, kv, d]`` and this layer's index. The new keys/values are written in place
@@ -383,27 +407,11 @@ class Attention(nnx.Module):
             k = jax.lax.dynamic_slice(k_all, read, size)[0].astype(q.dtype)
             v = jax.lax.dynamic_slice(v_all, read, size)[0].astype(q.dtype)
             new_kv = (k_all, v_all)
-        out = grouped_attention(q, k, v, allowed, self.num_kv_heads)
+        if allowed is None:
+            out = causal_attention(q, k, v, key_mask, impl=self.attention_impl)
+        else:
+            out = grouped_attention(q, k, v, allowed, self.num_kv_heads)
         return self.o_proj(out.reshape(b, t, self.num_heads * self.head_dim)), new_kv
-
-
-def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Array, num_kv_heads: int) -> jax.Array:
-    """Grouped-query attention without repeating keys/values.
-
-    ``q [B, T, heads, d]``, ``k, v [B, K, kv, d]``, ``allowed [B, T, K]`` bool. The query heads
-    are viewed as ``[kv, heads / kv]`` groups so each key/value head is read once; scores and
-    softmax in float32, masked scores at ``finfo(float32).min`` (as transformers' eager path).
-    Returns ``[B, T, heads, d]`` in ``v``'s dtype.
-    """
-    b, t, heads, d = q.shape
-    groups = heads // num_kv_heads
-    qg = q.reshape(b, t, num_kv_heads, groups, d)
-    scores = jnp.einsum("btngd,bsnd->bngts", qg, k, preferred_element_type=jnp.float32)
-    scores = scores * (d**-0.5)
-    scores = jnp.where(allowed[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bngts,bsnd->btngd", probs, v)
-    return out.reshape(b, t, heads, d)
 
 
 class MLP(nnx.Module):
@@ -429,8 +437,8 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, param_dtype=c.jnp_param_dtype)
         self.mlp = MLP(c, rngs=rngs)
 
-    def __call__(self, x, cos, sin, allowed, cache_kv, index, kv_len=None):
-        h, new_kv = self.self_attn(self.input_layernorm(x), cos, sin, allowed, cache_kv, index, kv_len)
+    def __call__(self, x, cos, sin, allowed, cache_kv, index, kv_len=None, key_mask=None):
+        h, new_kv = self.self_attn(self.input_layernorm(x), cos, sin, allowed, cache_kv, index, kv_len, key_mask)
         x = x + h
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, new_kv
@@ -487,6 +495,61 @@ class Qwen3ForCausalLM(nnx.Module):
             index=jnp.zeros((), jnp.int32),
         )
 
+    def _layer_scan(self, x: jax.Array, cos: jax.Array, sin: jax.Array, key_mask: jax.Array, remat: str) -> jax.Array:
+        """The decoder layers without a cache: one ``lax.scan`` over the stacked weights, the
+        body wrapped in ``jax.checkpoint`` with the ``remat`` policy (:data:`REMAT_POLICIES`)."""
+        graphdef, layer_state = nnx.split(self.layers)
+
+        def body(h, state):
+            h, _ = nnx.merge(graphdef, state)(h, cos, sin, None, None, None, None, key_mask)
+            return h, None
+
+        if remat == "full":
+            body = jax.checkpoint(body, prevent_cse=False)
+        elif remat == "save_matmuls":
+            body = jax.checkpoint(body, prevent_cse=False, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+        elif remat != "none":
+            raise ValueError(f"remat={remat!r} not in {REMAT_POLICIES}")
+        x, _ = jax.lax.scan(body, x, layer_state)
+        return x
+
+    def hidden_states(
+        self,
+        input_ids: jax.Array,
+        positions: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        *,
+        last: int | None = None,
+        remat: str = "none",
+    ) -> jax.Array:
+        """Final (normed) hidden states ``[B, last or T, H]`` in the compute dtype: the causal
+        forward without a cache and without the LM head (what :meth:`__call__` computes before
+        the head; the training log-probs apply the head chunk by chunk, :mod:`llm.logprobs`).
+
+        ``positions`` / ``attention_mask`` as in :meth:`__call__` (defaults ``arange(T)`` / all
+        True); ``last=k`` keeps the last ``k`` positions (before the final norm, like
+        ``logits_to_keep``); ``remat`` (one of :data:`REMAT_POLICIES`) wraps the layer-scan body
+        in ``jax.checkpoint``: same values and gradients, less memory for the backward pass.
+        """
+        if remat not in REMAT_POLICIES:
+            raise ValueError(f"remat={remat!r} not in {REMAT_POLICIES}")
+        c = self.config
+        chex.assert_rank(input_ids, 2)
+        b, t = input_ids.shape
+        if last is not None and not (isinstance(last, int) and 1 <= last <= t):
+            raise ValueError(f"last={last!r} must be an int in [1, T={t}]")
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        if attention_mask is None:
+            attention_mask = jnp.ones((b, t), bool)
+        chex.assert_shape([positions, attention_mask], (b, t))
+        cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta)
+        x = self.embed_tokens(input_ids.astype(jnp.int32)).astype(c.jnp_dtype)
+        x = self._layer_scan(x, cos, sin, attention_mask.astype(bool), remat)
+        if last is not None:
+            x = x[:, t - last :]
+        return self.norm(x)
+
     def __call__(
         self,
         input_ids: jax.Array,
@@ -534,8 +597,7 @@ class Qwen3ForCausalLM(nnx.Module):
         attention_mask = attention_mask.astype(bool)
 
         if cache is None:
-            causal = jnp.tril(jnp.ones((t, t), bool))
-            allowed = causal[None] & attention_mask[:, None, :]
+            allowed = None  # causal + attention_mask, by config.attention_impl (llm.attention)
         else:
             chex.assert_shape(cache.k, (c.num_hidden_layers, b, None, c.num_key_value_heads, c.head_dim))
             capacity = cache.k.shape[2]
@@ -560,18 +622,12 @@ class Qwen3ForCausalLM(nnx.Module):
             for i, state in enumerate(layer_states):
                 layer = nnx.merge(graphdef, state)
                 if cache is None:
-                    x, _ = layer(x, cos, sin, allowed, None, None)
+                    x, _ = layer(x, cos, sin, None, None, None, None, attention_mask)
                 else:
                     kv = (k_new, v_new, jnp.asarray(i, jnp.int32))
                     x, (k_new, v_new) = layer(x, cos, sin, allowed, kv, start, span)
         elif cache is None:
-
-            def body(h, state):
-                layer = nnx.merge(graphdef, state)
-                h, _ = layer(h, cos, sin, allowed, None, None)
-                return h, None
-
-            x, _ = jax.lax.scan(body, x, layer_state)
+            x = self._layer_scan(x, cos, sin, attention_mask, "none")
         else:
 
             def cached_body(carry, xs):
