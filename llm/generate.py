@@ -285,17 +285,10 @@ def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, to
     layers = model.layer_states() if unroll_layers else None
 
     def choose(step, logits):
-        logits = logits.astype(jnp.float32)
-        if greedy:
-            tok = sampling.greedy(logits)
-        else:
-            warped = sampling.top_k_filter(logits / temperature, top_k)
-            if use_top_p:
-                warped = sampling.top_p_filter(warped, top_p)
-            tok = jax.random.categorical(jax.random.fold_in(key, step), warped, axis=-1).astype(jnp.int32)
-        # log_softmax at one id: logit - logsumexp (no [B, V] log-prob array)
-        picked = jnp.take_along_axis(logits, tok[:, None], axis=-1)[:, 0]
-        return tok, picked - jax.nn.logsumexp(logits, axis=-1)
+        # one arg-max over the vocabulary (filters as a per-row threshold from a bounded
+        # candidate set); the log-prob is logit - logsumexp (no [B, V] log-prob array)
+        return sampling.choose_tokens(jax.random.fold_in(key, step), logits, greedy=greedy, temperature=temperature,
+                                      top_k=top_k, top_p=top_p, use_top_p=use_top_p)
 
     def is_eos(tok):
         return jnp.any(tok[:, None] == eos[None, :], axis=-1)

@@ -131,6 +131,43 @@ def test_samples_stay_in_top_k(seed, k):
     assert (np.take_along_axis(rank, toks[:, None], axis=-1) < k).all()
 
 
+def _reference_draw(key, logits, temperature, top_k, top_p):
+    """The specification: the filters over the whole vocabulary, then ``categorical``."""
+    warped = sampling.filter_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    return jax.random.categorical(key, warped, axis=-1)
+
+
+@pytest.mark.parametrize("vocab,scale,top_k,top_p", [
+    (300, 4.0, 0, 1.0),  # unfiltered
+    (300, 4.0, 5, 1.0),  # top-k from k + 1 candidates
+    (300, 4.0, 0, 0.9),  # peaked: every nucleus inside the TOP_P_CANDIDATES
+    (600, 0.2, 0, 0.9),  # flat: nuclei wider than the candidates -> full-sort fallback
+    (300, 4.0, 7, 0.8),  # top-p within top-k
+])
+def test_choose_tokens_draws_the_reference_tokens(vocab, scale, top_k, top_p):
+    """The sampling head draws exactly the tokens of the full-vocabulary filters followed by
+    ``jax.random.categorical`` for the same key (so the distribution is unchanged), and reports
+    the raw-model log-prob of each; both the candidate path and its fallback are covered."""
+    logits = scale * jax.random.normal(jax.random.PRNGKey(vocab), (48, vocab))
+    temperature = 0.7
+    scaled = logits / temperature
+    if top_p < 1.0 and top_k == 0:
+        _, exact = sampling._threshold_candidates(scaled, 0, jnp.float32(top_p), True)
+        assert bool(jnp.all(exact)) == (scale > 1.0)  # which path this case exercises
+    head = jax.jit(lambda k, x: sampling.choose_tokens(k, x, greedy=False, temperature=jnp.float32(temperature),
+                                                       top_k=top_k, top_p=jnp.float32(top_p), use_top_p=top_p < 1))
+    reference = jax.jit(lambda k, x: _reference_draw(k, x, temperature, top_k, top_p))
+    for seed in range(2):
+        key = jax.random.PRNGKey(seed)
+        tok, logp = head(key, logits)
+        want = reference(key, logits)
+        np.testing.assert_array_equal(np.asarray(tok), np.asarray(want))
+        full = jax.nn.log_softmax(logits, axis=-1)
+        np.testing.assert_allclose(np.asarray(logp), np.asarray(full[jnp.arange(48), tok]), atol=1e-5)
+    greedy_tok, _ = sampling.choose_tokens(None, logits, greedy=True)
+    np.testing.assert_array_equal(np.asarray(greedy_tok), np.asarray(jnp.argmax(logits, -1)))
+
+
 def test_sampling_validation_names_the_field():
     with pytest.raises(ValueError, match="top_p=1.5"):
         GenerationConfig(top_p=1.5)
