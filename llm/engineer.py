@@ -10,13 +10,43 @@ editable fields with their allowed values (a :class:`jaxlake.engineers.ConfigSpa
 **Constrained decoding** (``decoding: constrained``, the default of the local backends)
 writes the JSON object itself and lets the model choose only the values: for each editable
 field in :data:`jaxlake.engineers.FIELD_ORDER`, the allowed values that still admit a valid
-config given the earlier choices (:meth:`ConfigSpace.choices`) are scored by the model's
-log-probability of their text continuation (the value and the delimiter that follows it,
-so ``1`` and ``12`` are told apart) and the best is taken (``temperature: 0``) or one is
-sampled from ``softmax(score / temperature)``. With ``max_components > 1`` the model also
-chooses each component's weight and whether another component follows, giving a weighted
-mixture. The result is valid by construction, so even a random model yields a valid config.
+config given the earlier choices (:meth:`ConfigSpace.choices`) are scored
+(:func:`choice_logprobs`) and the best is taken (``temperature: 0``) or one is sampled from
+``softmax(score / temperature)``. With ``max_components > 1`` the model also chooses each
+component's weight and whether another component follows, giving a weighted mixture. The
+result is valid by construction, so even a random model yields a valid config.
 ``decoding: free`` samples text instead and relies on validation and retries.
+
+**A choice does not depend on how many tokens a value takes.** Each candidate is the value's
+text and the delimiter that follows it (so ``1`` and ``12`` are told apart); the candidates'
+token sequences form a trie. At every node where the candidates branch, the model's
+probabilities of the allowed next tokens are compared with their mean, and a value's score
+is the sum over the branch points on its path of ``log(p(token) / mean_allowed p)``; the
+choice distribution is ``softmax`` of these scores. In other words, the model's distribution
+restricted to the candidates (renormalised over the allowed tokens at each branch point,
+``R(v)``) is divided by what a model with no preference would give under the same
+restriction (``U(v)``, the product of ``1/branches``), then normalised over the candidates:
+``Q(v) ∝ R(v) / U(v)``. Why this one:
+
+* an **indifferent model** (every token equally likely) gets ``R = U``, so every score is 0
+  and every allowed value is equally likely, by construction and whatever the tokenizer; this
+  is the only fixed, model-independent reweighting of ``R`` with that property;
+* tokens that do not branch (``5`` after ``0.2`` when ``0.25`` is the only value there, the
+  delimiter after a value) add exactly 0: a value's length in tokens never matters. The sum
+  of token log-probs (the former score) charged every such token about ``log V`` (V the
+  vocabulary), so ``0.25``, ``0.75``, two-digit heights, fractional weights and a second
+  mixture component were never chosen; plain per-token averaging or a ``+ log V`` per token
+  would still reward or punish the length of a value whose tokens a real model predicts
+  with confidence;
+* a **real model** keeps its preferences: between values with the same branch structure
+  (``0.25``, ``0.5``, ``0.75``) the odds are exactly the model's own, and elsewhere they are
+  the model's odds times the fixed ratio of branch counts. The price of the correction: a
+  model that spreads its mass evenly over the continuations of a prefix (``0.`` then any
+  digit) is read as indifferent among them, not as disliking each.
+
+The model runs once per choice (teacher-forced, all candidates in one batch,
+:class:`ChoiceScorer`): every allowed token at a branch point is some candidate's next token,
+so its probability is read from that candidate's row.
 
 Every backend runs :func:`jaxlake.engineers.propose_with_retries`: parse, validate
 (``LakeConfig`` and :func:`jaxlake.engineers.check_in_space`: allowed values, fixed fields,
@@ -248,7 +278,8 @@ def _score_prefix(graphdef, state, ctx_ids, ctx_mask, *, capacity):
 
 
 def _score_suffixes(graphdef, state, last, cache, n_ctx, suf_ids, suf_mask):
-    """Summed log-probs ``[R]`` of right-padded suffixes ``[R, S]`` after the cached context."""
+    """Per-token log-probs ``[R, S]`` (0 on padding) of right-padded suffixes ``[R, S]`` after
+    the cached context."""
     import jax
     import jax.numpy as jnp
     from flax import nnx
@@ -263,7 +294,7 @@ def _score_suffixes(graphdef, state, last, cache, n_ctx, suf_ids, suf_mask):
     first = jnp.broadcast_to(last[:, None, :], (rows, 1, last.shape[-1]))
     pred = jnp.concatenate([first, logits[:, :-1]], axis=1).astype(jnp.float32)
     logp = jnp.take_along_axis(jax.nn.log_softmax(pred, axis=-1), suf_ids[..., None], axis=-1)[..., 0]
-    return jnp.sum(jnp.where(suf_mask, logp, 0.0), axis=-1)
+    return jnp.where(suf_mask, logp, 0.0)
 
 
 _JITTED: dict = {}
@@ -278,16 +309,67 @@ def _jitted():
     return _JITTED["prefix"], _JITTED["suffix"]
 
 
+def choice_logprobs(sequences: Sequence[Sequence[int]], token_logprobs: Sequence[Sequence[float]]) -> np.ndarray:
+    """Log-probabilities ``[n]`` of choosing each of ``n`` candidates, independent of their
+    lengths in tokens (the rule and why: the module doc).
+
+    Args:
+      sequences: each candidate's token ids after the context the candidates share; no
+        sequence may equal or be a prefix of another (a delimiter after each value ensures it).
+      token_logprobs: the model's log-prob of each of those tokens given the context and the
+        candidate's earlier tokens (same lengths as ``sequences``).
+
+    Returns:
+      ``log Q`` with ``logsumexp == 0``, where ``Q(v) ∝ R(v) / U(v)``: ``R`` is the model's
+      distribution renormalised over the allowed tokens at each branch point of the
+      candidates' token trie and ``U`` the same for a model with no preference. Equivalently a
+      value's unnormalised score is the sum over the branch points on its path of
+      ``log p(token) - log mean(p(allowed tokens))``. Tokens where the candidates do not branch
+      add 0, and a model that gives every token the same probability gets ``Q`` uniform.
+    """
+    seqs = [tuple(int(t) for t in s) for s in sequences]
+    logps = [np.asarray(lp, dtype=np.float64).reshape(-1) for lp in token_logprobs]
+    n = len(seqs)
+    if n == 0:
+        raise ValueError("choice_logprobs: no candidates")
+    if len(logps) != n or any(len(lp) != len(s) for lp, s in zip(logps, seqs)):
+        raise ValueError("choice_logprobs: token_logprobs must match sequences in number and lengths")
+    score = np.zeros(n)
+    stack = [(list(range(n)), 0)]  # (candidates sharing the first `depth` tokens, depth)
+    while stack:
+        group, depth = stack.pop()
+        if len(group) == 1:
+            continue
+        ended = [i for i in group if len(seqs[i]) == depth]
+        if ended:
+            other = next(i for i in group if i != ended[0])
+            raise ValueError(f"choice_logprobs: candidate {ended[0]}'s tokens {list(seqs[ended[0]])} are a prefix of "
+                             f"candidate {other}'s {list(seqs[other])}; end each candidate with a delimiter")
+        children: dict[int, list[int]] = {}
+        for i in group:
+            children.setdefault(seqs[i][depth], []).append(i)
+        if len(children) > 1:
+            branch = list(children.values())
+            # the allowed next tokens' log-probs, each read from the first candidate that takes it
+            lp = np.array([logps[b[0]][depth] for b in branch])
+            mean = np.logaddexp.reduce(lp) - math.log(len(branch))
+            for b, x in zip(branch, lp):
+                score[b] += x - mean
+        stack.extend((b, depth + 1) for b in children.values())
+    return score - np.logaddexp.reduce(score)
+
+
 class ChoiceScorer:
-    """Log-probabilities of candidate continuations of a text under a causal LM.
+    """Length-unbiased choice among candidate continuations of a text under a causal LM.
 
     For a prefix ``P`` and candidates ``C_i`` every ``P + C_i`` is tokenized; the tokens
-    after the longest token prefix that the tokenized ``P`` shares with all of them are
-    scored given that shared context. The context runs once (batch 1, left-padded to a
-    multiple of ``length_bucket``) into a KV cache; all candidates' suffixes then run in one
-    batch of ``max(rows, next power of two)`` rows on that cache. Jitted functions are shared
-    by every scorer (the model's graph is a static argument), so a model architecture
-    compiles once per context bucket.
+    after the longest token prefix that the tokenized ``P`` shares with all of them
+    (:meth:`split`) are scored given that shared context (:meth:`token_logprobs`) and turned
+    into the choice distribution by :func:`choice_logprobs` (:meth:`scores`). The context runs
+    once (batch 1, left-padded to a multiple of ``length_bucket``) into a KV cache; all
+    candidates' suffixes then run in one batch of ``max(rows, next power of two)`` rows on
+    that cache. Jitted functions are shared by every scorer (the model's graph is a static
+    argument), so a model architecture compiles once per context bucket.
     """
 
     def __init__(self, model: Any, tokenizer: Any, length_bucket: int = 256, suffix_bucket: int = 16, rows: int = 64):
@@ -302,22 +384,30 @@ class ChoiceScorer:
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text (one batched tokenizer call)."""
+        return [list(x) for x in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
     def count(self, text: str) -> int:
         return len(self.encode(text))
 
-    def scores(self, prefix: str, candidates: Sequence[str]) -> np.ndarray:
-        """``[len(candidates)]`` summed log-probs of each candidate after ``prefix``."""
-        prefix_fn, suffix_fn = _jitted()
-        base = self.encode(prefix)
-        full = [self.encode(prefix + c) for c in candidates]
+    def split(self, prefix: str, candidates: Sequence[str]) -> tuple[list[int], list[list[int]]]:
+        """``(context, suffixes)``: the token ids every ``prefix + candidate`` shares with the
+        tokenized prefix, and each candidate's own tokens after them (at least one each; with
+        nothing shared the context is one pad token and the suffixes are the whole texts)."""
+        base, *full = self.encode_many([prefix] + [prefix + c for c in candidates])
         shared = min(_lcp(base, f) for f in full)
         # every candidate must keep at least one token of its own to be scored
         shared = min(shared, min(len(f) for f in full) - 1)
         if shared <= 0:  # nothing shared: condition on a pad token
-            context, suffixes = [self.pad_id], full
-        else:
-            context, suffixes = base[:shared], [f[shared:] for f in full]
-        n = len(candidates)
+            return [self.pad_id], full
+        return base[:shared], [f[shared:] for f in full]
+
+    def token_logprobs(self, context: Sequence[int], suffixes: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """The model's log-prob of each suffix token given ``context`` and the suffix's earlier
+        tokens: one array per suffix."""
+        prefix_fn, suffix_fn = _jitted()
+        n = len(suffixes)
         rows = max(self.rows, _pow2(n))
         plen = _bucket(len(context), self.length_bucket)
         slen = _bucket(max(len(x) for x in suffixes), self.suffix_bucket)
@@ -331,8 +421,16 @@ class ChoiceScorer:
             c_ids[i, : len(x)] = x
             c_mask[i, : len(x)] = True
         last, cache = prefix_fn(self.graphdef, self.state, p_ids, p_mask, capacity=plen + slen)
-        out = suffix_fn(self.graphdef, self.state, last, cache, np.int32(len(context)), c_ids, c_mask)
-        return np.asarray(out)[:n]
+        out = np.asarray(suffix_fn(self.graphdef, self.state, last, cache, np.int32(len(context)), c_ids, c_mask))
+        return [out[i, : len(x)] for i, x in enumerate(suffixes)]
+
+    def scores(self, prefix: str, candidates: Sequence[str]) -> np.ndarray:
+        """``[len(candidates)]`` log-probabilities of choosing each candidate after ``prefix``
+        (:func:`choice_logprobs`: length-unbiased, uniform for an indifferent model)."""
+        if len(candidates) == 1:
+            return np.zeros(1)
+        context, suffixes = self.split(prefix, candidates)
+        return choice_logprobs(suffixes, self.token_logprobs(context, suffixes))
 
 
 def _choose(scores: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
@@ -356,7 +454,8 @@ def constrained_json(
     """Write a proposal JSON after ``prefix`` choosing only values (see the module doc).
 
     Args:
-      score: ``score(text, candidates) -> [n] log-probs`` (e.g. :meth:`ChoiceScorer.scores`).
+      score: ``score(text, candidates) -> [n]`` choice log-probs (e.g. :meth:`ChoiceScorer.scores`,
+        length-unbiased; ``temperature: 1`` then samples exactly that distribution).
       prefix: the chat prompt up to the assistant's answer.
       space: the allowed values and constraints.
       rng: numpy generator for sampling (unused when ``temperature == 0``).

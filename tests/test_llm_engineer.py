@@ -19,6 +19,7 @@ from llm.engineer import (
     PolicyEngineer,
     build_user_prompt,
     chat_text,
+    choice_logprobs,
     constrained_json,
     fit_user_prompt,
 )
@@ -48,9 +49,11 @@ def test_scores_match_direct_forward(tokenizer, scorers):
     scorer = scorers[0]
     model = nnx.merge(scorer.graphdef, scorer.state)
     prefix, cands = '<|im_start|>user\nPropose.<|im_end|>\n<|im_start|>assistant\n{"height": ', ["4, ", "12, ", '"x"}']
-    got = scorer.scores(prefix, cands)
+    context, suffixes = scorer.split(prefix, cands)
+    got = scorer.token_logprobs(context, suffixes)
     base = scorer.encode(prefix)
     fulls = [scorer.encode(prefix + c) for c in cands]
+    assert [context + x for x in suffixes] == fulls
 
     def lcp(a, b):
         i = 0
@@ -66,9 +69,27 @@ def test_scores_match_direct_forward(tokenizer, scorers):
     ids = jnp.asarray([f + [0] * (width - len(f)) for f in fulls])
     logits, _ = model(ids)
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    assert len(context) == shared
     for b, (f, g) in enumerate(zip(fulls, got)):
-        want = sum(float(logp[b, t - 1, f[t]]) for t in range(shared, len(f)))
-        assert g == pytest.approx(want, abs=1e-4)
+        want = [float(logp[b, t - 1, f[t]]) for t in range(shared, len(f))]
+        np.testing.assert_allclose(g, want, atol=1e-4)
+    # the choice distribution is built from exactly these token log-probs
+    np.testing.assert_allclose(scorer.scores(prefix, cands), choice_logprobs(suffixes, got), atol=1e-6)
+
+
+def test_a_model_with_a_zeroed_output_chooses_uniformly(tokenizer, scorers):
+    """Every logit 0 (every token equally likely): each candidate set, whatever its values'
+    lengths in tokens, gets exactly the uniform choice distribution (issue 13 item 1; the
+    graph of ``scorers``, so nothing new compiles)."""
+    model = nnx.merge(scorers[0].graphdef, scorers[0].state, copy=True)
+    model.norm.weight[...] = jnp.zeros_like(model.norm.weight[...])
+    scorer = ChoiceScorer(model, tokenizer)
+    prefix = chat_text(tokenizer, "You design environments.", "Propose a config.") + '{"mixture": [{"weight": '
+    for cands in (["0.25, ", "0.5, ", "0.75, ", "1.0, "], [f"{h}, " for h in range(2, 13)],
+                  ["null}", "1}", "12}", "32}"], ["]}", ', {"weight": ']):
+        context, suffixes = scorer.split(prefix, cands)
+        assert len({len(x) for x in suffixes}) > 1  # the former summed score differed by ~log V a token
+        np.testing.assert_allclose(scorer.scores(prefix, cands), np.full(len(cands), -np.log(len(cands))), atol=1e-5)
 
 
 SPACES = [
