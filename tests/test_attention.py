@@ -1,0 +1,150 @@
+"""Attention kernels (llm/attention.py): the chunked (flash-style) and fused paths against the
+dense reference, values and gradients, with left padding and grouped-query heads; the chunked
+backward holds no [B, heads, T, T] buffer; implementation names and their resolution."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxlake.config import ConfigError
+from llm import attention as att
+from llm.generate import left_pad_positions
+from llm.model import Qwen3Config, Qwen3ForCausalLM
+
+B, T, HEADS, KV, D = 3, 11, 4, 2, 8
+PADS = np.array([0, 3, 10])  # row 2 keeps one real token
+
+
+def inputs(dtype=jnp.float32, seed: int = 0):
+    rng = np.random.RandomState(seed)
+    q, k, v = (jnp.asarray(rng.randn(B, T, n, D), dtype) for n in (HEADS, KV, KV))
+    key_mask = jnp.asarray(np.arange(T)[None, :] >= PADS[:, None])
+    # A loss on real query rows only (padding rows are meaningless in every implementation).
+    cot = jnp.asarray(rng.randn(B, T, HEADS, D), jnp.float32) * key_mask[:, :, None, None]
+    return q, k, v, key_mask, cot
+
+
+def dense(q, k, v, key_mask):
+    return att.causal_attention(q, k, v, key_mask, impl="xla")
+
+
+def values_and_grads(fn, q, k, v, key_mask, cot):
+    def loss(q, k, v):
+        out = fn(q, k, v, key_mask)
+        return jnp.sum(out.astype(jnp.float32) * cot), out
+
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+    return out, grads
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The inputs and the dense path's outputs and gradients (computed once)."""
+    q, k, v, key_mask, cot = inputs()
+    return (q, k, v, key_mask, cot), values_and_grads(dense, q, k, v, key_mask, cot)
+
+
+@pytest.mark.parametrize("q_block,k_block", [(4, 3), (2, 5)])
+def test_chunked_equals_dense_values_and_gradients(reference, q_block, k_block):
+    """Tiles that do not divide T (padded keys) and unequal query/key tiles, either larger:
+    the same outputs on real rows and the same gradients (one tile: the model test)."""
+    (q, k, v, key_mask, cot), (ref_out, ref_grads) = reference
+
+    def chunked(q, k, v, m):
+        return att.chunked_attention(q, k, v, m, q_block=q_block, k_block=k_block)
+
+    out, grads = values_and_grads(chunked, q, k, v, key_mask, cot)
+    real = np.asarray(key_mask)
+    np.testing.assert_allclose(np.asarray(out)[real], np.asarray(ref_out)[real], atol=2e-6)
+    assert not np.asarray(out)[~real].any()  # rows that see no key: zeros, no NaN
+    for name, a, b in zip("qkv", grads, ref_grads):
+        np.testing.assert_allclose(a, b, atol=5e-6, err_msg=f"d{name}")
+
+
+def test_chunked_bfloat16_is_close_to_dense():
+    q, k, v, key_mask, _ = inputs(jnp.bfloat16, seed=1)
+    out = jax.jit(lambda *a: att.chunked_attention(*a, q_block=4, k_block=4))(q, k, v, key_mask)
+    assert out.dtype == jnp.bfloat16
+    real = np.asarray(key_mask)
+    ref = np.asarray(jax.jit(dense)(q, k, v, key_mask), np.float32)
+    np.testing.assert_allclose(np.asarray(out, np.float32)[real], ref[real], atol=3e-2)
+
+
+def test_fused_attention_masks_like_dense(reference):
+    """The cuDNN path's masking and head layout, through jax.nn.dot_product_attention's XLA
+    implementation (cuDNN itself needs an NVIDIA GPU)."""
+    (q, k, v, key_mask, cot), (ref_out, ref_grads) = reference
+
+    def fused(q, k, v, m):
+        return att.fused_attention(q, k, v, m, implementation="xla")
+
+    out, grads = values_and_grads(fused, q, k, v, key_mask, cot)
+    real = np.asarray(key_mask)
+    np.testing.assert_allclose(np.asarray(out)[real], np.asarray(ref_out)[real], atol=2e-6)
+    for a, b in zip(grads, ref_grads):
+        np.testing.assert_allclose(a, b, atol=5e-6)
+
+
+def test_chunked_backward_holds_no_full_score_buffer():
+    """XLA's memory analysis of the chunked gradient stays far below one [B, heads, T, T]
+    float32 buffer, which the dense gradient needs several of."""
+    b, t, heads, kv, d = 1, 1024, 4, 2, 8
+    sds = jax.ShapeDtypeStruct
+    args = (sds((b, t, heads, d), jnp.float32), sds((b, t, kv, d), jnp.float32), sds((b, t, kv, d), jnp.float32),
+            sds((b, t), jnp.bool_))
+
+    def temp_bytes(fn):
+        grad = jax.jit(jax.grad(lambda q, k, v, m: jnp.sum(fn(q, k, v, m)), argnums=(0, 1, 2)))
+        return grad.lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+    scores = b * heads * t * t * 4
+    chunked = temp_bytes(lambda q, k, v, m: att.chunked_attention(q, k, v, m, q_block=128, k_block=128))
+    assert chunked < scores / 4, (chunked, scores)
+    assert temp_bytes(dense) > scores  # the reference does hold them: the check can fail
+
+
+def test_implementation_names():
+    assert att.resolve_impl("auto", jnp.bfloat16, backend="cpu") == "chunked"
+    assert att.resolve_impl("auto", jnp.bfloat16, backend="gpu") == "cudnn"
+    assert att.resolve_impl("auto", jnp.float32, backend="gpu") == "chunked"  # cuDNN has no float32 kernel
+    assert att.resolve_impl("auto", jnp.bfloat16, backend="tpu") == "chunked"
+    assert att.resolve_impl("xla", jnp.bfloat16, backend="gpu") == "xla"
+    with pytest.raises(ValueError, match="attention_impl='flash'"):
+        att.resolve_impl("flash", jnp.float32)
+    with pytest.raises(ValueError, match="q_block=0"):
+        att.chunked_attention(*inputs()[:4], q_block=0)
+    cfg = Qwen3Config(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, head_dim=4)
+    with pytest.raises(ConfigError, match="attention_impl='flash'"):
+        dataclasses.replace(cfg, attention_impl="flash")
+    assert "attention_impl" not in cfg.to_hf_dict()
+    assert Qwen3Config.from_dict(cfg.to_dict()) == cfg
+
+
+def test_model_logits_equal_across_implementations():
+    """The model's forward without a cache gives the same logits on real tokens with
+    attention_impl chunked (one tile) and xla. (Random weights are filled in from numpy into
+    the abstract model: building a model runs one compilation per initialiser shape.)"""
+    cfg = Qwen3Config(vocab_size=32, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=8, attention_impl="chunked")
+    rng = np.random.RandomState(3)
+    graphdefs = []
+    for impl in ("chunked", "xla"):
+        abstract = nnx.eval_shape(lambda c=dataclasses.replace(cfg, attention_impl=impl): Qwen3ForCausalLM(c, rngs=nnx.Rngs(0)))
+        graphdef, abstract_state = nnx.split(abstract)
+        graphdefs.append(graphdef)
+    state = jax.tree.map(lambda a: jnp.asarray(0.3 * rng.randn(*a.shape), a.dtype), abstract_state)
+    mask = jnp.asarray(np.arange(9)[None, :] >= np.array([0, 4])[:, None])
+    ids = jnp.asarray(rng.randint(0, 32, (2, 9)), jnp.int32)
+    pos = left_pad_positions(mask)
+    ours, ref = (np.asarray(jax.jit(lambda s, g=g: nnx.merge(g, s)(ids, positions=pos, attention_mask=mask)[0])(state))
+                 for g in graphdefs)
+    real = np.asarray(mask)
+    assert np.abs(ref[real]).max() > 0.1  # a forward that did something
+    np.testing.assert_allclose(ours[real], ref[real], atol=1e-5)
