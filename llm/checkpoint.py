@@ -10,6 +10,12 @@ A checkpoint directory holds numbered steps (``<directory>/<step>/``), each with
 Orbax writes each step to a temporary folder and renames it when complete, so an interrupted
 save leaves no half-written step behind. Saving is synchronous (the call returns when the
 step is on disk).
+
+Sharded state: arrays laid out over a mesh (:mod:`llm.sharding`) are saved shard by shard (no
+device or host gathers a whole parameter). Restoring places every array straight into a
+target sharding given in the abstract tree: the model's current arrays' shardings (restore in
+place), the FSDP layout on ``mesh`` (:func:`llm.sharding.state_shardings`), or one device; so a
+checkpoint saved on one mesh restores onto another mesh or onto a single device (resharding).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import jax
 import orbax.checkpoint as ocp
 from flax import nnx
 
+from llm import sharding as shd
 from llm.model import Qwen3Config, Qwen3ForCausalLM
 
 
@@ -89,8 +96,23 @@ def save_checkpoint(
         return Path(mngr.directory) / str(step)
 
 
-def _abstract(tree: Any) -> Any:
-    return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+def _abstract(tree: Any, shardings: Any = None) -> Any:
+    """``ShapeDtypeStruct`` tree of ``tree`` whose leaves carry the sharding to restore into.
+
+    ``shardings`` (a matching tree, or ``None``) wins; otherwise a ``jax.Array`` leaf keeps its
+    own sharding and any other leaf goes to the first local device.
+    """
+    default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+    def one(x, sharding=None):
+        s = ocp.utils.to_shape_dtype_struct(x)
+        if sharding is None:
+            sharding = getattr(x, "sharding", None) if isinstance(x, jax.Array) else getattr(s, "sharding", None)
+        return jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding or default)
+
+    if shardings is None:
+        return jax.tree.map(one, tree)
+    return jax.tree.map(one, tree, shardings)
 
 
 def restore_checkpoint(
@@ -99,6 +121,8 @@ def restore_checkpoint(
     *,
     step: int | None = None,
     extra: Any = None,
+    mesh: Any = None,
+    extra_shardings: Any = None,
 ) -> Restored:
     """Restore ``step`` (default: the latest) from ``directory``.
 
@@ -108,6 +132,16 @@ def restore_checkpoint(
     initialised optimizer state) that gives the restored extra state its structure and
     dtypes; without one the extra state comes back as saved (nested dicts/lists of arrays),
     and ``None`` if the step has none.
+
+    Where the arrays land (whatever mesh they were saved from):
+
+    * ``mesh`` given: the parameters in the FSDP layout on it
+      (:func:`llm.sharding.state_shardings`); the ``extra`` leaves in ``extra_shardings`` (a
+      tree matching ``extra``) when given, else as :func:`llm.sharding.opt_state_shardings`
+      places parameter-shaped leaves (paths ending with a parameter's path), the rest
+      replicated;
+    * no ``mesh``: the shardings of ``model``'s arrays (in place) and of ``extra``'s
+      ``jax.Array`` leaves (or ``extra_shardings``); everything else on the first local device.
     """
     root = Path(directory)
     if not root.is_dir():
@@ -129,10 +163,14 @@ def restore_checkpoint(
                 raise ValueError(f"model config {model.config} differs from the saved config {config}")
             target = model
         graphdef, abstract_state = nnx.split(target)
-        items = {"model": ocp.args.StandardRestore(_abstract(nnx.to_pure_dict(abstract_state)))}
+        pure = nnx.to_pure_dict(abstract_state)
+        model_shardings = None if mesh is None else shd.state_shardings(pure, mesh)
+        items = {"model": ocp.args.StandardRestore(_abstract(pure, model_shardings))}
         has_extra = (Path(mngr.directory) / str(step) / "extra").exists()
         if has_extra:
-            items["extra"] = ocp.args.StandardRestore(None if extra is None else _abstract(extra))
+            if extra is not None and extra_shardings is None and mesh is not None:
+                extra_shardings = shd.opt_state_shardings(extra, pure, mesh)
+            items["extra"] = ocp.args.StandardRestore(None if extra is None else _abstract(extra, extra_shardings))
         out = mngr.restore(step, args=ocp.args.Composite(**items))
     nnx.replace_by_pure_dict(abstract_state, out["model"])
     if model is None:

@@ -9,6 +9,13 @@ ignored).
 Public entry points: :func:`from_pretrained`, :func:`save_pretrained`; the pieces they are
 built from (:func:`load_config`, :func:`load_model`, :func:`hf_tensor_shapes`,
 :func:`model_to_hf_tensors`) are public too.
+
+Sharded (FSDP) layout: ``from_pretrained(..., mesh=mesh)`` builds every parameter with
+``jax.make_array_from_callback`` in its :func:`llm.sharding.state_shardings` layout; each
+device's callback reads only its own block of the tensor from the safetensors file
+(``get_slice``), so no device, and no host buffer, ever holds the whole model.
+:func:`save_pretrained` of a sharded model gathers one tensor at a time to the host
+(:func:`llm.sharding.to_host`) and writes the same bytes as the unsharded model.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from llm import sharding as shd
 from llm.model import Qwen3Config, Qwen3ForCausalLM
 
 CONFIG_FILE = "config.json"
@@ -152,6 +160,10 @@ class _TensorReader:
     def get(self, name: str) -> np.ndarray:
         return self._handles[self._files[name]].get_tensor(name)
 
+    def get_part(self, name: str, index: tuple[slice, ...]) -> np.ndarray:
+        """The block ``tensor[index]`` read from the file without loading the rest."""
+        return self._handles[self._files[name]].get_slice(name)[index]
+
 
 def _check_tensors(config: Qwen3Config, reader: _TensorReader) -> None:
     expected = hf_tensor_shapes(config)
@@ -183,12 +195,70 @@ def _abstract_model(config: Qwen3Config) -> Qwen3ForCausalLM:
     return nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)))
 
 
-def model_from_hf_tensors(config: Qwen3Config, get: Callable[[str], np.ndarray]) -> Qwen3ForCausalLM:
+def _sharded_tensor(shape: tuple[int, ...], sharding: Any, dtype: Any, name: str | None, layer_name: str | None,
+                    num_layers: int, transpose: bool, read: Callable[[str, tuple[slice, ...]], np.ndarray]) -> jax.Array:
+    """One parameter built block by block: each device's callback reads only its block.
+
+    ``name`` is a global tensor, ``layer_name`` (with ``{i}`` for the layer) a stacked one whose
+    leading axis runs over ``num_layers`` layers; ``transpose`` says the file holds the
+    ``[out, in]`` transpose of the ``[in, out]`` kernel.
+    """
+
+    def block(index: tuple[slice, ...]) -> np.ndarray:
+        index = tuple(index) + (slice(None),) * (len(shape) - len(index))
+        if layer_name is None:
+            inner = index[::-1] if transpose else index
+            arr = np.asarray(read(name, inner))
+            return (arr.T if transpose else arr).astype(dtype, copy=False)
+        rest = index[1:][::-1] if transpose else index[1:]
+        parts = []
+        for i in range(num_layers)[index[0]]:
+            arr = np.asarray(read(layer_name.format(i=i), rest))
+            parts.append((arr.T if transpose else arr).astype(dtype, copy=False))
+        return np.stack(parts)
+
+    return jax.make_array_from_callback(shape, sharding, block)
+
+
+def _model_sharded(config: Qwen3Config, read: Callable[[str, tuple[slice, ...]], np.ndarray], mesh: Any) -> Qwen3ForCausalLM:
+    dtype = np.dtype(config.jnp_param_dtype)
+    graphdef, state = nnx.split(_abstract_model(config))
+    pure = nnx.to_pure_dict(state)
+    shardings = shd.state_shardings(pure, mesh)
+
+    def at(tree: dict, path: tuple[str, ...]) -> Any:
+        for key in path:
+            tree = tree[key]
+        return tree
+
+    out: dict = {}
+    for name, (path, transpose) in _GLOBAL_TENSORS.items():
+        if name == "lm_head.weight" and config.tie_word_embeddings:
+            continue
+        _set_path(out, path, _sharded_tensor(tuple(at(pure, path).shape), at(shardings, path), dtype, name, None, 0,
+                                             transpose, read))
+    for suffix, (path, transpose) in _LAYER_TENSORS.items():
+        full = ("layers",) + path
+        _set_path(out, full, _sharded_tensor(tuple(at(pure, full).shape), at(shardings, full), dtype, None,
+                                             "model.layers.{i}." + suffix, config.num_hidden_layers, transpose, read))
+    nnx.replace_by_pure_dict(state, out)
+    return nnx.merge(graphdef, state)
+
+
+def model_from_hf_tensors(config: Qwen3Config, get: Callable[[str], np.ndarray], *, mesh: Any = None,
+                          get_part: Callable[[str, tuple[slice, ...]], np.ndarray] | None = None) -> Qwen3ForCausalLM:
     """Build a model of ``config`` from HF-named tensors returned by ``get(name)``.
 
     Shapes are not checked here (see :func:`load_model`); tensors are cast to
     ``config.param_dtype``. No random initialisation happens.
+
+    With ``mesh``, every parameter is created in its FSDP layout
+    (:func:`llm.sharding.state_shardings`) block by block; ``get_part(name, index)`` reads one
+    block of a tensor (default: ``get(name)[index]``, which reads the whole tensor first).
     """
+    if mesh is not None:
+        read = get_part if get_part is not None else (lambda name, index: np.asarray(get(name))[index])
+        return _model_sharded(config, read, mesh)
     dtype = config.jnp_param_dtype
     graphdef, state = nnx.split(_abstract_model(config))
     pure: dict = {}
@@ -208,12 +278,14 @@ def model_from_hf_tensors(config: Qwen3Config, get: Callable[[str], np.ndarray])
     return nnx.merge(graphdef, state)
 
 
-def load_model(path: str | os.PathLike, *, dtype: str | None = None, param_dtype: str | None = None) -> Qwen3ForCausalLM:
+def load_model(path: str | os.PathLike, *, dtype: str | None = None, param_dtype: str | None = None,
+               mesh: Any = None) -> Qwen3ForCausalLM:
     """Load the model of a Hugging Face Qwen3 folder (no tokenizer).
 
     ``dtype`` (``"float32"`` / ``"bfloat16"``) sets the compute dtype and, unless
     ``param_dtype`` is given, the parameter dtype too; by default both follow the
-    checkpoint's ``dtype`` in config.json (float16 and unknown become float32).
+    checkpoint's ``dtype`` in config.json (float16 and unknown become float32). ``mesh``: load
+    straight into the FSDP layout on that mesh (each device reads only its blocks).
     """
     import dataclasses
 
@@ -227,7 +299,7 @@ def load_model(path: str | os.PathLike, *, dtype: str | None = None, param_dtype
         config = dataclasses.replace(config, **overrides)
     reader = _TensorReader(weight_files(path))
     _check_tensors(config, reader)
-    return model_from_hf_tensors(config, reader.get)
+    return model_from_hf_tensors(config, reader.get, mesh=mesh, get_part=reader.get_part)
 
 
 def load_tokenizer(path: str | os.PathLike) -> Any:
@@ -249,13 +321,14 @@ def from_pretrained(
     dtype: str | None = None,
     param_dtype: str | None = None,
     tokenizer: bool = True,
+    mesh: Any = None,
 ) -> tuple[Qwen3ForCausalLM, Any]:
     """Load ``(model, tokenizer)`` from a Hugging Face Qwen3 folder, offline.
 
     ``dtype="bfloat16"`` loads in bf16 (see :func:`load_model`); ``tokenizer=False`` skips the
-    tokenizer and returns ``None`` in its place.
+    tokenizer and returns ``None`` in its place; ``mesh`` loads into the FSDP layout on it.
     """
-    model = load_model(path, dtype=dtype, param_dtype=param_dtype)
+    model = load_model(path, dtype=dtype, param_dtype=param_dtype, mesh=mesh)
     if not tokenizer:
         return model, None
     tok = load_tokenizer(path)
@@ -271,7 +344,9 @@ def from_pretrained(
 def model_to_hf_tensors(model: Qwen3ForCausalLM) -> Iterator[tuple[str, np.ndarray]]:
     """Yield ``(hf_name, array)`` for every tensor of the model, in transformers' layout.
 
-    Arrays keep the parameter dtype (bfloat16 arrays are ``ml_dtypes.bfloat16``).
+    Arrays keep the parameter dtype (bfloat16 arrays are ``ml_dtypes.bfloat16``). A sharded
+    parameter is gathered to the host one tensor (one layer's slice) at a time
+    (:func:`llm.sharding.to_host`: works across processes too).
     """
     config = model.config
     pure = nnx.to_pure_dict(nnx.state(model, nnx.Param))
@@ -285,11 +360,11 @@ def model_to_hf_tensors(model: Qwen3ForCausalLM) -> Iterator[tuple[str, np.ndarr
     for name, (path, transpose) in _GLOBAL_TENSORS.items():
         if name == "lm_head.weight" and config.tie_word_embeddings:
             continue
-        arr = np.asarray(jax.device_get(at(path)))
+        arr = shd.to_host(at(path))
         yield name, np.ascontiguousarray(arr.T if transpose else arr)
     for i in range(config.num_hidden_layers):
         for suffix, (path, transpose) in _LAYER_TENSORS.items():
-            arr = np.asarray(jax.device_get(at(("layers",) + path)[i]))
+            arr = shd.to_host(at(("layers",) + path)[i])
             yield f"model.layers.{i}.{suffix}", np.ascontiguousarray(arr.T if transpose else arr)
 
 
