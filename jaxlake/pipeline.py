@@ -294,7 +294,7 @@ def step_train(cfg: Any, k: int, d: Path, mixture: list) -> dict:
 
 
 def _load(cfg: Any, path: Optional[Path]):
-    from llm.train import load_policy
+    from llm.policy import load_policy
 
     return load_policy(cfg_get(cfg, "model"), path)
 

@@ -564,7 +564,7 @@ def write_analysis(model: Any, tokenizer: Any, text: str, thinking_tokens: int, 
     """
     from llm import reasoning
     from llm.generate import GenerationConfig, pad_prompts
-    from llm.train import eos_and_pad
+    from llm.tokenizer import eos_and_pad
 
     eos, pad = eos_and_pad(tokenizer)
     close = reasoning.close_token_id(tokenizer)

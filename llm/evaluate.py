@@ -8,7 +8,7 @@ from the run's model settings), or ``default`` (the embedded untrained model).
 For each decoding mode of the eval config (``greedy``; ``sampled`` with ``num_samples``
 completions per lake at ``temperature``/``top_k``/``top_p``) every suite lake's prompt
 (:mod:`llm.prompts`, the same wording as training) is completed in fixed-shape batches
-(:func:`llm.train.sample_completions`: one compilation per mode), the plans are run in the
+(:func:`llm.completions.sample_completions`: one compilation per mode), the plans are run in the
 simulator and scored per episode (:func:`jaxlake.suite.score_texts`). The **aggregate score**
 of a mode is its mean success over the suite; ``by_dim`` / ``by_cell`` break every metric
 down by the suite's dimensions. Optionally the policy is also evaluated on fresh lakes of the
@@ -64,7 +64,7 @@ def complete(policy, prompter, lakes, *, temperature: float, top_k: int, top_p: 
     """Completions for every lake of a batched ``lakes`` in fixed ``[batch_size, P]`` batches
     (the last batch padded by repeating its first row)."""
     from llm.generate import GenerationConfig
-    from llm.train import sample_completions
+    from llm.completions import sample_completions
 
     ids, mask = prompter.encode(lakes)
     n = ids.shape[0]
@@ -131,7 +131,8 @@ def evaluate_policy(
     """The ``eval.json`` dict of ``policy`` on the suite of ``eval_cfg`` (and on ``current``,
     the training mixture, when given and ``current_env_lakes > 0``)."""
     from llm.prompts import PromptConfig
-    from llm.train import Prompter, env_horizon, sample_lakes
+    from llm.lakes import env_horizon, sample_lakes
+    from llm.prompter import Prompter
 
     t0 = time.perf_counter()
     eval_cfg = to_plain(eval_cfg)
@@ -230,7 +231,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     model_cfg = None
     if args.model:
         model_cfg = OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml")
-    from llm.train import load_policy
+    from llm.policy import load_policy
 
     policy = load_policy(model_cfg, None if args.checkpoint == "default" else args.checkpoint)
     result = evaluate_policy(policy, load_eval_conf(args.eval), load_prompt_config(args.prompt),

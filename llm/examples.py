@@ -2,8 +2,8 @@
 
 For looking at what a policy does (notebooks, reports), not for training: the batch is
 small and the per-lake bookkeeping is host-side Python. The completions come from the same
-code path as training and evaluation (:class:`llm.train.Prompter`,
-:func:`llm.train.sample_completions`), the plans from :func:`jaxlake.text.parse_plan_detailed`
+code path as training and evaluation (:class:`llm.prompter.Prompter`,
+:func:`llm.completions.sample_completions`), the plans from :func:`jaxlake.text.parse_plan_detailed`
 and the outcomes from one vmapped :func:`jaxlake.env.rollout`, so an example shows exactly
 what the reward saw.
 
@@ -138,7 +138,7 @@ def policy_examples(policy: Any, lakes: Lake, key: jax.Array, *, prompt_config: 
     """Complete the prompts of ``B`` lakes with ``policy`` and play the answers.
 
     Args:
-      policy: an :class:`llm.train.Policy` (``llm.train.load_policy`` or a stage's result).
+      policy: an :class:`llm.policy.Policy` (``llm.policy.load_policy`` or a stage's result).
       lakes: a batched :class:`Lake` (leading axis ``B``; a handful).
       key: PRNG key (sampling when ``temperature > 0``, and the slips).
       prompt_config: a :class:`llm.prompts.PromptConfig` (default: its defaults); use the
@@ -149,15 +149,16 @@ def policy_examples(policy: Any, lakes: Lake, key: jax.Array, *, prompt_config: 
       prompt_bucket: prompts are padded to a multiple of this many tokens.
     """
     from llm import prompts as prompt_lib
-    from llm import train as tr
+    from llm.completions import sample_completions
     from llm.generate import GenerationConfig
+    from llm.prompter import Prompter
 
     config = prompt_config if prompt_config is not None else prompt_lib.PromptConfig()
-    prompter = tr.Prompter.fit(policy.tokenizer, config, lakes, None, prompt_bucket)
+    prompter = Prompter.fit(policy.tokenizer, config, lakes, None, prompt_bucket)
     ids, mask = prompter.encode(lakes)
     k_gen, k_play = jax.random.split(key)
     gen = GenerationConfig(max_new_tokens=int(max_new_tokens), temperature=float(temperature))
-    out = tr.sample_completions(policy, ids, mask, k_gen, gen, None)
+    out = sample_completions(policy, ids, mask, k_gen, gen, None)
     texts = prompt_lib.render_prompts(lakes, policy.tokenizer, config)
     return play_texts(lakes, out["texts"], k_play, horizon=horizon, prompts=texts)
 

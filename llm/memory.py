@@ -1,6 +1,6 @@
 """XLA's memory analysis of the GRPO update, compiled from abstract shapes (no accelerator).
 
-``python -m llm.memory`` builds the jitted update of :func:`llm.train.make_grpo_update` for a
+``python -m llm.memory`` builds the jitted update of :func:`llm.updates.make_grpo_update` for a
 model preset (``jaxlake/conf/model/<preset>.yaml``) and one micro-batch of ``rows`` completions
 of ``prompt + completion`` tokens, lowers and compiles it for the local backend (the CPU by
 default) from ``jax.ShapeDtypeStruct`` arguments only -- no parameter is ever allocated -- and
@@ -108,9 +108,11 @@ def analyse_update(
         ``num_hidden_layers`` for a quick look).
     """
     from jaxlake.conf import CONF_DIR
-    from llm import train as tr
     from llm.grpo import GRPOLossConfig
     from llm.model import Qwen3Config
+    from llm.optim import make_optimizer
+    from llm.train_config import OptimConfig
+    from llm.updates import make_grpo_update
 
     config = Qwen3Config.from_yaml(f"{CONF_DIR}/model/{preset}.yaml")
     changes = dict(overrides or {})
@@ -119,13 +121,13 @@ def analyse_update(
     if dtype is not None:
         changes["dtype"] = dtype
     config = dataclasses.replace(config, **changes)
-    optimizer = tr.make_optimizer(tr.OptimConfig(lr=1e-6), 100)
+    optimizer = make_optimizer(OptimConfig(lr=1e-6), 100)
     graphdef, state, opt_state, batch = abstract_update_args(config, optimizer, rows, prompt, completion)
     from llm.logprobs import DEFAULT_CHUNK
 
     chunk = DEFAULT_CHUNK if logprob_chunk == 0 else logprob_chunk
-    update = tr.make_grpo_update(graphdef, optimizer, GRPOLossConfig(), micro_batches=1,
-                                 compute_entropy=compute_entropy, logprob_chunk=chunk, remat=remat)
+    update = make_grpo_update(graphdef, optimizer, GRPOLossConfig(), micro_batches=1,
+                              compute_entropy=compute_entropy, logprob_chunk=chunk, remat=remat)
     t0 = time.perf_counter()
     compiled = update.lower(state, opt_state, batch).compile()
     seconds = time.perf_counter() - t0

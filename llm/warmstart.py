@@ -6,7 +6,7 @@ followed by the end-of-turn token, and minimises the token-mean negative log-lik
 the *completion tokens only* (prompt tokens take no loss), in the same prompt/completion
 layout the GRPO forward uses. Lakes the planner cannot solve take no loss.
 
-Checkpoints use the same format as GRPO (:class:`llm.train.Checkpoints`), so a warm-start
+Checkpoints use the same format as GRPO (:class:`llm.phase.Checkpoints`), so a warm-start
 checkpoint is a policy checkpoint.
 
 **Reasoning form** (``prompt.reasoning.warmstart: true``, for models trained from scratch in
@@ -35,8 +35,14 @@ from jaxlake.text import format_plan
 from llm import prompts
 from llm.reasoning import THINK_CLOSE, THINK_OPEN
 from llm import sharding as shd
-from llm import train as tr
+from llm.lakes import EnvSpec, sample_lakes
+from llm.optim import apply_gradients, make_optimizer, schedule_value
+from llm.phase import Checkpoints, PhaseResult, progress_bar
+from llm.policy import Policy
+from llm.prompter import Prompter
 from llm.tokenizer import eos_and_pad
+from llm.train_config import TrainConfig
+from llm.updates import accumulate_gradients, completion_forward
 
 
 def _letter(i: int) -> str:
@@ -142,37 +148,36 @@ def make_sft_update(graphdef: Any, optimizer: optax.GradientTransformation, *, m
     """
 
     def loss_fn(state, mb):
-        logp, _, match = tr.completion_forward(graphdef, state, mb["prompt_ids"], mb["prompt_mask"], mb["tokens"],
-                                               mb["mask"])
+        logp, _, match = completion_forward(graphdef, state, mb["prompt_ids"], mb["prompt_mask"], mb["tokens"], mb["mask"])
         w = mb["weights"]
         loss = -jnp.sum(logp * w)
         return loss, {"token_acc": jnp.sum(match * w)}
 
     def update(state, opt_state, batch):
-        loss, msum, grads = tr._accumulate(loss_fn, state, batch, micro_batches, mesh)
-        state, opt_state, gnorm = tr._apply(optimizer, state, opt_state, grads)
+        loss, msum, grads = accumulate_gradients(loss_fn, state, batch, micro_batches, mesh)
+        state, opt_state, gnorm = apply_gradients(optimizer, state, opt_state, grads)
         return state, opt_state, {"nll": loss, "loss": loss, "token_acc": msum["token_acc"], "grad_norm": gnorm}
 
     return jax.jit(update, donate_argnums=(0, 1))
 
 
 def run_warmstart(
-    policy: tr.Policy,
-    config: tr.TrainConfig,
-    env: tr.EnvSpec,
+    policy: Policy,
+    config: TrainConfig,
+    env: EnvSpec,
     checkpoint_dir: str | os.PathLike,
     metrics: MetricsWriter,
-    prompter: tr.Prompter,
+    prompter: Prompter,
     completion_len: int,
     mesh=None,
     max_steps: Optional[int] = None,
-) -> tr.PhaseResult:
+) -> PhaseResult:
     """Run (or resume) the warm start; rows ``phase="warmstart"`` go to ``metrics``."""
     wc = config.warmstart
-    optimizer = tr.make_optimizer(wc.optim, wc.steps)
+    optimizer = make_optimizer(wc.optim, wc.steps)
     if mesh is not None:
         shd.check_divisible(wc.batch_size // wc.micro_batches, mesh, "warmstart rows per micro-batch")
-    ckpt = tr.Checkpoints(checkpoint_dir, wc.keep_checkpoints)
+    ckpt = Checkpoints(checkpoint_dir, wc.keep_checkpoints)
     state, opt_state, start, rng, resumed = ckpt.start(policy, optimizer, config.seed)
     metrics.truncate("warmstart", start, drop_later=start < wc.steps)
     if mesh is not None:
@@ -185,10 +190,10 @@ def run_warmstart(
         thinking_tokens = reasoning.thinking_tokens
         completion_len = completion_len + thinking_tokens
     end = wc.steps if max_steps is None else min(wc.steps, max_steps)
-    bar = tr._progress(wc.steps, start, "warmstart", config.progress)
+    bar = progress_bar(wc.steps, start, "warmstart", config.progress)
     for step in range(start, end):
         t0 = time.perf_counter()
-        lakes = tr.sample_lakes(jax.random.fold_in(data_key, step), env, wc.batch_size)
+        lakes = sample_lakes(jax.random.fold_in(data_key, step), env, wc.batch_size)
         tokens, mask, solved, _ = plan_targets(lakes, policy.tokenizer, completion_len, thinking_tokens)
         ids, pmask = prompter.encode(lakes)
         weights = mask / max(mask.sum(), 1)
@@ -202,7 +207,7 @@ def run_warmstart(
         processed = int(pmask.sum() + mask.sum())
         row = {"phase": "warmstart", "step": step + 1, **{k: float(v) for k, v in m.items()},
                "solved_share": float(solved.mean()), "target_len": float(mask.sum(1)[solved].mean()) if solved.any() else 0.0,
-               "lr": tr.schedule_value(wc.optim, wc.steps, step),
+               "lr": schedule_value(wc.optim, wc.steps, step),
                "time/step_s": t_end - t0, "time/update_s": t_end - t_upd,
                "train_tokens_per_s": processed / max(t_end - t_upd, 1e-9)}
         if (step + 1) % wc.log_every == 0 or step + 1 == end:
@@ -212,6 +217,6 @@ def run_warmstart(
         bar.update(1)
         bar.set_postfix(nll=f"{row['nll']:.3f}", acc=f"{row['token_acc']:.3f}")
         if (step + 1) % wc.checkpoint_every == 0 or step + 1 == wc.steps:
-            ckpt.save(tr.Policy(policy.graphdef, state, policy.tokenizer), opt_state, step + 1, rng, step + 1)
+            ckpt.save(Policy(policy.graphdef, state, policy.tokenizer), opt_state, step + 1, rng, step + 1)
     bar.close()
-    return tr.PhaseResult(policy=tr.Policy(policy.graphdef, state, policy.tokenizer), step=end, resumed_from=resumed)
+    return PhaseResult(policy=Policy(policy.graphdef, state, policy.tokenizer), step=end, resumed_from=resumed)

@@ -13,7 +13,7 @@ from llm import rewards
 from llm.default import load_default
 from llm.model import Qwen3Config, Qwen3ForCausalLM
 from llm.prompts import PromptConfig
-from llm.train import Policy
+from llm.policy import Policy
 
 # Three hand-made lakes on one canvas (3 x 4, 2 agent slots, 6 steps): one rollout compile.
 GRIDS = ("A . ~ a\n. . . .\nB . . b",   # A walks into the hole on its first R

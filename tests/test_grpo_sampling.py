@@ -1,5 +1,5 @@
-"""GRPO trains on the distribution that drew the tokens (llm/train.py, issue 11): at a sampling
-temperature the behaviour log-probs, the training forward, the KL and the entropy all use
+"""GRPO trains on the distribution that drew the tokens (llm/grpo_loop.py, llm/updates.py, issue
+11): at a sampling temperature the behaviour log-probs, the training forward, the KL and the entropy all use
 ``softmax(logits / T)``; top-k / top-p are rejected."""
 
 from __future__ import annotations
@@ -10,7 +10,14 @@ import pytest
 from flax import nnx
 
 from jaxlake.config import LakeConfig
-from llm import train as tr
+from llm import grpo_loop
+from llm.grpo_loop import run_grpo
+from llm.lakes import sample_lakes
+from llm.policy import Policy
+from llm.prompter import Prompter
+from llm.train import MetricsLog
+from llm.train_config import GRPOConfig, OptimConfig, TrainConfig
+from llm.updates import make_grpo_update
 from llm.generate import sequence_logprobs
 from llm.grpo import GRPOLossConfig
 from llm.model import Qwen3Config, Qwen3ForCausalLM
@@ -21,12 +28,12 @@ ENV = LakeConfig(height=3, width=3, num_agents=1, hole_density=0.0, max_steps=6,
 
 def test_grpo_config_rejects_filtered_sampling_naming_the_fields():
     with pytest.raises(ValueError, match="grpo.top_k=5"):
-        tr.GRPOConfig(top_k=5)
+        GRPOConfig(top_k=5)
     with pytest.raises(ValueError, match="grpo.top_p=0.9"):
-        tr.GRPOConfig(top_p=0.9)
+        GRPOConfig(top_p=0.9)
     with pytest.raises(ValueError, match="grpo.temperature"):
-        tr.GRPOConfig(temperature=0.0)
-    assert tr.GRPOConfig(temperature=0.7).temperature == 0.7
+        GRPOConfig(temperature=0.0)
+    assert GRPOConfig(temperature=0.7).temperature == 0.7
 
 
 @pytest.mark.slow
@@ -39,10 +46,10 @@ def test_grpo_at_temperature_uses_the_sampling_distribution(tmp_path, monkeypatc
     tokenizer = to_hf_tokenizer(build_game_tokenizer())
     cfg = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                       num_attention_heads=2, num_key_value_heads=1, head_dim=16)
-    policy = tr.Policy.from_model(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0)), tokenizer)
+    policy = Policy.from_model(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0)), tokenizer)
     ref_state = jax.tree_util.tree_map(lambda x: x + 0.01, policy.state)  # a reference that differs
     seen = []
-    real = tr.make_grpo_update
+    real = make_grpo_update
 
     def spy(*args, **kwargs):
         update = real(*args, **kwargs)
@@ -53,15 +60,15 @@ def test_grpo_at_temperature_uses_the_sampling_distribution(tmp_path, monkeypatc
 
         return wrapped
 
-    monkeypatch.setattr(tr, "make_grpo_update", spy)
-    grpo_cfg = tr.GRPOConfig(steps=1, lakes_per_step=2, group_size=2, mu=2, max_new_tokens=6, temperature=0.7,
-                             optim=tr.OptimConfig(lr=1e-2, warmup_steps=0),
-                             loss=GRPOLossConfig(beta=0.05, kl_estimator="k2"))
+    monkeypatch.setattr(grpo_loop, "make_grpo_update", spy)
+    grpo_cfg = GRPOConfig(steps=1, lakes_per_step=2, group_size=2, mu=2, max_new_tokens=6, temperature=0.7,
+                          optim=OptimConfig(lr=1e-2, warmup_steps=0),
+                          loss=GRPOLossConfig(beta=0.05, kl_estimator="k2"))
     pcfg = PromptConfig(system="", user="{grid}\n{agents}", use_system=False)
-    config = tr.TrainConfig(seed=1, grpo=grpo_cfg, prompt=pcfg, progress=False)
-    prompter = tr.Prompter.fit(tokenizer, pcfg, tr.sample_lakes(jax.random.PRNGKey(0), ENV, 2), None, 16)
-    metrics = tr.MetricsLog(tmp_path / "metrics.jsonl")
-    tr.run_grpo(policy, ref_state, config, ENV, tmp_path / "ckpt", metrics, prompter, mesh=None)
+    config = TrainConfig(seed=1, grpo=grpo_cfg, prompt=pcfg, progress=False)
+    prompter = Prompter.fit(tokenizer, pcfg, sample_lakes(jax.random.PRNGKey(0), ENV, 2), None, 16)
+    metrics = MetricsLog(tmp_path / "metrics.jsonl")
+    run_grpo(policy, ref_state, config, ENV, tmp_path / "ckpt", metrics, prompter, mesh=None)
     row = metrics.rows()[-1]
     assert len(seen) == 2
     b = seen[0]

@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 
 from llm import logprobs as lp
-from llm import train as tr
+from llm.updates import completion_forward
 from llm.generate import left_pad_positions
 from llm.model import Qwen3Config, Qwen3ForCausalLM
 
@@ -91,7 +91,7 @@ def test_completion_forward_equals_full_logits_path(tied, remat):
     cot = jnp.asarray(np.random.RandomState(2).randn(B, T), jnp.float32)
 
     def ours(s):
-        logp, ent, _ = tr.completion_forward(graphdef, s, pids, pmask, tokens, cmask, entropy=True, temperature=0.7,
+        logp, ent, _ = completion_forward(graphdef, s, pids, pmask, tokens, cmask, entropy=True, temperature=0.7,
                                              chunk=3, remat=remat)
         return jnp.sum(logp * cot) + 0.1 * jnp.sum(ent), (logp, ent)
 
@@ -128,7 +128,7 @@ def test_logprobs_gradients_match_transformers():
     cot = np.random.RandomState(4).randn(B, T).astype(np.float32) * np.asarray(cmask)
 
     def loss(s):
-        logp, _, _ = tr.completion_forward(graphdef, s, pids, pmask, tokens, cmask, temperature=0.7, chunk=3,
+        logp, _, _ = completion_forward(graphdef, s, pids, pmask, tokens, cmask, temperature=0.7, chunk=3,
                                            remat="full")
         return jnp.sum(logp * cot)
 

@@ -12,7 +12,9 @@ import yaml
 from flax import nnx
 
 from jaxlake.conf import CONF_DIR
-from llm import train as tr
+from llm.optim import apply_gradients, make_optimizer
+from llm.policy import load_policy
+from llm.train_config import OptimConfig
 from llm.model import Qwen3Config, Qwen3ForCausalLM
 
 VOCAB, B, P = 40, 4, 5
@@ -28,7 +30,7 @@ def run_updates(param_dtype: str, steps: int = 3):
     """``steps`` AdamW updates (the trainer's optimizer and apply step) at lr 1e-4, no warmup
     or decay, on a loss that reaches every parameter; returns (before, after, opt_state)."""
     graphdef, state = nnx.split(tiny(param_dtype))
-    opt = tr.make_optimizer(tr.OptimConfig(lr=1e-4, warmup_steps=0, min_lr_ratio=1.0), 100)
+    opt = make_optimizer(OptimConfig(lr=1e-4, warmup_steps=0, min_lr_ratio=1.0), 100)
     ids = jnp.asarray(np.random.RandomState(0).randint(0, VOCAB, (B, P)), jnp.int32)
 
     def loss(s, k):
@@ -37,7 +39,7 @@ def run_updates(param_dtype: str, steps: int = 3):
 
     @jax.jit
     def step(s, o, k):
-        s, o, _ = tr._apply(opt, s, o, jax.grad(loss)(s, k))
+        s, o, _ = apply_gradients(opt, s, o, jax.grad(loss)(s, k))
         return s, o
 
     before = [np.asarray(x, np.float32) for x in jax.tree_util.tree_leaves(state)]
@@ -88,7 +90,7 @@ def test_master_weights_survive_checkpoint_and_hf_round_trip(tmp_path):
 
     tok = to_hf_tokenizer(build_game_tokenizer())
     save_pretrained(tiny("bfloat16", vocab=len(tok)), tok, tmp_path / "hf16")
-    policy = tr.load_policy({"path": str(tmp_path / "hf16"), "dtype": "bfloat16", "param_dtype": "float32"})
+    policy = load_policy({"path": str(tmp_path / "hf16"), "dtype": "bfloat16", "param_dtype": "float32"})
     cfg = policy.config
     assert (cfg.param_dtype, cfg.dtype) == ("float32", "bfloat16")
     assert all(x.dtype == jnp.float32 for x in jax.tree_util.tree_leaves(policy.state))

@@ -187,7 +187,7 @@ def test_model_that_ends_its_turn_while_thinking_stops_there():
 def test_two_phase_logprobs_equal_one_forward_over_the_whole_completion():
     """The packed completion is one contiguous sequence: teacher-forcing it through the model
     gives back the sampler's log-probs on every sampled token."""
-    from llm.train import completion_forward
+    from llm.updates import completion_forward
 
     # the rambler's architecture and shapes (its compiled sampler is reused), random weights
     graphdef, state = _fixed_model(WORD)

@@ -1,5 +1,5 @@
-"""GRPO trainer (llm/train.py, llm/warmstart.py): update, accumulation, sharding, checkpoints,
-kill-and-resume, warm start."""
+"""GRPO trainer (llm/train.py, llm/grpo_loop.py, llm/updates.py, llm/warmstart.py and their pieces):
+update, accumulation, sharding, checkpoints, kill-and-resume, warm start."""
 
 import dataclasses
 import json
@@ -19,8 +19,15 @@ from flax import nnx
 from jaxlake.config import LakeConfig
 from jaxlake.metrics import read_tensorboard_scalars, row_scalars
 from llm import grpo
-from llm import train as tr
 from llm import warmstart as ws
+from llm.lakes import sample_lakes
+from llm.optim import make_optimizer, schedule_value
+from llm.phase import Checkpoints
+from llm.policy import Policy, copy_state
+from llm.prompter import Prompter
+from llm.train import MetricsLog, train_stage
+from llm.train_config import GRPOConfig, OptimConfig, TrainConfig, WarmStartConfig
+from llm.updates import completion_forward, make_grpo_update, trace_counts
 from llm.generate import GenerationConfig, generate_ids, sequence_logprobs
 from llm.grpo import GRPOLossConfig
 from llm.model import Qwen3Config, Qwen3ForCausalLM
@@ -45,7 +52,7 @@ def tiny_model(vocab: int, seed: int = 0) -> Qwen3ForCausalLM:
 
 @pytest.fixture(scope="module")
 def policy(tokenizer):
-    return tr.Policy.from_model(tiny_model(len(tokenizer)), tokenizer)
+    return Policy.from_model(tiny_model(len(tokenizer)), tokenizer)
 
 
 def fake_batch(vocab: int, seed: int = 0, beta: bool = False) -> dict:
@@ -85,7 +92,7 @@ def test_completion_forward_matches_generate_and_sequence_logprobs(policy, token
     gen = GenerationConfig(max_new_tokens=T, temperature=1.0)
     tokens, cmask, _, logp, _ = generate_ids((policy.graphdef, policy.state), ids, pmask, jax.random.PRNGKey(1), gen,
                                              eos_token_ids=(), pad_token_id=0)
-    ours, ent, _ = tr.completion_forward(policy.graphdef, policy.state, jnp.asarray(ids), jnp.asarray(pmask), tokens,
+    ours, ent, _ = completion_forward(policy.graphdef, policy.state, jnp.asarray(ids), jnp.asarray(pmask), tokens,
                                          cmask, entropy=True)
     theirs = sequence_logprobs((policy.graphdef, policy.state), ids, pmask, tokens, cmask)
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
@@ -97,15 +104,15 @@ def test_completion_forward_matches_generate_and_sequence_logprobs(policy, token
 
 
 def test_update_changes_params_without_recompiling(policy):
-    opt = tr.make_optimizer(tr.OptimConfig(lr=1e-2, warmup_steps=0), 10)
-    update = tr.make_grpo_update(policy.graphdef, opt, GRPOLossConfig(), compute_entropy=True)
-    state = tr._copy(policy.state)
+    opt = make_optimizer(OptimConfig(lr=1e-2, warmup_steps=0), 10)
+    update = make_grpo_update(policy.graphdef, opt, GRPOLossConfig(), compute_entropy=True)
+    state = copy_state(policy.state)
     before = leaves(state)
     opt_state = opt.init(state)
-    count = tr.trace_counts()["grpo_update"]
+    count = trace_counts()["grpo_update"]
     for seed in range(3):
         state, opt_state, m = update(state, opt_state, fake_batch(policy.config.vocab_size, seed))
-    assert tr.trace_counts()["grpo_update"] == count + 1  # one compilation for all steps
+    assert trace_counts()["grpo_update"] == count + 1  # one compilation for all steps
     after = leaves(state)
     assert any(not np.allclose(a, b) for a, b in zip(before, after))
     for k in ("loss", "kl", "clip_frac", "entropy", "grad_norm", "pg_loss"):
@@ -123,8 +130,8 @@ def test_gradient_accumulation_equals_full_batch(policy):
     cfg = GRPOLossConfig(beta=0.1, kl_estimator="k3", aggregation="seq_mean_token_mean")
     outs = []
     for micro in (1, 4):
-        update = tr.make_grpo_update(policy.graphdef, opt, cfg, micro_batches=micro)
-        state = tr._copy(policy.state)
+        update = make_grpo_update(policy.graphdef, opt, cfg, micro_batches=micro)
+        state = copy_state(policy.state)
         state, _, m = update(state, opt.init(state), batch)
         outs.append((leaves(state), jax.device_get(m)))
     for a, b in zip(outs[0][0], outs[1][0]):
@@ -140,19 +147,21 @@ SHARDED_SCRIPT = textwrap.dedent(
     import jax, jax.numpy as jnp, numpy as np, optax
     sys.path.insert(0, {tests!r})
     from test_train import fake_batch, tiny_model, leaves
-    from llm import train as tr, sharding as shd
+    from llm import sharding as shd
+    from llm.policy import Policy, copy_state
+    from llm.updates import make_grpo_update
     from llm.grpo import GRPOLossConfig
     assert jax.device_count() == 4, jax.devices()
     model = tiny_model(300)
-    policy = tr.Policy.from_model(model, None)
+    policy = Policy.from_model(model, None)
     opt = optax.sgd(0.5)
     batch = fake_batch(300, 3, beta=True)
     cfg = GRPOLossConfig(beta=0.05)
     results = []
     for devices in (jax.devices()[:1], jax.devices()):
         mesh = shd.make_mesh(devices)
-        update = tr.make_grpo_update(policy.graphdef, opt, cfg, micro_batches=2, mesh=mesh)
-        state = shd.replicate(tr._copy(policy.state), mesh)
+        update = make_grpo_update(policy.graphdef, opt, cfg, micro_batches=2, mesh=mesh)
+        state = shd.replicate(copy_state(policy.state), mesh)
         opt_state = shd.replicate(opt.init(state), mesh)
         b = shd.shard_batch({{k: np.asarray(v) for k, v in batch.items()}}, mesh)
         assert len(b["tokens"].sharding.device_set) == len(devices)
@@ -197,21 +206,21 @@ def test_sharded_update_equals_single_device(tmp_path):
 
 
 def test_warmstart_targets_and_completion_only_loss(policy, tokenizer):
-    lakes = tr.sample_lakes(jax.random.PRNGKey(0), ENV, 4)
+    lakes = sample_lakes(jax.random.PRNGKey(0), ENV, 4)
     tokens, mask, solved, texts = ws.plan_targets(lakes, tokenizer, 16)
     assert solved.all()
     eos = tokenizer.eos_token_id
     for i in range(4):
         n = int(mask[i].sum())
         assert tokens[i, n - 1] == eos and tokenizer.decode(tokens[i, : n - 1].tolist()) == texts[i]
-    prompter = tr.Prompter.fit(tokenizer, tr.TrainConfig().prompt, lakes, None, 16)
+    prompter = Prompter.fit(tokenizer, TrainConfig().prompt, lakes, None, 16)
     ids, pmask = prompter.encode(lakes)
     weights = (mask / mask.sum()).astype(np.float32)
     batch = {k: jnp.asarray(v) for k, v in
              dict(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask, weights=weights).items()}
-    opt = tr.make_optimizer(tr.OptimConfig(lr=1e-3, warmup_steps=0), 5)
+    opt = make_optimizer(OptimConfig(lr=1e-3, warmup_steps=0), 5)
     update = ws.make_sft_update(policy.graphdef, opt, micro_batches=2)
-    state = tr._copy(policy.state)
+    state = copy_state(policy.state)
     _, _, m = update(state, opt.init(state), batch)
     # the loss is the token-mean NLL of the completion tokens only (independent forward)
     logp = sequence_logprobs((policy.graphdef, policy.state), ids, pmask, tokens, mask)
@@ -247,16 +256,16 @@ def comparable(rows):
 def test_end_to_end_stage_and_kill_resume(tokenizer, tmp_path):
     """A few warm-start and GRPO steps change the parameters, write and restore checkpoints;
     a run killed after GRPO step 3 (last checkpoint at 2) and restarted equals a straight run."""
-    start = tr.Policy.from_model(tiny_model(len(tokenizer), seed=1), tokenizer)
+    start = Policy.from_model(tiny_model(len(tokenizer), seed=1), tokenizer)
     init = leaves(start.state)
 
-    full = tr.train_stage(stage_cfg(beta=0.05), ENV, tmp_path / "full", policy=start)
+    full = train_stage(stage_cfg(beta=0.05), ENV, tmp_path / "full", policy=start)
     assert (full.warmstart_steps, full.grpo_steps) == (2, 4)
     assert (tmp_path / "full" / "checkpoint").is_dir() and full.curves_path.is_file()
     ev = json.loads(full.eval_path.read_text())
     assert ev["final"]["num_lakes"] == 4 and "success" in ev["before_grpo"]
     # checkpoints restore to the final parameters (and they moved away from the start)
-    restored = tr.Checkpoints(full.checkpoint_dir, 2).restore(start, tr.make_optimizer(tr.OptimConfig(), 1).init(start.state))
+    restored = Checkpoints(full.checkpoint_dir, 2).restore(start, make_optimizer(OptimConfig(), 1).init(start.state))
     final = leaves(restored[0])
     assert restored[2] == 4
     assert any(not np.allclose(a, b) for a, b in zip(init, final))
@@ -265,7 +274,7 @@ def test_end_to_end_stage_and_kill_resume(tokenizer, tmp_path):
     exported, _ = from_pretrained(full.policy_dir)
     for a, b in zip(final, leaves(nnx.state(exported))):
         np.testing.assert_allclose(a, b, atol=0)
-    rows_full = tr.MetricsLog(full.metrics_path).rows()
+    rows_full = MetricsLog(full.metrics_path).rows()
     assert [(r["phase"], r["step"]) for r in rows_full] == [("warmstart", 1), ("warmstart", 2)] + [("grpo", k) for k in range(1, 5)]
     for key in ("reward", "success", "kl", "clip_frac", "entropy", "zero_adv_share", "completion_len",
                 "fall_rate", "timeout_rate", "malformed_rate", "conflict_rate", "term/efficiency", "tokens_per_s"):
@@ -275,11 +284,11 @@ def test_end_to_end_stage_and_kill_resume(tokenizer, tmp_path):
     # killed after GRPO step 3 (step 3's row written, its checkpoint not), then the same call again;
     # this run also logs to TensorBoard (jaxlake.metrics), whose event files must equal the JSONL
     logged = {**stage_cfg(beta=0.05), "logger": ["jsonl", "tensorboard"]}
-    part = tr.train_stage(logged, ENV, tmp_path / "resumed", policy=start, max_steps={"grpo": 3})
-    assert part.grpo_steps == 3 and len(tr.MetricsLog(part.metrics_path).rows()) == 5
-    again = tr.train_stage(logged, ENV, tmp_path / "resumed", policy=start)
+    part = train_stage(logged, ENV, tmp_path / "resumed", policy=start, max_steps={"grpo": 3})
+    assert part.grpo_steps == 3 and len(MetricsLog(part.metrics_path).rows()) == 5
+    again = train_stage(logged, ENV, tmp_path / "resumed", policy=start)
     assert again.resumed and again.grpo_steps == 4
-    rows_again = tr.MetricsLog(again.metrics_path).rows()
+    rows_again = MetricsLog(again.metrics_path).rows()
     assert comparable(rows_again) == comparable(rows_full)
     for phase in ("warmstart", "grpo"):  # the same keys and values, GRPO step 3 once (purged, re-logged)
         tb, js = read_tensorboard_scalars(tmp_path / "resumed" / "tb" / phase), row_scalars(rows_again, phase)
@@ -287,16 +296,16 @@ def test_end_to_end_stage_and_kill_resume(tokenizer, tmp_path):
         for tag in js:
             assert [s for s, _ in tb[tag]] == [s for s, _ in js[tag]], tag
             np.testing.assert_allclose([v for _, v in tb[tag]], [v for _, v in js[tag]], rtol=1e-6, atol=1e-6)
-    resumed = tr.Checkpoints(again.checkpoint_dir, 2).restore(start, tr.make_optimizer(tr.OptimConfig(), 1).init(start.state))
+    resumed = Checkpoints(again.checkpoint_dir, 2).restore(start, make_optimizer(OptimConfig(), 1).init(start.state))
     for a, b in zip(final, leaves(resumed[0])):
         np.testing.assert_allclose(a, b, atol=1e-6)
     # a finished stage rerun does nothing new
-    done = tr.train_stage(stage_cfg(beta=0.05), ENV, tmp_path / "resumed", policy=start)
-    assert comparable(tr.MetricsLog(done.metrics_path).rows()) == comparable(rows_full)
+    done = train_stage(stage_cfg(beta=0.05), ENV, tmp_path / "resumed", policy=start)
+    assert comparable(MetricsLog(done.metrics_path).rows()) == comparable(rows_full)
 
 
 def test_metrics_log_truncation(tmp_path):
-    log = tr.MetricsLog(tmp_path / "m.jsonl")
+    log = MetricsLog(tmp_path / "m.jsonl")
     for phase, n in (("warmstart", 3), ("grpo", 4)):
         for k in range(1, n + 1):
             log.append({"phase": phase, "step": k})
@@ -313,20 +322,20 @@ def test_metrics_log_truncation(tmp_path):
 
 def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="grpo.group_size"):
-        tr.GRPOConfig(group_size=1)
+        GRPOConfig(group_size=1)
     with pytest.raises(ValueError, match="micro_batches"):
-        tr.GRPOConfig(lakes_per_step=3, group_size=3, micro_batches=2)
+        GRPOConfig(lakes_per_step=3, group_size=3, micro_batches=2)
     with pytest.raises(ValueError, match=r"unknown train.grpo field\(s\) \['lakes'\]"):
-        tr.TrainConfig.from_dict({"grpo": {"lakes": 3}})
+        TrainConfig.from_dict({"grpo": {"lakes": 3}})
     with pytest.raises(ValueError, match="optim.lr"):
-        tr.TrainConfig.from_dict({"grpo": {"optim": {"lr": 0}}})
+        TrainConfig.from_dict({"grpo": {"optim": {"lr": 0}}})
     with pytest.raises(ValueError, match="aggregation"):
-        tr.TrainConfig.from_dict({"grpo": {"loss": {"aggregation": "mean"}}})
+        TrainConfig.from_dict({"grpo": {"loss": {"aggregation": "mean"}}})
 
 
 def test_optimizer_schedule_warmup_then_cosine():
-    cfg = tr.OptimConfig(lr=1.0, warmup_steps=4, min_lr_ratio=0.1)
-    lrs = [tr.schedule_value(cfg, 20, k) for k in range(21)]
+    cfg = OptimConfig(lr=1.0, warmup_steps=4, min_lr_ratio=0.1)
+    lrs = [schedule_value(cfg, 20, k) for k in range(21)]
     assert lrs[0] == 0.0 and lrs[4] == pytest.approx(1.0)
     assert all(a <= b for a, b in zip(lrs[:4], lrs[1:5]))
     assert all(a >= b - 1e-9 for a, b in zip(lrs[4:], lrs[5:]))
@@ -343,13 +352,13 @@ def test_train_presets_parse(preset):
     with initialize_config_dir(version_base=None, config_dir=str(conf)):
         cfg = compose("config", overrides=[f"train={preset}"])
     plain = OmegaConf.to_container(cfg, resolve=True)
-    tc = tr.TrainConfig.from_dict(plain["train"], plain["reward"], plain["prompt"])
+    tc = TrainConfig.from_dict(plain["train"], plain["reward"], plain["prompt"])
     if preset == "default":
         # the Python defaults mirror the YAML defaults
-        assert tc.warmstart == tr.WarmStartConfig() and tc.grpo == tr.GRPOConfig()
+        assert tc.warmstart == WarmStartConfig() and tc.grpo == GRPOConfig()
         assert tc.grpo.loss == GRPOLossConfig()
     else:
         # the demo's overrides arrive; everything else is inherited from the default
         assert (tc.warmstart.steps, tc.grpo.steps, tc.grpo.mu, tc.grpo.lakes_per_step) == (400, 150, 2, 16)
         assert tc.grpo.rows == 128 and tc.eval.num_lakes == 256
-        assert tc.grpo.group_size == tr.GRPOConfig().group_size and tc.grpo.loss == GRPOLossConfig()
+        assert tc.grpo.group_size == GRPOConfig().group_size and tc.grpo.loss == GRPOLossConfig()

@@ -1,0 +1,197 @@
+"""Typed settings of one training stage: the ``train`` group (and ``reward``, ``prompt``).
+
+:meth:`TrainConfig.from_dict` builds them from the plain mappings of the Hydra groups; every
+field is checked when built, and an unknown or out-of-range field raises ``ValueError``
+naming it (``train.grpo.group_size=1 must be an integer >= 2``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Optional
+
+from llm.grpo import GRPOLossConfig
+from llm.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
+from llm.logprobs import REMAT_POLICIES
+from llm.prompts import PromptConfig
+from llm.rewards import RewardConfig
+
+
+def _from_mapping(cls, values: Optional[Mapping[str, Any]], where: str):
+    """Build a dataclass from a mapping; unknown keys raise naming the section."""
+    values = dict(values or {})
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown {where} field(s) {unknown}; known: {sorted(known)}")
+    return cls(**values)
+
+
+def _positive_int(where: str, value: Any, low: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{where}={value!r} must be an integer >= {low}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with linear warmup then cosine decay to ``lr * min_lr_ratio``; grad clipping."""
+
+    lr: float = 1e-3
+    warmup_steps: int = 10
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    b1: float = 0.9
+    b2: float = 0.99
+    eps: float = 1e-8
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ValueError(f"optim.lr={self.lr} must be > 0")
+        _positive_int("optim.warmup_steps", self.warmup_steps, 0)
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"optim.min_lr_ratio={self.min_lr_ratio} not in [0, 1]")
+        if not self.max_grad_norm > 0:
+            raise ValueError(f"optim.max_grad_norm={self.max_grad_norm} must be > 0")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"optim.weight_decay={self.weight_decay} must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStartConfig:
+    """Supervised warm start on reference-planner plans (see :mod:`llm.warmstart`).
+
+    ``batch_size`` lakes per step; ``micro_batches`` for gradient accumulation; lakes the
+    planner cannot solve take no loss.
+    """
+
+    enabled: bool = True
+    steps: int = 300
+    batch_size: int = 32
+    micro_batches: int = 1
+    optim: OptimConfig = OptimConfig(lr=3e-3, warmup_steps=20)
+    checkpoint_every: int = 50
+    keep_checkpoints: int = 2
+    log_every: int = 1
+
+    def __post_init__(self) -> None:
+        _positive_int("warmstart.steps", self.steps, 0)
+        _positive_int("warmstart.batch_size", self.batch_size)
+        _positive_int("warmstart.micro_batches", self.micro_batches)
+        _positive_int("warmstart.checkpoint_every", self.checkpoint_every)
+        _positive_int("warmstart.keep_checkpoints", self.keep_checkpoints)
+        if self.batch_size % self.micro_batches:
+            raise ValueError(f"warmstart.batch_size={self.batch_size} must be divisible by micro_batches={self.micro_batches}")
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOConfig:
+    """GRPO settings: ``lakes_per_step`` groups of ``group_size`` completions per step."""
+
+    enabled: bool = True
+    steps: int = 30
+    lakes_per_step: int = 8
+    group_size: int = 8
+    mu: int = 1
+    micro_batches: int = 1
+    optim: OptimConfig = OptimConfig(lr=1e-4, warmup_steps=3)
+    loss: GRPOLossConfig = GRPOLossConfig()
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    compute_entropy: bool = True
+    checkpoint_every: int = 10
+    keep_checkpoints: int = 2
+    eval_every: int = 0
+    logprob_chunk: int = DEFAULT_LOGPROB_CHUNK
+    remat: str = "full"
+
+    def __post_init__(self) -> None:
+        _positive_int("grpo.steps", self.steps, 0)
+        _positive_int("grpo.lakes_per_step", self.lakes_per_step)
+        _positive_int("grpo.group_size", self.group_size, 2)
+        _positive_int("grpo.mu", self.mu)
+        _positive_int("grpo.micro_batches", self.micro_batches)
+        _positive_int("grpo.max_new_tokens", self.max_new_tokens)
+        _positive_int("grpo.checkpoint_every", self.checkpoint_every)
+        _positive_int("grpo.keep_checkpoints", self.keep_checkpoints)
+        _positive_int("grpo.eval_every", self.eval_every, 0)
+        _positive_int("grpo.logprob_chunk", self.logprob_chunk)
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"grpo.remat={self.remat!r} not in {REMAT_POLICIES}")
+        if not self.temperature > 0:
+            raise ValueError(f"grpo.temperature={self.temperature} must be > 0 (GRPO samples; 0 is greedy)")
+        if self.top_k != 0 or self.top_p != 1.0:
+            # the loss would need the filtered distribution's log-probs (a renormalised
+            # support per token); GRPO trains on the temperature-scaled distribution only
+            raise ValueError(f"grpo.top_k={self.top_k} / grpo.top_p={self.top_p}: GRPO samples from the "
+                             "temperature-scaled distribution only (top_k=0, top_p=1.0), so the ratio, KL "
+                             "and entropy refer to the distribution that drew the tokens")
+        rows = self.lakes_per_step * self.group_size
+        if rows % self.micro_batches:
+            raise ValueError(
+                f"grpo.lakes_per_step * group_size = {rows} must be divisible by micro_batches={self.micro_batches}"
+            )
+
+    @property
+    def rows(self) -> int:
+        return self.lakes_per_step * self.group_size
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """Held-out evaluation: ``num_lakes`` lakes of the stage's environment, greedy decoding."""
+
+    num_lakes: int = 64
+    batch_size: int = 64
+    seed: int = 1_000_003
+    max_new_tokens: Optional[int] = None  # None: grpo.max_new_tokens
+
+    def __post_init__(self) -> None:
+        _positive_int("eval.num_lakes", self.num_lakes, 0)
+        _positive_int("eval.batch_size", self.batch_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything one stage needs besides the environment and the model."""
+
+    seed: int = 0
+    warmstart: WarmStartConfig = WarmStartConfig()
+    grpo: GRPOConfig = GRPOConfig()
+    eval: EvalConfig = EvalConfig()
+    reward: RewardConfig = RewardConfig()
+    prompt: PromptConfig = PromptConfig()
+    max_prompt_tokens: Optional[int] = None
+    prompt_bucket: int = 16
+    progress: bool = True
+    export_hf: bool = True
+    plot: bool = True
+    distributed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, train: Mapping[str, Any], reward: Optional[Mapping[str, Any]] = None,
+                  prompt: Optional[Mapping[str, Any]] = None) -> "TrainConfig":
+        """From the Hydra groups ``train``, ``reward`` and ``prompt`` (plain mappings)."""
+        t = dict(train)
+        ws = dict(t.pop("warmstart", {}) or {})
+        if "optim" in ws:
+            ws["optim"] = _from_mapping(OptimConfig, ws["optim"], "train.warmstart.optim")
+        g = dict(t.pop("grpo", {}) or {})
+        if "optim" in g:
+            g["optim"] = _from_mapping(OptimConfig, g["optim"], "train.grpo.optim")
+        if "loss" in g:
+            g["loss"] = _from_mapping(GRPOLossConfig, g["loss"], "train.grpo.loss")
+        ev = dict(t.pop("eval", {}) or {})
+        t["distributed"] = dict(t.get("distributed") or {})
+        out = _from_mapping(cls, t, "train")
+        return dataclasses.replace(
+            out,
+            warmstart=_from_mapping(WarmStartConfig, ws, "train.warmstart"),
+            grpo=_from_mapping(GRPOConfig, g, "train.grpo"),
+            eval=_from_mapping(EvalConfig, ev, "train.eval"),
+            reward=RewardConfig.from_dict(reward or {}),
+            prompt=PromptConfig.from_dict(prompt) if prompt is not None else PromptConfig(),
+        )
+
