@@ -408,6 +408,82 @@ def bench_generate(name: str, *, batch: int, prompt_len: int, new_tokens: int, r
     return rows
 
 
+@dataclasses.dataclass
+class EarlyFinishRow:
+    """Ours with rows that finish early (``--eos-after``) against the same run without."""
+
+    model: str
+    batch: int
+    prompt_len: int
+    new_tokens: int
+    schedule: list[int]  # per-row completion lengths (the schedule cycled over the batch)
+    useful_tokens: int  # sum of the schedule: the tokens a caller keeps
+    steps: int  # loop steps the early-finishing run makes: the longest row
+    full_s: float  # every row runs to new_tokens (EOS off): what finished rows cost before the early exit
+    early_s: float  # the same compiled function with the per-row budgets (the loop exits at the longest)
+    full_useful_tok_s: float  # useful_tokens / full_s
+    early_useful_tok_s: float  # useful_tokens / early_s
+
+
+def bench_early_finish(name: str, *, batch: int, prompt_len: int, new_tokens: int, schedule: list[int],
+                       repeats: int = 3, dtype: str | None = None, kv_block: int = 64, seed: int = 0) -> EarlyFinishRow:
+    """Useful tokens/s when rows finish early, with and without the early exit.
+
+    Row ``b`` stops after ``schedule[b % len(schedule)]`` tokens (``generate_ids``'
+    ``max_lengths``: a reproducible stand-in for EOS, which random weights emit at random).
+    Both runs use one compiled function (the budgets are traced) and are interleaved; each
+    time is the best repeat. Without the early exit every row would run all ``new_tokens``
+    steps, which is the ``full`` run; the ``early`` run's loop ends when its longest row does.
+    Finished rows still occupy their batch slot until then (no compaction or refill).
+    """
+    import jax
+    from flax import nnx
+
+    from llm.generate import GenerationConfig, generate_ids
+    from llm.model import Qwen3ForCausalLM
+
+    if not schedule or min(schedule) < 1 or max(schedule) > new_tokens:
+        raise ValueError(f"--eos-after={schedule} must be integers in [1, new_tokens={new_tokens}]")
+    config = _model_config(name)
+    if dtype is not None:
+        config = dataclasses.replace(config, dtype=dtype, param_dtype=dtype)
+    model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed))
+    split = nnx.split(model)
+    ids = np.random.RandomState(seed).randint(3, config.vocab_size, size=(batch, prompt_len)).astype(np.int32)
+    mask = np.ones_like(ids, dtype=bool)
+    cfg = GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, eos_token_ids=(), kv_block=kv_block)
+    lengths = np.asarray([schedule[b % len(schedule)] for b in range(batch)], np.int32)
+    budgets = {"full": np.full((batch,), new_tokens, np.int32), "early": lengths}
+
+    def run(which: str):
+        return jax.block_until_ready(generate_ids(split, ids, mask, None, cfg, max_lengths=budgets[which]))
+
+    got = {w: run(w) for w in budgets}  # compile (once: the budgets are traced) and warm up
+    if np.asarray(got["early"][2]).tolist() != lengths.tolist():
+        raise RuntimeError("the early-finish run did not stop rows at their budgets")
+    best = {w: float("inf") for w in budgets}
+    for _ in range(repeats):
+        for w in budgets:
+            best[w] = min(best[w], _timed(lambda: run(w))[0])
+    useful = int(lengths.sum())
+    return EarlyFinishRow(model=name, batch=batch, prompt_len=prompt_len, new_tokens=new_tokens,
+                          schedule=lengths.tolist(), useful_tokens=useful, steps=int(lengths.max()),
+                          full_s=best["full"], early_s=best["early"], full_useful_tok_s=useful / best["full"],
+                          early_useful_tok_s=useful / best["early"])
+
+
+def format_early_finish(rows: list[EarlyFinishRow]) -> str:
+    """Markdown table of :func:`bench_early_finish` rows."""
+    lines = ["| model | B | P | N | rows finish after | useful tokens | loop steps | useful tok/s, all rows to N "
+             "| useful tok/s, early exit | gain |", "|" + "---|" * 10]
+    for r in rows:
+        sched = ",".join(str(x) for x in sorted(set(r.schedule)))
+        lines.append(f"| {r.model} | {r.batch} | {r.prompt_len} | {r.new_tokens} | {sched} | {r.useful_tokens} "
+                     f"| {r.steps} | {r.full_useful_tok_s:,.1f} | {r.early_useful_tok_s:,.1f} "
+                     f"| {r.early_useful_tok_s / r.full_useful_tok_s:.2f}x |")
+    return "\n".join(lines)
+
+
 def format_generate(rows: list[GenRow]) -> str:
     """Markdown table of :func:`bench_generate` rows; ratios are ours / that engine."""
     ours = {(r.model, r.batch, r.prompt_len, r.new_tokens): r for r in rows if r.engine == "ours"}
@@ -442,6 +518,10 @@ def generate_main(argv: list[str] | None = None) -> list[GenRow]:
     parser.add_argument("--kv-block", type=int, default=64, help="GenerationConfig.kv_block")
     parser.add_argument("--also-scan", action="store_true",
                         help="also time ours with unroll_layers=False (the layer scan inside the decode loop)")
+    parser.add_argument("--eos-after", default=None,
+                        help="comma-separated completion lengths cycled over the batch rows: adds a table of "
+                             "ours' useful tok/s with rows finishing early against every row running to "
+                             "--new-tokens (ours only; e.g. 4,16 or 16)")
     parser.add_argument("--peers", default="dynamic,static",
                         help="transformers cache implementations to compare ('' for none)")
     parser.add_argument("--bandwidth", type=float, default=None,
@@ -488,11 +568,21 @@ def generate_main(argv: list[str] | None = None) -> list[GenRow]:
                                    also_scan=args.also_scan)
             print(f"  {name} B={batch}: measured in {time.perf_counter() - t0:.0f}s", flush=True)
     print(format_generate(rows))
+    early: list[EarlyFinishRow] = []
+    if args.eos_after:
+        schedule = [int(x) for x in args.eos_after.split(",") if x.strip()]
+        for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+            for batch in [int(b) for b in args.batch.split(",") if b.strip()]:
+                early.append(bench_early_finish(name, batch=batch, prompt_len=args.prompt_len,
+                                                new_tokens=args.new_tokens, schedule=schedule, repeats=args.repeats,
+                                                dtype=args.dtype, kv_block=args.kv_block))
+        print(format_early_finish(early))
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         write_json(args.out, {"bandwidth": bandwidth, "bandwidth_source": bw_src, "peak_flops": peak,
                               "peak_source": pk_src, "device_kind": kind, "jax": jax.__version__,
-                              "torch": torch.__version__, "rows": [dataclasses.asdict(r) for r in rows]}, indent=2)
+                              "torch": torch.__version__, "rows": [dataclasses.asdict(r) for r in rows],
+                              "early_finish": [dataclasses.asdict(r) for r in early]}, indent=2)
     return rows
 
 

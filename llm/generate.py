@@ -272,11 +272,11 @@ def decode_segments(prompt_len: int, max_new_tokens: int, kv_block: int) -> list
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "greedy", "top_k", "use_top_p",
                                              "kv_block", "unroll_layers"))
-def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, top_p, eos, pad_id, *,
+def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, top_p, eos, pad_id, budget=None, *,
                    max_new_tokens, greedy, top_k, use_top_p, kv_block=64, unroll_layers=True):
     """Prefill + segmented ``lax.while_loop`` decode. ``temperature``, ``top_p``,
-    ``eos [MAX_EOS_IDS]`` and ``pad_id`` are traced scalars/arrays; the static arguments
-    select the code path."""
+    ``eos [MAX_EOS_IDS]``, ``pad_id`` and ``budget [B]`` (per-row token limits, ``None``: all
+    ``max_new_tokens``) are traced; the static arguments select the code path."""
     _TRACES["generate"] += 1  # runs only while tracing
     batch, prompt_len = input_ids.shape
     n = max_new_tokens
@@ -300,7 +300,8 @@ def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, to
     logits, cache = model(input_ids, positions=positions, attention_mask=prompt_mask,
                           cache=model.init_cache(batch, prompt_len + n), logits_to_keep=1, kv_len=prompt_len)
     tok, logp = choose(0, logits[:, -1])
-    done = is_eos(tok)
+    limit = jnp.full((batch,), n, jnp.int32) if budget is None else jnp.clip(budget.astype(jnp.int32), 1, n)
+    done = is_eos(tok) | (limit <= 1)
     tokens = jnp.full((batch, n), pad_id, jnp.int32).at[:, 0].set(tok)
     logps = jnp.zeros((batch, n), jnp.float32).at[:, 0].set(logp)
     lengths = jnp.ones((batch,), jnp.int32)
@@ -322,7 +323,7 @@ def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, to
             tokens = jax.lax.dynamic_update_slice(tokens, tok[:, None], (0, step))
             logps = jax.lax.dynamic_update_slice(logps, logp[:, None], (0, step))
             lengths = lengths + (~done).astype(jnp.int32)
-            done = done | is_eos(tok)
+            done = done | is_eos(tok) | (lengths >= limit)
             return step + 1, cache, tok, done, tokens, logps, lengths
 
         return cond, body
@@ -331,13 +332,15 @@ def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, to
     for _, end, kv_len in decode_segments(prompt_len, n, kv_block):
         cond, body = segment(end, kv_len)
         carry = jax.lax.while_loop(cond, body, carry)
-    _, _, _, done, tokens, logps, lengths = carry
+    _, _, _, _, tokens, logps, lengths = carry
     mask = jnp.arange(n)[None, :] < lengths[:, None]
-    return tokens, mask, lengths, logps, done
+    # a row ended by EOS has it as its last token (a budget stop is a "length" finish)
+    hit_eos = is_eos(jnp.take_along_axis(tokens, lengths[:, None] - 1, axis=-1)[:, 0])
+    return tokens, mask, lengths, logps, hit_eos
 
 
 def generate_ids(model: Any, input_ids, prompt_mask, key: jax.Array | None, config: GenerationConfig, *,
-                 eos_token_ids: Sequence[int] = (), pad_token_id: int = 0):
+                 eos_token_ids: Sequence[int] = (), pad_token_id: int = 0, max_lengths=None):
     """Device part of generation on already left-padded arrays (no tokenizer, no stop strings).
 
     Compiled once per ``(graphdef, B, P, max_new_tokens, greedy, top_k, top_p < 1, kv_block,
@@ -352,6 +355,10 @@ def generate_ids(model: Any, input_ids, prompt_mask, key: jax.Array | None, conf
       config: sampling settings (``eos_token_ids``/``pad_token_id`` there win over the
         keyword arguments when set).
       eos_token_ids, pad_token_id: used when the config leaves them ``None``.
+      max_lengths: optional ``[B]`` int per-row completion budgets in ``[1, max_new_tokens]``
+        (traced: new budgets do not recompile). A row stops after that many tokens as if it
+        had hit its length limit; the loop exits once every row has stopped (the benchmark's
+        reproducible early-finish schedule, ``python -m llm.benchmark generate --eos-after``).
 
     Returns:
       ``(tokens [B, N] int32, mask [B, N] bool, lengths [B] int32, logprobs [B, N] float32,
@@ -372,10 +379,19 @@ def generate_ids(model: Any, input_ids, prompt_mask, key: jax.Array | None, conf
         raise ValueError(f"eos_token_ids has {len(eos)} ids; at most {MAX_EOS_IDS} are supported")
     eos_arr = jnp.asarray(eos + [-1] * (MAX_EOS_IDS - len(eos)), jnp.int32)
     pad = config.pad_token_id if config.pad_token_id is not None else int(pad_token_id)
+    budget = jnp.full((input_ids.shape[0],), config.max_new_tokens, jnp.int32)
+    if max_lengths is not None:
+        if isinstance(max_lengths, (list, tuple, np.ndarray)):
+            arr = np.asarray(max_lengths)
+            if arr.shape != (input_ids.shape[0],) or arr.min() < 1 or arr.max() > config.max_new_tokens:
+                raise ValueError(f"max_lengths must be [B={input_ids.shape[0]}] integers in "
+                                 f"[1, max_new_tokens={config.max_new_tokens}], got {arr.tolist()}")
+        budget = jnp.asarray(max_lengths, jnp.int32)
+        chex.assert_shape(budget, (input_ids.shape[0],))
     return _generate_core(
         graphdef, state, input_ids, prompt_mask, key,
         jnp.asarray(config.temperature if config.temperature > 0 else 1.0, jnp.float32),
-        jnp.asarray(config.top_p, jnp.float32), eos_arr, jnp.asarray(pad, jnp.int32),
+        jnp.asarray(config.top_p, jnp.float32), eos_arr, jnp.asarray(pad, jnp.int32), budget,
         max_new_tokens=config.max_new_tokens, greedy=config.greedy, top_k=int(config.top_k),
         use_top_p=config.top_p < 1.0, kv_block=int(config.kv_block), unroll_layers=_unroll_layers(config, state),
     )

@@ -132,7 +132,9 @@ def _threshold_candidates(scaled: jax.Array, top_k: int, top_p, use_top_p: bool)
     vocab = scaled.shape[-1]
     with_k = 0 < top_k < vocab
     n_cand = min(top_k + 1 if with_k else TOP_P_CANDIDATES, vocab)
-    vals = jax.lax.top_k(scaled, n_cand)[0]  # [B, C] descending
+    # [B, C] descending. The barrier keeps XLA:CPU's TopK kernel: slicing single columns of
+    # top_k's output lets it rewrite the op into a sort of the whole vocabulary (700x slower)
+    vals = jax.lax.optimization_barrier(jax.lax.top_k(scaled, n_cand)[0])
     everything = n_cand == vocab
     if with_k:
         kth = vals[:, top_k - 1]

@@ -174,7 +174,7 @@ def test_benchmark_generate_mode_tiny(tmp_path, capsys):
     out = tmp_path / "gen.json"
     rows = benchmark.main(["generate", "--models", "tiny", "--batch", "2", "--prompt-len", "8", "--new-tokens", "5",
                            "--repeats", "1", "--peers", "dynamic,static", "--bandwidth", "10", "--peak-tflops", "0.1",
-                           "--out", str(out)])
+                           "--eos-after", "2,5", "--out", str(out)])
     engines = [r.engine for r in rows]
     assert engines == ["ours", "transformers (dynamic cache)", "transformers (static cache)"]
     for r in rows:
@@ -185,5 +185,8 @@ def test_benchmark_generate_mode_tiny(tmp_path, capsys):
     saved = json.loads(out.read_text())
     assert saved["bandwidth"] == 10e9 and saved["bandwidth_source"].startswith("stated")
     assert [r["engine"] for r in saved["rows"]] == engines
+    (early,) = saved["early_finish"]  # rows stop after 2 and 5 tokens: 7 useful tokens in 5 steps
+    assert early["schedule"] == [2, 5] and early["useful_tokens"] == 7 and early["steps"] == 5
+    assert early["early_s"] > 0 and early["full_s"] > 0
     table = capsys.readouterr().out
-    assert "| tiny (float32) | ours |" in table and "roofline" in table
+    assert "| tiny (float32) | ours |" in table and "roofline" in table and "useful tok/s, early exit" in table

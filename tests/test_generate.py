@@ -314,6 +314,25 @@ def test_all_rows_stop_early(split, greedy_result):
     assert np.asarray(r.lengths).tolist() == [1, 1, 1] and r.finish_reasons == ["eos"] * 3
 
 
+def test_row_budgets_stop_rows_without_recompiling(split, greedy_result):
+    """max_lengths: each row stops after its budget (a "length" finish, not EOS) with the
+    free run's tokens before it; new budgets reuse the compiled function."""
+    ids, mask = pad_prompts(PROMPTS, 0, BUCKET)
+    free = np.asarray(greedy_result.tokens)
+    before = trace_count()
+    for budgets in ([2, 5, 1], [N_NEW, 3, 4]):
+        tokens, out_mask, lengths, logps, hit = generate_ids(split, ids, mask, None, GREEDY, max_lengths=budgets,
+                                                             pad_token_id=7)
+        assert np.asarray(lengths).tolist() == budgets and not np.asarray(hit).any()
+        for row, n in enumerate(budgets):
+            np.testing.assert_array_equal(np.asarray(tokens[row, :n]), free[row, :n])
+            assert (np.asarray(tokens[row, n:]) == 7).all() and (np.asarray(logps[row, n:]) == 0).all()
+            assert np.asarray(out_mask[row]).tolist() == [True] * n + [False] * (N_NEW - n)
+    assert trace_count() == before  # the budgets are traced (the pad id too): no new compilation
+    with pytest.raises(ValueError, match="max_lengths"):
+        generate_ids(split, ids, mask, None, GREEDY, max_lengths=[0, 2, 3])
+
+
 def test_string_prompts_texts_and_stop_strings(split, tokenizer):
     prompts = ["A . . ~ b\n. B ~ a .", "A: R R D"]
     cfg = GenerationConfig(max_new_tokens=N_NEW, temperature=0.0, prompt_bucket=BUCKET)
