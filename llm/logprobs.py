@@ -12,9 +12,9 @@ chunk's ``[B, chunk, V]`` logits exist only inside one iteration, and the per-ch
 is wrapped in ``jax.checkpoint`` so the backward pass recomputes them chunk by chunk instead
 of saving them. Peak extra memory is a few ``[B, chunk, V]`` float32 buffers whatever ``T``.
 
-:func:`hidden_states` is :meth:`llm.model.Qwen3ForCausalLM.hidden_states`: the model's own
-forward without the LM head (one layer scan, its rematerialisation policy and attention
-implementation live in :mod:`llm.model`); tests check it against the model's own logits.
+The hidden states come from :meth:`llm.model.Qwen3ForCausalLM.hidden_states` (the model's own
+forward without the LM head: one layer scan, with its rematerialisation policy and attention
+implementation); tests check the pair against the model's own logits.
 
 Shapes: ``B`` rows, ``T`` positions, ``H`` hidden size, ``V`` vocabulary; everything static.
 """
@@ -27,43 +27,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from llm import model as model_lib
-
 #: Default tokens per chunk: ``[B, 128, V]`` float32 is 1.2 GiB for B = 16 and Qwen3's vocabulary.
 DEFAULT_CHUNK = 128
-
-#: Rematerialisation policies of the layer scan (defined with it in :mod:`llm.model`).
-REMAT_POLICIES = model_lib.REMAT_POLICIES
-
-
-def hidden_states(
-    model: Any,
-    input_ids: jax.Array,
-    positions: jax.Array,
-    attention_mask: jax.Array,
-    *,
-    last: Optional[int] = None,
-    remat: str = "none",
-) -> jax.Array:
-    """Final (normed) hidden states ``[B, last or T, H]`` in the compute dtype.
-
-    The model's causal forward without a cache and without the LM head
-    (:meth:`llm.model.Qwen3ForCausalLM.hidden_states`); ``last=k`` keeps the last ``k``
-    positions; ``remat`` (one of :data:`REMAT_POLICIES`) is the layer scan's
-    rematerialisation: same values and gradients, less memory for the backward pass.
-
-    Args:
-      model: a :class:`llm.model.Qwen3ForCausalLM`.
-      input_ids: ``[B, T]`` int token ids.
-      positions: ``[B, T]`` int RoPE positions (``left_pad_positions(mask)`` for left padding).
-      attention_mask: ``[B, T]`` bool, False on pad keys.
-    """
-    if remat not in REMAT_POLICIES:
-        raise ValueError(f"remat={remat!r} not in {REMAT_POLICIES}")
-    chex.assert_rank([input_ids, positions, attention_mask], 2)
-    chex.assert_equal_shape([input_ids, positions, attention_mask])
-    return model.hidden_states(input_ids, positions, attention_mask, last=last, remat=remat)
-
 
 def head_weight(model: Any) -> tuple[jax.Array, bool]:
     """``(weight, tied)``: the embedding table ``[V, H]`` when the head is tied, else the
@@ -105,7 +70,7 @@ def token_logprobs(
     """Log-probs, entropies and greedy matches of ``tokens`` under ``softmax(hidden @ W / T)``.
 
     Args:
-      hidden: ``[B, T, H]`` final hidden states (:func:`hidden_states`); row ``b``, position
+      hidden: ``[B, T, H]`` final hidden states (``model.hidden_states``); row ``b``, position
         ``t`` predicts ``tokens[b, t]``.
       weight: the head weight from :func:`head_weight` (``[V, H]`` when ``tied``, else
         ``[H, V]``).

@@ -103,7 +103,7 @@ def analyse_update(
       logprob_chunk: sequence chunk of the completion log-probs (:mod:`llm.logprobs`);
         ``None`` is the full-vocabulary path (``[B, T, V]`` float32 logits), ``0`` the
         trainer's default.
-      remat: per-layer rematerialisation (:data:`llm.logprobs.REMAT_POLICIES`).
+      remat: per-layer rematerialisation (:data:`llm.model.REMAT_POLICIES`).
       overrides: further :class:`llm.model.Qwen3Config` fields (e.g. a smaller
         ``num_hidden_layers`` for a quick look).
     """

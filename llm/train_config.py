@@ -12,7 +12,7 @@ from typing import Any, Mapping, Optional
 
 from llm.grpo import GRPOLossConfig
 from llm.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
-from llm.logprobs import REMAT_POLICIES
+from llm.model import REMAT_POLICIES
 from llm.prompts import PromptConfig
 from llm.rewards import RewardConfig
 
