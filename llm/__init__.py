@@ -11,7 +11,8 @@ The public face of the package (``llm.__all__``), all re-exported from their mod
 Everything else is reached through its module, and every module name means the module
 (no function in this namespace shadows one): ``llm.generate.generate(model, tokenizer,
 prompts, config)`` decodes text, ``llm.train.train_stage`` trains a stage, ``llm.evaluate``
-scores a policy on the held-out suite, ``llm.engineer`` holds the LLM environment engineers,
+scores a policy on the held-out suite, ``llm.engineer`` holds the local LLM environment engineers (prompts in ``llm.engineer_prompt``,
+constrained decoding in ``llm.constrained``, the HTTP endpoint in ``llm.external_engineer``),
 ``llm.tokenizer`` the game tokenizer, ``llm.prompts`` / ``llm.rewards`` / ``llm.grpo`` the
 pieces of the GRPO loop. ``tests/test_public_api.py`` checks both rules.
 """

@@ -13,7 +13,8 @@ from scipy.stats import chi2
 
 from jaxlake.config import LakeConfig
 from jaxlake.engineers import ConfigSpace
-from llm.engineer import ChoiceScorer, chat_text, choice_logprobs, constrained_json
+from llm.constrained import ChoiceScorer, choice_logprobs, constrained_json
+from llm.engineer_prompt import chat_text
 from llm.tokenizer import build_game_tokenizer, to_hf_tokenizer
 
 BASE = LakeConfig(height=6, width=6, num_agents=2, hole_density=0.1, conflict_density=0.5, max_steps=16,

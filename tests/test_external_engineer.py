@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from jaxlake.config import ConfigError, LakeConfig
 from jaxlake.engineers import EngineerContext, build_engineer
-from llm.engineer import ExternalEngineer
+from llm.external_engineer import ExternalEngineer
 from jaxlake.conf import CONF_DIR
 
 CONF = CONF_DIR / "engineer" / "external.yaml"

@@ -13,16 +13,9 @@ from hypothesis import strategies as st
 
 from jaxlake.config import LakeConfig
 from jaxlake.engineers import ConfigSpace, EngineerContext, mixture_from_obj
-from llm.engineer import (
-    BaseEngineer,
-    ChoiceScorer,
-    PolicyEngineer,
-    build_user_prompt,
-    chat_text,
-    choice_logprobs,
-    constrained_json,
-    fit_user_prompt,
-)
+from llm.constrained import ChoiceScorer, choice_logprobs, constrained_json
+from llm.engineer import BaseEngineer, PolicyEngineer
+from llm.engineer_prompt import build_user_prompt, chat_text, fit_user_prompt
 from llm.model import Qwen3Config, Qwen3ForCausalLM
 from llm.tokenizer import build_game_tokenizer, to_hf_tokenizer
 

@@ -14,7 +14,7 @@ import pytest
 from jaxlake.engineers import extract_json, retry_prompt
 from jaxlake.text import parse_lake, parse_plan
 from llm import prompts, reasoning
-from llm.engineer import REASONING_SYSTEM, chat_text
+from llm.engineer_prompt import REASONING_SYSTEM, chat_text
 
 GRID = "A . . ~ .\n. ~ . b .\n. . . . .\nB . ~ . a\n. . . . ."
 THOUGHT = "A and B both use 2 0: B at step 1, A at step 2.\nB goes first, A follows."
