@@ -77,8 +77,10 @@ class Qwen3Config:
     without a KV cache (training, scoring) computes attention: ``"xla"`` the dense scores,
     ``"chunked"`` tiles with an online softmax (no ``[B, heads, T, T]`` buffer), ``"cudnn"``
     cuDNN's fused kernel (NVIDIA GPUs, 16-bit compute), ``"auto"`` cuDNN where it applies and
-    chunked elsewhere. The cached (decode) path always uses the dense grouped attention. It
-    changes no architecture field and is not written to ``config.json``.
+    chunked elsewhere. The cached path (prefill into a KV cache, decode steps) calls
+    ``jax.nn.dot_product_attention`` with ``implementation="xla"`` / ``"cudnn"`` when this
+    names one, and the dense grouped attention for ``"auto"`` and ``"chunked"``. It changes no
+    architecture field and is not written to ``config.json``.
     """
 
     vocab_size: int
@@ -409,6 +411,11 @@ class Attention(nnx.Module):
             new_kv = (k_all, v_all)
         if allowed is None:
             out = causal_attention(q, k, v, key_mask, impl=self.attention_impl)
+        elif self.attention_impl in ("xla", "cudnn"):
+            # cached path (prefill into a cache, decode steps) through jax.nn.dot_product_attention
+            # when the config names an implementation: the mask is this call's [B, T, kv_len]
+            out = jax.nn.dot_product_attention(q, k, v, mask=allowed[:, None],
+                                               implementation=self.attention_impl).astype(v.dtype)
         else:
             out = grouped_attention(q, k, v, allowed, self.num_kv_heads)
         return self.o_proj(out.reshape(b, t, self.num_heads * self.head_dim)), new_kv

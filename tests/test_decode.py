@@ -93,6 +93,33 @@ def test_segmented_decode_matches_full_forward(split):
     np.testing.assert_allclose(np.asarray(many.logprobs), np.asarray(full), atol=1e-4)
 
 
+def test_cached_attention_through_dot_product_attention_equals_dense(split):
+    """attention_impl="xla": the cached path (prefill into the cache, a decode step over a
+    kv_len bound, left padding) goes through jax.nn.dot_product_attention and gives the dense
+    grouped attention's logits and cache."""
+    import dataclasses
+
+    graphdef, state = split
+    fused_def, _ = nnx.split(nnx.eval_shape(
+        lambda: Qwen3ForCausalLM(dataclasses.replace(CFG, attention_impl="xla"), rngs=nnx.Rngs(0))))
+    ids = jnp.asarray([[0, 0, 4, 5, 6], [7, 8, 9, 10, 11]], jnp.int32)
+    mask = ids > 0
+    pos = jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0)
+
+    def run(gd):
+        @jax.jit
+        def f(state):
+            model = nnx.merge(gd, state)
+            pre, cache = model(ids, positions=pos, attention_mask=mask, cache=model.init_cache(2, 9), kv_len=5)
+            step, cache = model(jnp.asarray([[12], [13]]), positions=pos[:, -1:] + 1, cache=cache, kv_len=7)
+            return pre, step, cache.k
+
+        return f(state)
+
+    for got, want in zip(run(fused_def), run(graphdef)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
 def test_unroll_layers_default_follows_layer_bytes():
     """unroll_layers=None: scan for the tiny test models, unrolled for real-size layer stacks."""
     from llm.generate import UNROLL_MIN_BYTES, _unroll_layers
