@@ -42,6 +42,7 @@ class MemoryReport:
     dtype: str
     logprob_chunk: Optional[int]
     remat: str
+    attention_impl: str
     argument_bytes: int
     output_bytes: int
     temp_bytes: int
@@ -134,7 +135,7 @@ def analyse_update(
     mem = compiled.memory_analysis()
     return MemoryReport(
         preset=preset, rows=rows, prompt=prompt, completion=completion, param_dtype=config.param_dtype,
-        dtype=config.dtype, logprob_chunk=chunk, remat=remat, argument_bytes=int(mem.argument_size_in_bytes),
+        dtype=config.dtype, logprob_chunk=chunk, remat=remat, attention_impl=config.attention_impl, argument_bytes=int(mem.argument_size_in_bytes),
         output_bytes=int(mem.output_size_in_bytes), temp_bytes=int(mem.temp_size_in_bytes),
         alias_bytes=int(mem.alias_size_in_bytes), compile_s=seconds,
     )
@@ -152,10 +153,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="tokens per log-prob chunk; 'full' = full-vocabulary logits; 0 = trainer default")
     parser.add_argument("--remat", default="full", help="none | full | save_matmuls")
     parser.add_argument("--layers", type=int, default=None, help="override num_hidden_layers (quick looks)")
+    parser.add_argument("--attention-impl", default=None,
+                        help="auto | xla | cudnn | chunked (default: the preset's, auto = chunked on the CPU)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = parser.parse_args(argv)
     chunk = None if args.logprob_chunk == "full" else int(args.logprob_chunk)
     overrides = {} if args.layers is None else {"num_hidden_layers": args.layers}
+    if args.attention_impl is not None:
+        overrides["attention_impl"] = args.attention_impl
     report = analyse_update(args.preset, args.rows, args.prompt, args.completion, param_dtype=args.param_dtype,
                             dtype=args.dtype, logprob_chunk=chunk, remat=args.remat, overrides=overrides)
     row = report.row()
