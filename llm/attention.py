@@ -69,18 +69,20 @@ def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Arr
     return out.reshape(b, t, heads, d)
 
 
-def resolve_impl(impl: str, dtype: Any, backend: Optional[str] = None) -> str:
+def resolve_impl(impl: str, dtype: Any, backend: Optional[str] = None, head_dim: int = 128) -> str:
     """The implementation ``impl`` names on ``backend`` (default: JAX's) for ``dtype``.
 
     ``"auto"`` becomes ``"cudnn"`` on a GPU when ``dtype`` is bfloat16 or float16 (cuDNN's
-    fused attention has no float32 kernel) and ``"chunked"`` otherwise; the others are kept.
+    fused attention has no float32 kernel) and ``head_dim`` is a multiple of 8 up to 128 (its
+    limit before Hopper), and ``"chunked"`` otherwise; the others are kept.
     """
     if impl not in ATTENTION_IMPLS:
         raise ValueError(f"attention_impl={impl!r} not in {ATTENTION_IMPLS}")
     if impl != "auto":
         return impl
     backend = jax.default_backend() if backend is None else backend
-    if backend in ("gpu", "cuda") and jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+    half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+    if backend in ("gpu", "cuda") and half and head_dim % 8 == 0 and head_dim <= 128:
         return "cudnn"
     return "chunked"
 
@@ -108,7 +110,7 @@ def causal_attention(
     chex.assert_rank([q, k, v, key_mask], [4, 4, 4, 2])
     chex.assert_equal_shape([k, v])
     chex.assert_equal_shape_prefix([q, k, key_mask], 2)
-    impl = resolve_impl(impl, q.dtype)
+    impl = resolve_impl(impl, q.dtype, head_dim=q.shape[-1])
     if impl == "chunked":
         return chunked_attention(q, k, v, key_mask, q_block=block, k_block=block)
     if impl == "cudnn":
@@ -124,14 +126,22 @@ def fused_attention(
     """Causal self-attention through ``jax.nn.dot_product_attention``.
 
     The causal and padding masks are combined into one ``[B, 1, T, T]`` boolean mask (shared
-    by the heads; cuDNN turns it into an additive bias). Grouped-query heads are passed as they
-    are (the kernel reads each key/value head once). ``implementation`` is passed through:
-    ``"cudnn"`` on NVIDIA GPUs, ``"xla"`` anywhere (JAX's dense path).
+    by the heads; cuDNN turns it into an additive bias, and its training kernel with a bias
+    needs an even ``T``: an odd ``T`` gets one masked key and one dropped query row).
+    Grouped-query heads are passed as they are (the kernel reads each key/value head once).
+    ``implementation`` is passed through: ``"cudnn"`` on NVIDIA GPUs, ``"xla"`` anywhere
+    (JAX's dense path).
     """
     t = q.shape[1]
-    allowed = jnp.tril(jnp.ones((t, t), bool))[None] & key_mask.astype(bool)[:, None, :]
+    key_mask = key_mask.astype(bool)
+    padded = t + t % 2
+    if padded != t:
+        widths = ((0, 0), (0, 1), (0, 0), (0, 0))
+        q, k, v = jnp.pad(q, widths), jnp.pad(k, widths), jnp.pad(v, widths)
+        key_mask = jnp.pad(key_mask, ((0, 0), (0, 1)))
+    allowed = jnp.tril(jnp.ones((padded, padded), bool))[None] & key_mask[:, None, :]
     out = jax.nn.dot_product_attention(q, k, v.astype(q.dtype), mask=allowed[:, None], implementation=implementation)
-    return out.astype(v.dtype)
+    return out[:, :t].astype(v.dtype)
 
 
 # --------------------------------------------------------------------------- chunked (flash)

@@ -113,6 +113,7 @@ def test_implementation_names():
     assert att.resolve_impl("auto", jnp.bfloat16, backend="cpu") == "chunked"
     assert att.resolve_impl("auto", jnp.bfloat16, backend="gpu") == "cudnn"
     assert att.resolve_impl("auto", jnp.float32, backend="gpu") == "chunked"  # cuDNN has no float32 kernel
+    assert att.resolve_impl("auto", jnp.bfloat16, backend="gpu", head_dim=12) == "chunked"  # not a multiple of 8
     assert att.resolve_impl("auto", jnp.bfloat16, backend="tpu") == "chunked"
     assert att.resolve_impl("xla", jnp.bfloat16, backend="gpu") == "xla"
     with pytest.raises(ValueError, match="attention_impl='flash'"):
