@@ -61,6 +61,7 @@ from jaxlake.config import (
     with_capacity,
 )
 from jaxlake.distances import UNREACHABLE, WORD_BITS, bfs_packed, num_words, one_cell_words, pack
+from jaxlake.mixture import Mixture, check_weights
 from jaxlake.types import Lake, LakeStats
 
 #: Default number of attempts (the last one hole-free, run only if nothing valid was found).
@@ -501,18 +502,12 @@ def generate_batch(key: jax.Array, config: LakeConfig, n: int, **options: Any) -
 def mixture_counts(weights: Sequence[float], n: int) -> list[int]:
     """Split ``n`` lakes by ``weights`` with largest-remainder rounding (ties: lower index first).
 
-    Raises :class:`ConfigError` for an empty list, a negative or non-finite weight, or an
-    all-zero one.
+    Weights are checked by :func:`jaxlake.mixture.check_weights` (a :class:`MixtureError`,
+    which is a :class:`ConfigError`, for an empty list, a negative or non-finite weight, or an
+    all-zero one); a zero weight gets zero lakes.
     """
-    weights = [float(x) for x in weights]
-    if not weights:
-        raise ConfigError("mixture needs at least one (weight, config) component")
-    for i, x in enumerate(weights):
-        if not math.isfinite(x) or x < 0:
-            raise ConfigError(f"mixture weight[{i}]={x} not in [0, inf)")
+    weights = check_weights(weights)
     total = sum(weights)
-    if total <= 0:
-        raise ConfigError("mixture weights sum to 0; at least one must be positive")
     if int(n) < 0:
         raise ConfigError(f"n={n} not in [0, inf)")
     quotas = [x * n / total for x in weights]
@@ -523,33 +518,17 @@ def mixture_counts(weights: Sequence[float], n: int) -> list[int]:
     return counts
 
 
-def _mixture_parts(mixture: Sequence[tuple[float, LakeConfig]]) -> tuple[list[float], list[LakeConfig]]:
-    mixture = list(mixture)
-    if not mixture:
-        raise ConfigError("mixture needs at least one (weight, config) component")
-    weights, configs = [], []
-    for i, item in enumerate(mixture):
-        try:
-            weight, config = item
-        except (TypeError, ValueError):
-            raise ConfigError(f"mixture[{i}] must be a (weight, LakeConfig) pair, got {item!r}") from None
-        if not isinstance(config, LakeConfig):
-            raise ConfigError(f"mixture[{i}] config must be a LakeConfig, got {type(config).__name__}")
-        weights.append(weight)
-        configs.append(config.validate())
-    return weights, configs
-
-
 def mixture_components(
-    mixture: Sequence[tuple[float, LakeConfig]], n: int, *, key: Optional[jax.Array] = None, shuffle: bool = False
+    mixture: Mixture | Sequence[tuple[float, LakeConfig]], n: int, *, key: Optional[jax.Array] = None,
+    shuffle: bool = False,
 ) -> np.ndarray:
-    """``[n]`` int: which mixture component each lake of :func:`generate_mixture` came from.
+    """``[n]`` int: which component of ``Mixture.of(mixture)`` each lake of
+    :func:`generate_mixture` came from (components of weight 0 are dropped by the type).
 
     Without ``shuffle`` the lakes come in component blocks (component 0 first); with it, pass
     the same ``key`` as to :func:`generate_mixture`.
     """
-    weights, _ = _mixture_parts(mixture)
-    counts = mixture_counts(weights, n)
+    counts = mixture_counts(Mixture.of(mixture).weights, n)
     ids = np.repeat(np.arange(len(counts)), counts)
     if shuffle:
         if key is None:
@@ -567,7 +546,8 @@ def lift_configs(configs: Sequence[LakeConfig]) -> list[LakeConfig]:
 
 
 def generate_mixture(
-    key: jax.Array, mixture: Sequence[tuple[float, LakeConfig]], n: int, *, shuffle: bool = False, **options: Any
+    key: jax.Array, mixture: Mixture | Sequence[tuple[float, LakeConfig]], n: int, *, shuffle: bool = False,
+    **options: Any,
 ) -> Lake:
     """``n`` lakes from a weighted mixture ``[(weight, config), ...]`` in one compiled call.
 
@@ -577,13 +557,13 @@ def generate_mixture(
     ``shuffle``) says which component each lake came from. Lake ``i`` is
     ``generate(split(split(key)[0], n)[i], config_of_lake_i)``.
     """
-    weights, configs = _mixture_parts(mixture)
+    mixture = Mixture.of(mixture)  # the one mixture validator (jaxlake.mixture)
     if int(n) < 1:
         raise ConfigError(f"n={n} not in [1, inf)")
     n = int(n)
     ids = mixture_components(mixture, n, key=key, shuffle=shuffle)
     k_lakes, _ = jax.random.split(key)
-    return generate_per_lake(jax.random.split(k_lakes, n), lift_configs(configs), ids, **options)
+    return generate_per_lake(jax.random.split(k_lakes, n), lift_configs(mixture.configs), ids, **options)
 
 
 def generate_per_lake(keys: jax.Array, configs: Sequence[LakeConfig], ids: Any, **options: Any) -> Lake:

@@ -58,17 +58,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from jaxlake.config import cfg_get, to_plain
-from jaxlake.engineers import (
-    EngineerContext,
-    build_engineer,
-    load_mixture,
-    mixture_from_env_node,
-    mixture_to_obj,
-    mixture_to_yaml,
-    same_mixture,
-)
+from jaxlake.engineers import EngineerContext, build_engineer
 from jaxlake.io import read_json, write_json, write_text
 from jaxlake.metrics import LoggerConfig, build_writer
+from jaxlake.mixture import Mixture, load_mixture, mixture_from_node, mixture_to_obj, mixture_to_yaml, same_mixture
 
 #: Files that make a stage complete (the checkpoint is named by train.json).
 STAGE_FILES = ("env.yaml", "train.json", "eval.json", "summary.json", "engineer.json", "next_env.yaml")
@@ -128,13 +121,13 @@ def _log(msg: str) -> None:
 
 
 # ============================================================================ stage inputs
-def initial_mixture(cfg: Any, engineer: Any) -> list:
+def initial_mixture(cfg: Any, engineer: Any) -> Mixture:
     if cfg_get(cfg, "env") is None:
         raise PipelineError("the config has no `env` (stage 1's environment); select one with env=<name>")
-    return engineer.initial_mixture(mixture_from_env_node(cfg.env))
+    return Mixture.of(engineer.initial_mixture(mixture_from_node(cfg.env)))
 
 
-def stage_mixture(cfg: Any, k: int, engineer: Any) -> list:
+def stage_mixture(cfg: Any, k: int, engineer: Any) -> Mixture:
     """Stage ``k``'s environment: ``env`` (via the engineer) for k = 1, else stage k-1's
     ``next_env.yaml``."""
     if k == 1:
@@ -165,7 +158,7 @@ def previous_policy(cfg: Any, k: int) -> Optional[Path]:
     raise PipelineError(f"{info} names no existing policy folder; rerun stage {k - 1}: {command_for_stage(cfg, k - 1)}")
 
 
-def _env_spec(mixture: list) -> Any:
+def _env_spec(mixture: Mixture) -> Any:
     return mixture[0][1] if len(mixture) == 1 else list(mixture)
 
 
@@ -192,7 +185,7 @@ _ENGINEER_FILES = ("engineer.json", "next_env.yaml")
 _SOURCE_FILE = "shared_from.json"
 
 
-def stage1_key(cfg: Any, mixture: list) -> str:
+def stage1_key(cfg: Any, mixture: Mixture) -> str:
     """Hash of everything stage 1's training, evaluation and summaries depend on: the run's
     settings (:func:`run_settings`, less the warm-start policy of later stages), its seed and
     stage 1's environment (the engineer's initial mixture, which may replace ``env``)."""
@@ -220,7 +213,7 @@ def _rewrite_paths(d: Path, old: str, new: str) -> None:
             write_text(f, text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1]))
 
 
-def restore_shared_stage1(cfg: Any, d: Path, mixture: list) -> bool:
+def restore_shared_stage1(cfg: Any, d: Path, mixture: Mixture) -> bool:
     """Fill stage folder ``d`` from the shared stage-1 store when it holds this run's key."""
     share = _share_dir(cfg)
     if share is None or (d / "train.json").is_file():
@@ -243,7 +236,7 @@ def restore_shared_stage1(cfg: Any, d: Path, mixture: list) -> bool:
     return True
 
 
-def store_shared_stage1(cfg: Any, d: Path, mixture: list) -> None:
+def store_shared_stage1(cfg: Any, d: Path, mixture: Mixture) -> None:
     """Copy a finished stage 1 (engineer files excluded) into the shared store, atomically."""
     share = _share_dir(cfg)
     if share is None:
@@ -263,7 +256,7 @@ def store_shared_stage1(cfg: Any, d: Path, mixture: list) -> None:
 
 
 # ============================================================================ steps
-def step_train(cfg: Any, k: int, d: Path, mixture: list) -> dict:
+def step_train(cfg: Any, k: int, d: Path, mixture: Mixture) -> dict:
     """Train stage ``k`` (resuming from its checkpoint) unless ``train.json`` says it is done."""
     info = d / "train.json"
     if info.is_file():
@@ -299,7 +292,7 @@ def _load(cfg: Any, path: Optional[Path]):
     return load_policy(cfg_get(cfg, "model"), path)
 
 
-def step_eval(cfg: Any, k: int, d: Path, mixture: list, train: dict) -> dict:
+def step_eval(cfg: Any, k: int, d: Path, mixture: Mixture, train: dict) -> dict:
     from llm.evaluate import evaluate_policy, is_suite_eval, write_eval
 
     path = d / "eval.json"
@@ -333,7 +326,7 @@ def history(cfg: Any, k: int) -> list:
     return out
 
 
-def step_summary(cfg: Any, k: int, d: Path, mixture: list, ev: dict) -> dict:
+def step_summary(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict) -> dict:
     path = d / "summary.json"
     if path.is_file():
         return read_json(path)
@@ -351,7 +344,7 @@ def step_summary(cfg: Any, k: int, d: Path, mixture: list, ev: dict) -> dict:
     return summary
 
 
-def engineer_context(cfg: Any, k: int, d: Path, mixture: list, ev: dict, summary: dict, train: dict,
+def engineer_context(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summary: dict, train: dict,
                      engineer: Any) -> EngineerContext:
     """What the engineer of stage ``k`` gets: the stage's environment, evaluation, summary and
     history, the previous decision's state, and a loader for the trained (``"policy"``) or
@@ -382,7 +375,7 @@ def engineer_context(cfg: Any, k: int, d: Path, mixture: list, ev: dict, summary
     )
 
 
-def step_engineer(cfg: Any, k: int, d: Path, mixture: list, ev: dict, summary: dict, train: dict, engineer: Any) -> dict:
+def step_engineer(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summary: dict, train: dict, engineer: Any) -> dict:
     done = d / "engineer.json"
     nxt = d / "next_env.yaml"
     if done.is_file() and nxt.is_file():

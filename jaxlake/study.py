@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from jaxlake.engineers import load_mixture, mixture_to_obj
 from jaxlake.io import read_json, write_json, write_text
+from jaxlake.mixture import load_mixture, mixture_to_obj
 from jaxlake.pipeline import short_env
 from jaxlake.report import find_runs, load_run, mean_ci, plot_breakdown, plot_scores
 from jaxlake.conf import CONF_DIR
@@ -43,8 +43,8 @@ DEFAULT_PAGE = Path("docs") / "results.md"
 BEGIN = "<!-- study:begin -->"
 END = "<!-- study:end -->"
 #: Table order: the paper's method, its ablations, then the baselines.
-ORDER = ("policy", "policy_no_failures", "policy_no_env_stats", "policy_no_history", "base",
-         "heuristic", "plr", "random", "manual", "fixed")
+ORDER = ("policy", "policy_answer_only", "policy_no_failures", "policy_no_env_stats", "policy_no_history", "base",
+         "heuristic", "plr", "accel", "random", "manual", "fixed")
 BASELINE = "fixed"
 
 

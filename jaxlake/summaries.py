@@ -102,6 +102,13 @@ def behaviour(eval_result: Mapping[str, Any], mode: str = "greedy") -> dict:
         cur_eps = [r for r in cur_node.get("episodes") or [] if r.get("mode", mode) == mode]
         if cur_eps:
             out["current_env"]["timeout_rate"] = _round(_wellformed_timeout_rate(cur_eps))
+        comps = cur.get("by_component") or []
+        if len(comps) > 1:  # a mixture: each component's success on its own lakes, not only the pool
+            out["current_env"]["components"] = [
+                {"weight": _round(c["weight"]), "config": c["config"], "n": c.get("n", 0),
+                 **{k: _round(c.get(k)) for k in ("score", "fall_rate", "malformed_rate")}}
+                for c in comps
+            ]
     return out
 
 
@@ -336,6 +343,11 @@ def _render_behaviour(b: Mapping[str, Any]) -> list[str]:
             f"{_fmt(c['arrived_share'])}, fall {_fmt(c['fall_rate'])}, timeout {_fmt(c['timeout_rate'])}, "
             f"malformed {_fmt(c.get('malformed_rate'))}"
         )
+        for i, comp in enumerate(c.get("components") or []):
+            lines.append(
+                f"- component {i}, weight {_fmt(comp['weight'])}: {_config_line(comp['config'])} ({comp['n']} lakes): "
+                f"success {_fmt(comp['score'])}, fall {_fmt(comp['fall_rate'])}, malformed {_fmt(comp['malformed_rate'])}"
+            )
     other = {m: s for m, s in b.get("scores", {}).items() if m != b["mode"]}
     if other:
         lines.append("other decoding: " + ", ".join(f"{m} success {_fmt(s)}" for m, s in other.items()))

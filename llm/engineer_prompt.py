@@ -19,7 +19,8 @@ import json
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from jaxlake.config import ConfigError
-from jaxlake.engineers import ConfigSpace, EngineerContext, format_value, mixture_to_obj
+from jaxlake.engineers import ConfigSpace, EngineerContext, format_value
+from jaxlake.mixture import mixture_to_obj
 from jaxlake.summaries import PARTS, render_summary
 
 #: How the system turn names each summary part (only the parts the prompt shows are named).

@@ -24,7 +24,8 @@ PLR engineers.
     grids         rendered grid per suite lake (index = episode "lake")
     modes         {mode: {n, score, <metrics>, by_dim: {dim: {value: metrics}}, by_cell: [...]}}
     episodes      one record per completion (jaxlake.suite.score_texts)
-    current_env   {env, grids, modes, episodes} on the training environment (optional)
+    current_env   {env, grids, modes, episodes} on the training environment (optional);
+                  modes[m].by_component: each mixture component's metrics on its own lakes
     settings      decoding settings, max_new_tokens, prompt length
 """
 
@@ -45,7 +46,9 @@ from jaxlake.suite import Suite, aggregate, build_suite, load_eval_conf, referen
 from jaxlake.text import format_plan
 from jaxlake.conf import CONF_DIR
 from jaxlake.config import to_plain
+from jaxlake.generator import mixture_components
 from jaxlake.io import write_json
+from jaxlake.mixture import Mixture
 
 EVAL_FORMAT = "jaxlake.eval/1"
 
@@ -179,17 +182,19 @@ def evaluate_policy(
     result["score"] = result["modes"][modes[0][0]]["score"]
 
     if current_lakes is not None:
+        mixture = Mixture.of(list(current))
         cur_opt = reference_soc(current_lakes) if solve else None
-        cur_cells = [{"id": 0, "values": {}, "config": list(current)[0][1]}]
+        # one cell per mixture component: the lakes come in component blocks (generate_mixture)
+        cur_cells = [{"id": i, "values": {}, "config": c} for i, c in enumerate(mixture.configs)]
         cur_eps = run_modes(policy, prompter, current_lakes, modes=modes,
-                            cells_of=np.zeros(n_current, dtype=np.int64), opt_soc=cur_opt,
+                            cells_of=mixture_components(mixture, n_current).astype(np.int64), opt_soc=cur_opt,
                             max_new_tokens=int(max_new), batch_size=batch_size, horizon=horizon, seed=seed + 1,
                             mesh=mesh)
         result["current_env"] = {
-            "env": [{"weight": float(w), "config": c.to_dict()} for w, c in current],
+            "env": [{"weight": float(w), "config": c.to_dict()} for w, c in mixture],
             "grids": render_grids(current_lakes),
-            "modes": {mode: {k: v for k, v in aggregate([e for e in cur_eps if e["mode"] == mode], cur_cells, []).items()
-                             if k not in ("by_dim", "by_cell")} for mode, _ in modes},
+            "modes": {mode: _by_component(aggregate([e for e in cur_eps if e["mode"] == mode], cur_cells, []),
+                                          mixture.weights) for mode, _ in modes},
             "episodes": cur_eps,
         }
     result["settings"] = {
@@ -201,6 +206,17 @@ def evaluate_policy(
     }
     result["wall_s"] = round(time.perf_counter() - t0, 2)
     return result
+
+
+def _by_component(agg: Mapping[str, Any], weights: Sequence[float]) -> dict:
+    """A mode's metrics on the training mixture: pooled over its lakes, and ``by_component``
+    (each component's weight, config and metrics on its own lakes, in the mixture's order:
+    the per-level success that PLR scores)."""
+    out = {k: v for k, v in agg.items() if k not in ("by_dim", "by_cell")}
+    out["by_component"] = [{"weight": float(w), "config": c["config"], **{k: v for k, v in c.items()
+                                                                           if k not in ("id", "values", "config")}}
+                           for w, c in zip(weights, agg["by_cell"])]
+    return out
 
 
 def write_eval(path: str | os.PathLike, result: Mapping[str, Any]) -> Path:

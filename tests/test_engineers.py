@@ -21,13 +21,10 @@ from jaxlake.engineers import (
     RandomEngineer,
     build_engineer,
     extract_json,
-    load_mixture,
-    mixture_from_env_node,
-    mixture_from_obj,
-    mixture_to_yaml,
     propose_with_retries,
     space_from_conf,
 )
+from jaxlake.mixture import MixtureError, load_mixture, mixture_from_node, mixture_from_obj, mixture_to_yaml
 
 CONF = CONF_DIR / "engineer"
 BASE = LakeConfig(height=5, width=5, num_agents=2, hole_density=0.1, conflict_density=0.5, max_steps=16)
@@ -39,13 +36,17 @@ def ctx(stage=1, current=None, eval_result=None, state=None, seed=0, initial=Non
                            eval_result=eval_result or {}, summary={}, history=[], state=state or {}, seed=seed)
 
 
-def eval_with(p_current=None, p_suite=None, cells=()):
+def eval_with(p_current=None, p_suite=None, cells=(), current=None):
+    """An ``eval.json`` stand-in: suite scores (``cells``) and, with ``current`` (the training
+    mixture), the training-environment success ``p_current`` of every component."""
     ev = {"modes": {}}
     if p_suite is not None:
         ev["modes"]["greedy"] = {"n": 10, "score": p_suite, "by_cell": list(cells)}
         ev["modes"]["sampled"] = {"n": 20, "score": p_suite, "by_cell": list(cells)}
     if p_current is not None:
-        ev["current_env"] = {"modes": {"greedy": {"n": 8, "score": p_current}, "sampled": {"n": 8, "score": p_current}}}
+        comps = [{"weight": w, "config": c.to_dict(), "n": 8, "score": p_current} for w, c in (current or [])]
+        ev["current_env"] = {"modes": {m: {"n": 8, "score": p_current, "by_component": comps}
+                                       for m in ("greedy", "sampled")}}
     return ev
 
 
@@ -120,7 +121,7 @@ def test_mixture_forms_and_partial_fields():
     ],
 )
 def test_mixture_errors_are_clear(obj, message):
-    with pytest.raises(ProposalError) as err:
+    with pytest.raises(MixtureError) as err:
         mixture_from_obj(obj, BASE)
     assert message in str(err.value)
 
@@ -141,7 +142,7 @@ def test_yaml_roundtrip(tmp_path):
     path.write_text(mixture_to_yaml(mix))
     back = load_mixture(path)
     assert [(round(w, 6), c) for w, c in back] == [(0.5, mix[0][1]), (0.5, mix[1][1])]
-    assert mixture_from_env_node(OmegaConf.create(BASE.to_dict())) == [(1.0, BASE)]
+    assert mixture_from_node(OmegaConf.create(BASE.to_dict())) == [(1.0, BASE)]
 
 
 # ----------------------------------------------------------------------------- retries
@@ -240,28 +241,6 @@ def test_heuristic_ladder():
         HeuristicEngineer(raise_above=0.2, lower_below=0.5)
 
 
-def test_plr_prefers_learnable_cells():
-    cells = []
-    for i, (h, n, p) in enumerate([(4, 1, 1.0), (6, 2, 0.5), (8, 4, 0.0), (5, 1, 0.9)]):
-        cfg = LakeConfig(height=h, width=h, num_agents=n, max_height=8, max_width=8, max_agents=4)
-        cells.append({"id": i, "values": {"size": h}, "config": cfg.to_dict(), "n": 4, "score": p})
-    # a suite cell on another capacity is moved onto the run's capacity
-    cells[0]["config"].update(max_height=4, max_width=4, max_agents=2)
-    eng = PLREngineer(top_k=1, temperature=0.05, staleness_coef=0.0, explore_prob=0.0)
-    p = eng.propose(ctx(eval_result=eval_with(p_current=1.0, p_suite=0.5, cells=cells)))
-    (w, cfg), = p.mixture
-    assert w == 1.0 and (cfg.height, cfg.num_agents) == (6, 2) and cfg.capacity == BASE.capacity
-    assert p.record["top_priorities"][0]["learnability"] == 0.25
-    buffer = p.state["buffer"]
-    assert len(buffer) == 5  # four cells + the trained config
-    # the trained config's p comes from the current-environment evaluation
-    assert [v["p"] for v in buffer.values() if v["last_trained"] == 1] == [1.0]
-    two = PLREngineer(top_k=2, explore_prob=0.0).propose(ctx(eval_result=eval_with(p_current=0.5, p_suite=0.5, cells=cells)))
-    assert len(two.mixture) == 2 and abs(sum(w for w, _ in two.mixture) - 1.0) < 1e-9
-    built = build_engineer(OmegaConf.load(CONF / "plr.yaml"))
-    assert isinstance(built, PLREngineer) and built.top_k == 2
-
-
 def test_build_engineer_requires_target():
     with pytest.raises(ConfigError, match="no _target_"):
         build_engineer({"name": "x"})
@@ -317,7 +296,7 @@ def test_check_in_space_accepts_on_grid_and_rejects_by_name():
 def test_every_baseline_stays_in_its_space():
     from jaxlake.engineers import check_in_space
 
-    for name in ("random", "heuristic", "plr"):
+    for name in ("random", "heuristic", "plr", "accel"):
         node = OmegaConf.load(CONF / f"{name}.yaml")
         eng = build_engineer(node)
         space = space_from_conf(BASE, OmegaConf.to_container(node.get("space")) if node.get("space") else None)
@@ -327,8 +306,8 @@ def test_every_baseline_stays_in_its_space():
         current = [(1.0, BASE)]
         for stage, p_cur in enumerate((0.9, 0.9, 0.1, 0.5, 0.9), start=1):
             p = eng.propose(ctx(stage=stage, current=current, state=state,
-                                eval_result=eval_with(p_current=p_cur, p_suite=0.5, cells=cells)))
-            check_in_space(p.mixture, space, max_components=getattr(eng, "top_k", 1))
+                                eval_result=eval_with(p_current=p_cur, p_suite=0.5, cells=cells, current=current)))
+            check_in_space(p.mixture, space, max_components=getattr(eng, "levels", 1))
             current, state = p.mixture, p.state
 
 

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxlake.config import LakeConfig
-from jaxlake.engineers import ConfigSpace, EngineerContext, mixture_from_obj
+from jaxlake.engineers import ConfigSpace, EngineerContext
+from jaxlake.mixture import mixture_from_obj
 from llm.constrained import ChoiceScorer, choice_logprobs, constrained_json
 from llm.engineer import BaseEngineer, PolicyEngineer
 from llm.engineer_prompt import build_user_prompt, chat_text, fit_user_prompt

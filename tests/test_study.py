@@ -23,8 +23,8 @@ def test_study_config_composes_the_promised_sweep():
         cfg = compose("config", overrides=["+study=cpu"], return_hydra_config=True)
     params = cfg.hydra.sweeper.params
     engineers = params.engineer.split(",")
-    assert set(engineers) == {"policy", "policy_no_failures", "policy_no_env_stats", "policy_no_history",
-                              "base", "heuristic", "plr", "random", "fixed", "manual"}
+    assert set(engineers) == {"policy", "policy_answer_only", "policy_no_failures", "policy_no_env_stats",
+                              "policy_no_history", "base", "heuristic", "plr", "accel", "random", "fixed", "manual"}
     assert len(params.seed.split(",")) >= 3 and cfg.stages >= 3
     assert cfg.pipeline.share_stage1
     for name in engineers:  # every variant is a real engineer config
@@ -45,12 +45,12 @@ def test_context_ablations_switch_exactly_one_part_off():
 def test_stage1_key_ignores_the_engineer_and_cosmetics_but_not_training():
     from hydra import compose, initialize_config_dir
 
-    from jaxlake.engineers import mixture_from_env_node
+    from jaxlake.mixture import mixture_from_node
 
     def key(*overrides):
         with initialize_config_dir(str(CONF_DIR), version_base=None):
             cfg = compose("config", overrides=list(overrides))
-        return stage1_key(cfg, mixture_from_env_node(cfg.env))
+        return stage1_key(cfg, mixture_from_node(cfg.env))
 
     base = key()
     assert key("engineer=heuristic") == base

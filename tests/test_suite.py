@@ -134,13 +134,15 @@ def test_evaluate_policy_bookkeeping(tiny_suite, monkeypatch):
         calls.append(temperature)
         sols = planner.solve_batch(lakes)
         n = np.asarray(lakes.num_agents)
-        if temperature == 0.0:
-            return [format_plan(s.actions, int(k)) for s, k in zip(sols.solutions, n)]
+        if temperature == 0.0:  # on the training mixture (calls 3, 4) only 1-agent lakes are solved
+            return [format_plan(s.actions, int(k)) if len(calls) < 3 or k == 1 else "no idea"
+                    for s, k in zip(sols.solutions, n)]
         return ["no idea"] * len(n)
 
     monkeypatch.setattr(ev, "complete", fake_complete)
     policy = types.SimpleNamespace(tokenizer=tok)
-    cur = [(1.0, LakeConfig(height=3, width=3, num_agents=1, hole_density=0.0, max_height=4, max_width=4, max_agents=2))]
+    one = LakeConfig(height=3, width=3, num_agents=1, hole_density=0.0, max_height=4, max_width=4, max_agents=2)
+    cur = [(0.75, one), (0.25, one.replace(num_agents=2))]
     conf = load_eval_conf("tiny")
     conf.current_env_lakes = 16   # the suite's batch shape: no new generator compilation
     result = ev.evaluate_policy(policy, conf, None, current=cur, stage=2, suite=tiny_suite)
@@ -150,7 +152,10 @@ def test_evaluate_policy_bookkeeping(tiny_suite, monkeypatch):
     assert s["n"] == 32 and s["score"] == 0.0 and s["malformed_rate"] == 1.0
     assert set(g["by_dim"]["size"]) == {"3", "4"} and g["by_dim"]["hole_density"]["0.2"]["n"] == 8
     assert len(result["episodes"]) == 48 and len(result["grids"]) == 16
-    assert result["current_env"]["modes"]["greedy"]["score"] == 1.0
-    assert result["current_env"]["modes"]["sampled"]["n"] == 32
+    # the training mixture: pooled over its 12 + 4 lakes, and each component on its own lakes
+    cur_g = result["current_env"]["modes"]["greedy"]
+    assert cur_g["score"] == 0.75 and result["current_env"]["modes"]["sampled"]["n"] == 32
+    assert [(c["weight"], c["config"]["num_agents"], c["n"], c["score"]) for c in cur_g["by_component"]] == \
+        [(0.75, 1, 12, 1.0), (0.25, 2, 4, 0.0)]
     assert result["settings"]["max_new_tokens"] > 0
     json.dumps(result)

@@ -212,3 +212,18 @@ def test_malformed_shown_per_dimension_and_not_counted_as_timeout():
     assert "6: success 0.00 fall 0.00 conflict 0.00 timeout 0.50 malformed 0.50" in text
     assert "success 0.25, arrived 0.25, fall 0.00, timeout 0.25, malformed 0.50" in text
     assert "timeouts count well-formed answers only" in text
+
+
+def test_each_training_mixture_component_gets_its_own_line():
+    ev = synthetic_eval()
+    a, b = LakeConfig(height=4, width=4, num_agents=1), LakeConfig(height=6, width=6, num_agents=3)
+    ok, bad = [rec(20, 0, success=True, n=1, arrived=1)] * 3, [rec(21, 0, malformed=True)]
+    comps = [{"weight": 0.75, "config": a.to_dict(), **metrics(ok)}, {"weight": 0.25, "config": b.to_dict(), **metrics(bad)}]
+    ev["current_env"] = {"modes": {"greedy": {**metrics(ok + bad), "by_component": comps}}}
+    c = behaviour(ev)["current_env"]
+    assert c["score"] == 0.75  # pooled
+    assert [(x["weight"], x["score"], x["malformed_rate"], x["n"]) for x in c["components"]] == \
+        [(0.75, 1.0, 0.0, 3), (0.25, 0.0, 1.0, 1)]
+    text = render_summary(summarize(ev), parts=["behaviour"])
+    assert "- component 1, weight 0.25: height=6, width=6, num_agents=3" in text
+    assert "(1 lakes): success 0.00, fall 0.00, malformed 1.00" in text

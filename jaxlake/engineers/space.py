@@ -1,0 +1,286 @@
+"""The space an engineer chooses from: :class:`ConfigSpace` and :func:`check_in_space`.
+
+A :class:`ConfigSpace` is the run's current config (``base``: capacity and fixed fields)
+plus, for each editable field, a finite grid of allowed values, with the cross-field rules of
+:class:`~jaxlake.config.LakeConfig` (two free cells per agent, distance bounds) respected by
+construction: :meth:`ConfigSpace.choices` only offers values that still complete to a valid
+config. Every engineer's proposal passes :func:`check_in_space` (the baselines before they
+answer, model replies before they are accepted), so all engineers search the same space.
+An engineer's ``space:`` node (``editable``, ``values``) becomes one with :func:`space_from_conf`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+from jaxlake.config import DYNAMIC_FIELDS, FIELD_BOUNDS, ConfigError, LakeConfig
+from jaxlake.engineers.base import ProposalError
+from jaxlake.mixture import CAPACITY_FIELDS, Mixture
+
+#: Order in which fields are chosen (constrained decoding, random sampling); later fields'
+#: allowed values depend on earlier choices (e.g. ``num_agents`` on the region size).
+FIELD_ORDER = DYNAMIC_FIELDS
+#: Fields an engineer may change by default; the rest stay at the current config's values.
+DEFAULT_EDITABLE = ("height", "width", "num_agents", "hole_density", "conflict_density", "slip_prob", "max_steps")
+
+
+def _float_grid(lo: float, hi: float, step: float) -> list[float]:
+    n = int(math.floor((hi - lo) / step + 1e-9))
+    return [round(lo + i * step, 4) for i in range(n + 1)]
+
+
+def format_value(value: Any) -> str:
+    """How a field value is written in the engineer's JSON (``0.15``, ``6``, ``"stay"``, ``null``)."""
+    if isinstance(value, float):
+        return json.dumps(round(value, 4))
+    return json.dumps(value)
+
+
+@dataclass
+class ConfigSpace:
+    """The discrete space an engineer chooses from, with cross-field constraints.
+
+    Each editable field has a finite grid of allowed values (``values``; defaults derive from
+    :data:`~jaxlake.config.FIELD_BOUNDS` and the capacity of ``base``); fields not editable
+    keep ``base``'s value. :meth:`choices` returns the values of a field that still admit a
+    valid :class:`LakeConfig` given earlier choices (in :data:`FIELD_ORDER`), checked by
+    validating the most permissive completion -- so choosing field by field from
+    :meth:`choices` always ends in a valid config.
+    """
+
+    base: LakeConfig
+    editable: tuple = DEFAULT_EDITABLE
+    values: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.editable = tuple(self.editable)
+        unknown = [f for f in self.editable if f not in FIELD_ORDER]
+        if unknown:
+            raise ConfigError(f"editable field(s) {unknown} unknown; choose from {list(FIELD_ORDER)}")
+        grids = {}
+        for name in self.editable:
+            given = self.values.get(name) if self.values else None
+            grid = list(given) if given is not None else self._default_grid(name)
+            grid = [self._coerce(name, v) for v in grid]
+            if not grid:
+                raise ConfigError(f"space.values.{name} is empty")
+            grids[name] = sorted(set(grid), key=lambda v: (v is None, v if not isinstance(v, str) else 0, str(v)))
+        self.values = grids
+        if self.editable and not self.choices(self.editable[0], {}):
+            raise ConfigError(f"no valid config in the space around {self.base}")
+
+    # ------------------------------------------------------------------ grids
+    def _default_grid(self, name: str) -> list:
+        b = self.base
+        if name == "height":
+            return list(range(FIELD_BOUNDS["height"][0], b.max_height + 1))
+        if name == "width":
+            return list(range(FIELD_BOUNDS["width"][0], b.max_width + 1))
+        if name == "num_agents":
+            return list(range(1, b.max_agents + 1))
+        if name == "hole_density":
+            return _float_grid(0.0, FIELD_BOUNDS["hole_density"][1], 0.05)
+        if name == "conflict_density":
+            return _float_grid(0.0, 1.0, 0.1)
+        if name == "slip_prob":
+            return _float_grid(0.0, 1.0, 0.1)
+        if name == "max_steps":
+            cells = b.max_height * b.max_width
+            return [v for v in (2, 4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128) if v <= max(16, 2 * cells)]
+        if name == "min_dist":
+            return list(range(1, min(b.max_height * b.max_width - 1, 32) + 1))
+        if name == "max_dist":
+            return [None] + list(range(1, min(b.max_height * b.max_width - 1, 32) + 1))
+        if name == "on_goal":
+            return ["vanish", "stay"]
+        raise ConfigError(f"no grid for field {name}")
+
+    @staticmethod
+    def _coerce(name: str, v: Any) -> Any:
+        if name == "on_goal":
+            if v not in ("vanish", "stay"):
+                raise ConfigError(f"space.values.on_goal value {v!r} not in ['stay', 'vanish']")
+            return v
+        if name == "max_dist" and v is None:
+            return None
+        if name in ("hole_density", "conflict_density", "slip_prob"):
+            lo, hi = FIELD_BOUNDS[name]
+            v = round(float(v), 4)
+            if not lo <= v <= hi:
+                raise ConfigError(f"space.values.{name} value {v} not in [{lo}, {hi}]")
+            return v
+        lo, hi = FIELD_BOUNDS[name]
+        if float(v) != int(v) or not lo <= int(v) <= hi:
+            raise ConfigError(f"space.values.{name} value {v!r} must be an integer in [{lo}, {hi}]")
+        return int(v)
+
+    # ------------------------------------------------------------------ constraints
+    def _permissive(self, name: str) -> Any:
+        grid = self.values[name]
+        if name in ("height", "width"):
+            return max(grid)
+        if name in ("num_agents", "hole_density", "min_dist"):
+            return min(grid)
+        if name == "max_dist":
+            return None if None in grid else max(grid)
+        base_value = getattr(self.base, name)
+        return base_value if base_value in grid else grid[0]
+
+    def feasible(self, partial: Mapping[str, Any]) -> bool:
+        """Whether ``partial`` (some editable fields chosen) extends to a valid config."""
+        try:
+            self.complete(partial, permissive=True)
+            return True
+        except ConfigError:
+            return False
+
+    def complete(self, partial: Mapping[str, Any], permissive: bool = False) -> LakeConfig:
+        """The config with ``partial``'s values, ``base``'s for fixed fields and, for editable
+        fields not in ``partial``, ``base``'s value (or the most permissive one)."""
+        values = self.base.to_dict()
+        for name in self.editable:
+            if name in partial:
+                values[name] = partial[name]
+            elif permissive:
+                values[name] = self._permissive(name)
+        return LakeConfig(**values)
+
+    def choices(self, name: str, partial: Mapping[str, Any]) -> list:
+        """Allowed values of editable field ``name`` given the earlier choices in ``partial``."""
+        if name not in self.values:
+            raise ConfigError(f"field {name} is not editable here; editable: {list(self.editable)}")
+        return [v for v in self.values[name] if self.feasible({**partial, name: v})]
+
+    def sample(self, rng: np.random.Generator) -> LakeConfig:
+        """A config chosen field by field, uniformly among the allowed values."""
+        partial: dict[str, Any] = {}
+        for name in self.editable:
+            options = self.choices(name, partial)
+            partial[name] = options[int(rng.integers(len(options)))]
+        return self.complete(partial)
+
+    def snap(self, config: LakeConfig) -> LakeConfig:
+        """``config`` moved onto the grid: each editable field to its nearest allowed value
+        (in field order, respecting constraints)."""
+        partial: dict[str, Any] = {}
+        for name in self.editable:
+            options = self.choices(name, partial)
+            target = getattr(config, name)
+            partial[name] = nearest_value(options, target)
+        return self.complete(partial)
+
+    def shift(self, config: LakeConfig, names: Sequence[str], rungs: int) -> Optional[LakeConfig]:
+        """``config`` with each field of ``names`` moved ``rungs`` steps along its grid (from
+        its nearest grid value); None when a field is not editable, would leave its grid, or
+        the result is not a valid config or equals ``config``."""
+        values = config.to_dict()
+        for name in names:
+            if name not in self.values:
+                return None
+            grid = self.values[name]
+            i = grid.index(nearest_value(grid, values[name])) + int(rungs)
+            if not 0 <= i < len(grid):
+                return None
+            values[name] = grid[i]
+        try:
+            moved = LakeConfig(**values)
+        except ConfigError:
+            return None
+        return None if moved == config else moved
+
+    def neighbours(self, config: LakeConfig) -> list[LakeConfig]:
+        """Every valid config one grid step away from ``config`` in one editable field (in
+        field order, down before up): the smallest edits the space allows."""
+        out = []
+        for name in self.editable:
+            for rungs in (-1, 1):
+                moved = self.shift(config, (name,), rungs)
+                if moved is not None and moved not in out:
+                    out.append(moved)
+        return out
+
+
+def _on_grid(value: Any, grid: Sequence[Any]) -> bool:
+    """Whether ``value`` is one of ``grid``'s values (floats within 1e-6: ``0.1 + 0.2`` is 0.3)."""
+    for g in grid:
+        if isinstance(g, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if abs(float(value) - g) <= 1e-6:
+                return True
+        elif value == g and type(value) is type(g):
+            return True
+    return False
+
+
+def check_in_space(mixture: Mixture, space: ConfigSpace, max_components: int = 1) -> None:
+    """Raise :class:`ProposalError` unless every component of ``mixture`` lies in ``space``.
+
+    The one validation every engineer's proposal passes (free-text and external replies in
+    :func:`propose_with_retries`, the baselines before they answer), so that all engineers
+    search the same space:
+
+    * at most ``max_components`` components;
+    * each editable field on its grid (``hole_density=0.37`` is rejected when the grid is
+      0.1 steps), the error naming the field and its allowed values;
+    * each field that is not editable equal to the run's value (``space.base``): fields the
+      prompt shows as fixed (``slip_prob``, ``max_steps``, ``on_goal``, ...) cannot change.
+
+    Cross-field rules (two free cells per agent, distance bounds) are :class:`LakeConfig`'s.
+    """
+    if len(mixture) > int(max_components):
+        raise ProposalError(
+            f"the mixture has {len(mixture)} components; at most {int(max_components)} allowed "
+            f"(max_components={int(max_components)})"
+        )
+    base = space.base.to_dict()
+    for i, (_, config) in enumerate(mixture):
+        where = "config" if len(mixture) == 1 else f"mixture[{i}].config"
+        values = config.to_dict()
+        for name in FIELD_ORDER:
+            value = values[name]
+            if name in space.values:
+                if not _on_grid(value, space.values[name]):
+                    allowed = space.values[name]
+                    shown = (f"[{allowed[0]}, {allowed[1]}, ..., {allowed[-1]}] (integers)"
+                             if len(allowed) > 12 and all(isinstance(v, int) for v in allowed) else str(allowed))
+                    raise ProposalError(f"{where}.{name}={value!r} is not an allowed value; allowed: {shown}")
+            elif not _on_grid(value, [base[name]]):
+                raise ProposalError(
+                    f"{where}.{name}={value!r} is fixed at {base[name]!r} in this run; the fields you may change "
+                    f"are {list(space.editable)}"
+                )
+        for cap in CAPACITY_FIELDS:
+            if values[cap] != base[cap]:
+                raise ProposalError(f"{where}.{cap}={values[cap]!r} cannot change: the run's capacity is "
+                                    f"{cap}={base[cap]}")
+
+
+def nearest_value(options: Sequence[Any], target: Any) -> Any:
+    """``target`` if it is among ``options``, else the numerically nearest option (the lower
+    one on ties), else the first option."""
+    if target in options:
+        return target
+    numeric = [o for o in options if isinstance(o, (int, float)) and not isinstance(o, bool)]
+    if numeric and isinstance(target, (int, float)):
+        return min(numeric, key=lambda o: (abs(o - target), o))
+    return options[0]
+
+
+def space_from_conf(base: LakeConfig, node: Optional[Mapping[str, Any]]) -> ConfigSpace:
+    """A :class:`ConfigSpace` from an engineer's ``space:`` node (``editable``, ``values``)."""
+    node = dict(node or {})
+    unknown = sorted(set(node) - {"editable", "values"})
+    if unknown:
+        raise ConfigError(f"engineer.space: unknown key(s) {unknown}; known: ['editable', 'values']")
+    editable = tuple(node.get("editable") or DEFAULT_EDITABLE)
+    values = {k: list(v) for k, v in dict(node.get("values") or {}).items()}
+    bad = sorted(set(values) - set(editable))
+    if bad:
+        raise ConfigError(f"engineer.space.values names field(s) {bad} that are not editable ({list(editable)})")
+    return ConfigSpace(base=base, editable=editable, values=values)
+
+
