@@ -333,6 +333,19 @@ def test_row_budgets_stop_rows_without_recompiling(split, greedy_result):
         generate_ids(split, ids, mask, None, GREEDY, max_lengths=[0, 2, 3])
 
 
+def test_prompts_pay_for_their_bucket_one_compilation_per_bucket(split, greedy_result):
+    """generate() pads a batch to its own longest prompt rounded up to prompt_bucket (not to the
+    longest prompt seen so far): short batches run at P = 8, and each bucket compiles once."""
+    before = trace_count()
+    short = generate(split, None, [[5, 6], [7, 8, 9], [4]], GREEDY, decode=False)
+    assert short.prompt_ids.shape == (3, BUCKET) and trace_count() == before + 1  # a new bucket: P = 8
+    again = generate(split, None, [[3, 4, 5, 6, 7, 8, 9, 10], [7], [4, 4]], GREEDY, decode=False)
+    assert again.prompt_ids.shape == (3, BUCKET)
+    longer = generate(split, None, [[5] * 11, [6] * 9, [7]], GREEDY, decode=False)  # P = 16, greedy_result's bucket
+    assert longer.prompt_ids.shape == (3, 2 * BUCKET) == greedy_result.prompt_ids.shape
+    assert trace_count() == before + 1  # same buckets, same compiled functions
+
+
 def test_string_prompts_texts_and_stop_strings(split, tokenizer):
     prompts = ["A . . ~ b\n. B ~ a .", "A: R R D"]
     cfg = GenerationConfig(max_new_tokens=N_NEW, temperature=0.0, prompt_bucket=BUCKET)
