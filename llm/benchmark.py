@@ -510,6 +510,46 @@ def format_early_finish(rows: list[EarlyFinishRow]) -> str:
     return "\n".join(lines)
 
 
+def generate_memory(name: str, *, batch: int, prompt_len: int, new_tokens: int, dtype: str | None = None,
+                    kv_block: int = 64, unroll: bool | None = None) -> dict[str, Any]:
+    """XLA memory analysis of ours' compiled generation from abstract shapes (nothing is
+    allocated: ``nnx.eval_shape`` parameters, ``ShapeDtypeStruct`` prompts), for the default
+    backend. ``peak`` = arguments + outputs + temporaries - aliased, as in the timed table;
+    ``kv_cache`` is the ``[L, B, P + N, kv, d]`` keys and values it must hold."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from llm.generate import MAX_EOS_IDS, GenerationConfig, _generate_core, _unroll_layers
+    from llm.model import Qwen3ForCausalLM
+
+    config = _model_config(name)
+    if dtype is not None:
+        config = dataclasses.replace(config, dtype=dtype, param_dtype=dtype)
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))))
+    unroll = _unroll_layers(GenerationConfig(unroll_layers=unroll), state)
+    sds = jax.ShapeDtypeStruct
+    args = (state, sds((batch, prompt_len), jnp.int32), sds((batch, prompt_len), jnp.bool_),
+            jax.eval_shape(lambda: jax.random.PRNGKey(0)), sds((), jnp.float32), sds((), jnp.float32),
+            sds((MAX_EOS_IDS,), jnp.int32), sds((), jnp.int32), sds((batch,), jnp.int32))
+    t0 = time.perf_counter()
+    compiled = _generate_core.lower(graphdef, *args, max_new_tokens=new_tokens, greedy=True, top_k=0,
+                                    use_top_p=False, kv_block=kv_block, unroll_layers=unroll).compile()
+    compile_s = time.perf_counter() - t0
+    mem = compiled.memory_analysis()
+    c = config
+    cbytes = np.dtype(c.jnp_dtype).itemsize
+    kv = 2 * c.num_hidden_layers * batch * (prompt_len + new_tokens) * c.num_key_value_heads * c.head_dim * cbytes
+    out = dict(model=name, dtype=c.dtype, batch=batch, prompt_len=prompt_len, new_tokens=new_tokens,
+               unroll_layers=unroll, backend=jax.default_backend(), compile_s=compile_s,
+               weights=c.num_parameters() * np.dtype(c.jnp_param_dtype).itemsize, kv_cache=kv)
+    for field in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "alias_size_in_bytes"):
+        out[field] = int(getattr(mem, field))
+    out["peak"] = (out["argument_size_in_bytes"] + out["output_size_in_bytes"] + out["temp_size_in_bytes"]
+                   - out["alias_size_in_bytes"])
+    return out
+
+
 def format_generate(rows: list[GenRow]) -> str:
     """Markdown table of :func:`bench_generate` rows; ratios are ours / that engine."""
     ours = {(r.model, r.batch, r.prompt_len, r.new_tokens): r for r in rows if r.engine == "ours"}
@@ -558,7 +598,32 @@ def generate_main(argv: list[str] | None = None) -> list[GenRow]:
                              "bf16 figure, else a measured 1024^3 matmul in the model dtype)")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="where torch runs")
     parser.add_argument("--out", default=None, help="write rows and machine figures as JSON here")
+    parser.add_argument("--memory", action="store_true",
+                        help="only compile ours from abstract shapes and print XLA's memory analysis (no "
+                             "weights allocated, nothing timed): e.g. --models qwen3_4b --dtype bfloat16 "
+                             "--batch 256 --prompt-len 256 --new-tokens 256")
+    parser.add_argument("--unroll", choices=("auto", "yes", "no"), default="auto",
+                        help="with --memory: GenerationConfig.unroll_layers (auto: by layer bytes)")
     args = parser.parse_args(argv)
+
+    if args.memory:
+        unroll = {"auto": None, "yes": True, "no": False}[args.unroll]
+        found = []
+        for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+            for batch in [int(b) for b in args.batch.split(",") if b.strip()]:
+                m = generate_memory(name, batch=batch, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
+                                    dtype=args.dtype, kv_block=args.kv_block, unroll=unroll)
+                gib = {k: m[k] / 2**30 for k in ("peak", "argument_size_in_bytes", "temp_size_in_bytes",
+                                                  "output_size_in_bytes", "weights", "kv_cache")}
+                print(f"{name} ({m['dtype']}) B={batch} P={args.prompt_len} N={args.new_tokens} "
+                      f"unroll_layers={m['unroll_layers']} [{m['backend']}]: peak {gib['peak']:.2f} GiB = arguments "
+                      f"{gib['argument_size_in_bytes']:.2f} + outputs {gib['output_size_in_bytes']:.3f} + temporaries "
+                      f"{gib['temp_size_in_bytes']:.2f} (weights {gib['weights']:.2f}, K/V cache "
+                      f"{gib['kv_cache']:.2f}); compiled in {m['compile_s']:.0f}s", flush=True)
+                found.append(m)
+        if args.out:
+            write_json(args.out, found, indent=2)
+        return []
 
     import jax
     import torch
