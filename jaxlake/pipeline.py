@@ -158,10 +158,6 @@ def previous_policy(cfg: Any, k: int) -> Optional[Path]:
     raise PipelineError(f"{info} names no existing policy folder; rerun stage {k - 1}: {command_for_stage(cfg, k - 1)}")
 
 
-def _env_spec(mixture: Mixture) -> Any:
-    return mixture[0][1] if len(mixture) == 1 else list(mixture)
-
-
 def _train_cfg(cfg: Any, k: int) -> dict:
     """The run config for stage ``k``'s trainer: per-stage training seed, warm start policy."""
     c = to_plain(cfg)
@@ -265,7 +261,7 @@ def step_train(cfg: Any, k: int, d: Path, mixture: Mixture) -> dict:
 
     init = previous_policy(cfg, k)
     _log(f"stage {k}: training" + (f" from {init}" if init else ""))
-    res = train_stage(_train_cfg(cfg, k), _env_spec(mixture), d, init_from=init)
+    res = train_stage(_train_cfg(cfg, k), mixture, d, init_from=init)
     if res.eval_after is None:  # the trainer stopped before the end of its schedule
         raise PipelineError(
             f"training of stage {k} stopped after {res.warmstart_steps} warm-start and {res.grpo_steps} GRPO "

@@ -38,12 +38,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlake.metrics import MetricsWriter
+from jaxlake.mixture import Mixture
 from llm import grpo, rewards
 from llm import reasoning as reasoning_mod
 from llm import sharding as shd
 from llm.completions import sample_completions
 from llm.generate import GenerationConfig
-from llm.lakes import EnvSpec, env_horizon, sample_lakes
+from llm.lakes import env_horizon, sample_lakes
 from llm.optim import make_optimizer, schedule_value
 from llm.phase import Checkpoints, PhaseResult, progress_bar
 from llm.policy import Policy, copy_state
@@ -57,7 +58,7 @@ def run_grpo(
     policy: Policy,
     ref_state: Any,
     config: TrainConfig,
-    env: EnvSpec,
+    env: Mixture,
     checkpoint_dir: str | os.PathLike,
     metrics: MetricsWriter,
     prompter: Prompter,

@@ -36,12 +36,13 @@ from flax import nnx
 
 from jaxlake.config import cfg_get, to_plain
 from jaxlake.io import write_json
+from jaxlake.mixture import Mixture
 from jaxlake.metrics import JsonlWriter, LoggerConfig, MetricsWriter, build_writer
 from llm import rewards
 from llm import sharding as shd
 from llm.grpo_loop import run_grpo
 from llm.heldout import evaluate_heldout
-from llm.lakes import EnvSpec, env_description, env_horizon, sample_lakes
+from llm.lakes import env_description, env_horizon, sample_lakes
 from llm.optim import make_optimizer
 from llm.phase import Checkpoints
 from llm.policy import Policy, load_policy
@@ -95,7 +96,7 @@ class StageResult:
 
 def train_stage(
     cfg: Any,
-    env_config: EnvSpec,
+    env_config: Mixture,
     stage_dir: str | os.PathLike,
     init_from: Optional[str | os.PathLike] = None,
     *,
@@ -108,8 +109,8 @@ def train_stage(
     Args:
       cfg: the Hydra config (or a mapping) with groups ``train``, ``reward``, ``prompt`` and
         ``model`` (see ``conf/``).
-      env_config: the stage's environment: a ``LakeConfig`` or a mixture
-        ``[(weight, LakeConfig), ...]``.
+      env_config: the stage's environment, a :class:`~jaxlake.mixture.Mixture` (a ``LakeConfig``
+        is read as its one component).
       stage_dir: output folder (created); rerunning with the same folder resumes.
       init_from: start from this policy (orbax checkpoint dir or HF folder) instead of
         ``cfg.model``.
@@ -133,7 +134,7 @@ def train_stage(
         return _train_stage(cfg, env_config, stage_dir, init_from, policy, mesh, max_steps, metrics)
 
 
-def _train_stage(cfg: Any, env_config: EnvSpec, stage_dir: Path, init_from: Optional[str | os.PathLike],
+def _train_stage(cfg: Any, env_config: Mixture, stage_dir: Path, init_from: Optional[str | os.PathLike],
                  policy: Optional[Policy], mesh, max_steps: Optional[Mapping[str, int]],
                  metrics: MetricsWriter) -> StageResult:
     """:func:`train_stage` with its metrics writer open."""

@@ -31,11 +31,12 @@ import optax
 
 from jaxlake import planner
 from jaxlake.metrics import MetricsWriter
+from jaxlake.mixture import Mixture
 from jaxlake.text import format_plan
 from llm import prompts
 from llm.reasoning import THINK_CLOSE, THINK_OPEN
 from llm import sharding as shd
-from llm.lakes import EnvSpec, sample_lakes
+from llm.lakes import sample_lakes
 from llm.optim import apply_gradients, make_optimizer, schedule_value
 from llm.phase import Checkpoints, PhaseResult, progress_bar
 from llm.policy import Policy
@@ -164,7 +165,7 @@ def make_sft_update(graphdef: Any, optimizer: optax.GradientTransformation, *, m
 def run_warmstart(
     policy: Policy,
     config: TrainConfig,
-    env: EnvSpec,
+    env: Mixture,
     checkpoint_dir: str | os.PathLike,
     metrics: MetricsWriter,
     prompter: Prompter,
