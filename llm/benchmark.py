@@ -375,7 +375,7 @@ def _theirs_generate(tmodel, ids: np.ndarray, cache: str):
 def bench_generate(name: str, *, batch: int, prompt_len: int, new_tokens: int, repeats: int = 3,
                    peers: tuple[str, ...] = ("dynamic", "static"), dtype: str | None = None, bandwidth: float,
                    peak_flops: float, kv_block: int = 64, device: str = "cpu", seed: int = 0,
-                   also_scan: bool = False) -> list[GenRow]:
+                   also_scan: bool = False, attention: str | None = None) -> list[GenRow]:
     """Ours and the ``transformers`` peers on one preset, timings interleaved per repeat.
 
     Every engine runs a 1-token and an N-token greedy generation (EOS off) ``repeats`` times in
@@ -391,6 +391,8 @@ def bench_generate(name: str, *, batch: int, prompt_len: int, new_tokens: int, r
     config = _model_config(name)
     if dtype is not None:
         config = dataclasses.replace(config, dtype=dtype, param_dtype=dtype)
+    if attention is not None:
+        config = dataclasses.replace(config, attention_impl=attention)
     model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed))
     ids = np.random.RandomState(seed).randint(3, config.vocab_size, size=(batch, prompt_len)).astype(np.int32)
     ours_run, compile_s, peak = _ours_generate(model, ids, new_tokens, kv_block)
@@ -452,7 +454,8 @@ class EarlyFinishRow:
 
 
 def bench_early_finish(name: str, *, batch: int, prompt_len: int, new_tokens: int, schedule: list[int],
-                       repeats: int = 3, dtype: str | None = None, kv_block: int = 64, seed: int = 0) -> EarlyFinishRow:
+                       repeats: int = 3, dtype: str | None = None, kv_block: int = 64, seed: int = 0,
+                       attention: str | None = None) -> EarlyFinishRow:
     """Useful tokens/s when rows finish early, with and without the early exit.
 
     Row ``b`` stops after ``schedule[b % len(schedule)]`` tokens (``generate_ids``'
@@ -473,6 +476,8 @@ def bench_early_finish(name: str, *, batch: int, prompt_len: int, new_tokens: in
     config = _model_config(name)
     if dtype is not None:
         config = dataclasses.replace(config, dtype=dtype, param_dtype=dtype)
+    if attention is not None:
+        config = dataclasses.replace(config, attention_impl=attention)
     model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed))
     split = nnx.split(model)
     ids = np.random.RandomState(seed).randint(3, config.vocab_size, size=(batch, prompt_len)).astype(np.int32)
@@ -511,7 +516,7 @@ def format_early_finish(rows: list[EarlyFinishRow]) -> str:
 
 
 def generate_memory(name: str, *, batch: int, prompt_len: int, new_tokens: int, dtype: str | None = None,
-                    kv_block: int = 64, unroll: bool | None = None) -> dict[str, Any]:
+                    kv_block: int = 64, unroll: bool | None = None, attention: str | None = None) -> dict[str, Any]:
     """XLA memory analysis of ours' compiled generation from abstract shapes (nothing is
     allocated: ``nnx.eval_shape`` parameters, ``ShapeDtypeStruct`` prompts), for the default
     backend. ``peak`` = arguments + outputs + temporaries - aliased, as in the timed table;
@@ -526,6 +531,8 @@ def generate_memory(name: str, *, batch: int, prompt_len: int, new_tokens: int, 
     config = _model_config(name)
     if dtype is not None:
         config = dataclasses.replace(config, dtype=dtype, param_dtype=dtype)
+    if attention is not None:
+        config = dataclasses.replace(config, attention_impl=attention)
     graphdef, state = nnx.split(nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))))
     unroll = _unroll_layers(GenerationConfig(unroll_layers=unroll), state)
     sds = jax.ShapeDtypeStruct
@@ -582,6 +589,9 @@ def generate_main(argv: list[str] | None = None) -> list[GenRow]:
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
                         help="override the preset's param_dtype and dtype")
     parser.add_argument("--kv-block", type=int, default=64, help="GenerationConfig.kv_block")
+    parser.add_argument("--attention", choices=("auto", "xla", "cudnn", "chunked"), default=None,
+                        help="Qwen3Config.attention_impl of ours (default: the preset's); xla / cudnn send the "
+                             "cached prefill and the decode steps through jax.nn.dot_product_attention")
     parser.add_argument("--also-scan", action="store_true",
                         help="also time ours with unroll_layers=False (the layer scan inside the decode loop)")
     parser.add_argument("--eos-after", default=None,
@@ -612,7 +622,7 @@ def generate_main(argv: list[str] | None = None) -> list[GenRow]:
         for name in [m.strip() for m in args.models.split(",") if m.strip()]:
             for batch in [int(b) for b in args.batch.split(",") if b.strip()]:
                 m = generate_memory(name, batch=batch, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
-                                    dtype=args.dtype, kv_block=args.kv_block, unroll=unroll)
+                                    dtype=args.dtype, kv_block=args.kv_block, unroll=unroll, attention=args.attention)
                 gib = {k: m[k] / 2**30 for k in ("peak", "argument_size_in_bytes", "temp_size_in_bytes",
                                                   "output_size_in_bytes", "weights", "kv_cache")}
                 print(f"{name} ({m['dtype']}) B={batch} P={args.prompt_len} N={args.new_tokens} "
@@ -656,7 +666,7 @@ def generate_main(argv: list[str] | None = None) -> list[GenRow]:
             rows += bench_generate(name, batch=batch, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
                                    repeats=args.repeats, peers=peers, dtype=args.dtype, bandwidth=bandwidth,
                                    peak_flops=peak, kv_block=args.kv_block, device=args.device,
-                                   also_scan=args.also_scan)
+                                   also_scan=args.also_scan, attention=args.attention)
             print(f"  {name} B={batch}: measured in {time.perf_counter() - t0:.0f}s", flush=True)
     print(format_generate(rows))
     early: list[EarlyFinishRow] = []
@@ -666,7 +676,7 @@ def generate_main(argv: list[str] | None = None) -> list[GenRow]:
             for batch in [int(b) for b in args.batch.split(",") if b.strip()]:
                 early.append(bench_early_finish(name, batch=batch, prompt_len=args.prompt_len,
                                                 new_tokens=args.new_tokens, schedule=schedule, repeats=args.repeats,
-                                                dtype=args.dtype, kv_block=args.kv_block))
+                                                dtype=args.dtype, kv_block=args.kv_block, attention=args.attention))
         print(format_early_finish(early))
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -12,7 +12,10 @@
 # BIG_BATCHES (ours + transformers static cache only: the dynamic cache is the slow peer),
 # REPEATS, OUT, DEVICE (gpu|cpu; where torch runs), KV_BLOCK (GenerationConfig.kv_block:
 # 128 gives 2 decode segments at N=256, fewer unrolled layer bodies to compile than 64's 4),
-# ALSO_SCAN=1 (also time ours with the layer scan in the decode loop).
+# ALSO_SCAN=1 (also time ours with the layer scan in the decode loop), ATTENTION (xla|cudnn:
+# ours' cached prefill and decode steps through jax.nn.dot_product_attention; default: the
+# preset's dense grouped attention), EOS_AFTER (e.g. 64,256: rows of the BATCHES run finish
+# after these many tokens, cycled; adds the early-finish table of useful tok/s).
 # Compilations are cached in $JAX_COMPILATION_CACHE_DIR (default /tmp/jaxlake_jax_cache), so
 # a rerun on the same machine does not compile again.
 set -euo pipefail
@@ -44,10 +47,11 @@ run() {  # run <batches> <peers>
   local tag=${1//,/_}
   python -m llm.benchmark generate --device "$DEVICE" --models "$MODEL" --dtype "$DTYPE" \
     --batch "$1" --prompt-len "$PROMPT" --new-tokens "$NEW" --repeats "$REPEATS" --peers "$2" \
-    --kv-block "$KV_BLOCK" ${ALSO_SCAN:+--also-scan} --out "$OUT/generate_${MODEL}_b${tag}.json"
+    --kv-block "$KV_BLOCK" ${ALSO_SCAN:+--also-scan} ${ATTENTION:+--attention "$ATTENTION"} \
+    --out "$OUT/generate_${MODEL}_b${tag}${ATTENTION:+_$ATTENTION}.json" "${@:3}"
 }
 
-time run "$BATCHES" dynamic,static
+time run "$BATCHES" dynamic,static ${EOS_AFTER:+--eos-after "$EOS_AFTER"}
 if [ -n "$BIG_BATCHES" ]; then
   time run "$BIG_BATCHES" static
 fi
