@@ -281,11 +281,13 @@ def register_hydra_schema() -> None:
 # ============================================================================ raw config nodes
 def to_plain(node: Any) -> Any:
     """An OmegaConf node (``DictConfig`` / ``ListConfig``, interpolations resolved) as plain
-    Python dicts and lists; anything else is returned unchanged."""
+    Python dicts and lists; anything else is returned unchanged. A required value left unset
+    (``???``, e.g. ``model.path`` of the paper recipes) raises ``MissingMandatoryValue`` naming
+    its key, rather than passing on the string ``"???"``."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
     if isinstance(node, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(node, resolve=True)
+        return OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
     return node
 
 

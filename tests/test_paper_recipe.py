@@ -53,6 +53,7 @@ def test_presets_compose_into_valid_typed_settings():
     from omegaconf import OmegaConf
     from omegaconf.errors import MissingMandatoryValue
 
+    from jaxlake.config import cfg_get, to_plain
     from llm.train_config import TrainConfig
 
     with initialize_config_dir(str(CONF_DIR), version_base=None):
@@ -76,6 +77,8 @@ def test_presets_compose_into_valid_typed_settings():
         cfg = compose("config", overrides=["+recipe=paper_qwen3_4b"])
         with pytest.raises(MissingMandatoryValue, match="model.path"):
             str(cfg.model.path)
+        with pytest.raises(MissingMandatoryValue, match="model.path"):  # as the trainer reads the group
+            to_plain(cfg_get(cfg, "model"))
 
 
 def test_one_stage_with_the_paper_recipe_on_a_qwen3_shaped_model(monkeypatch, tmp_path, qwen_shaped_model):
