@@ -76,7 +76,8 @@ def run_grpo(
       checkpoint_dir: orbax directory of this phase.
       metrics: the stage's metrics file (rows ``phase="grpo"``).
       prompter: fixed-length prompt encoder.
-      mesh: data-parallel mesh (``None``: plain single-device arrays).
+      mesh: the ``(data, fsdp)`` mesh (``None``: plain single-device arrays); parameters,
+        optimizer state and the reference are laid out FSDP-style on it (:mod:`llm.sharding`).
       eval_fn: optional ``(policy, step) -> metrics`` called every ``grpo.eval_every`` steps.
       max_steps: stop after this many steps (for tests of kill-and-resume); the schedule
         still spans ``grpo.steps``.
@@ -93,9 +94,9 @@ def run_grpo(
         ref_state = copy_state(ref_state)  # the update donates its input: never consume the caller's arrays
     metrics.truncate("grpo", start, drop_later=start < gc.steps)
     if mesh is not None:
-        state, opt_state = shd.replicate(state, mesh), shd.replicate(opt_state, mesh)
+        state, opt_state = shd.place_state(state, mesh), shd.place_opt_state(opt_state, state, mesh)
         if lc.use_reference:
-            ref_state = shd.replicate(ref_state, mesh)
+            ref_state = shd.place_state(ref_state, mesh)
     policy = Policy(policy.graphdef, state, policy.tokenizer)
     update = make_grpo_update(policy.graphdef, optimizer, lc, micro_batches=gc.micro_batches,
                               compute_entropy=gc.compute_entropy, mesh=mesh, temperature=gc.temperature,

@@ -7,6 +7,8 @@ from typing import Any
 import jax
 import optax
 
+from llm import sharding as shd
+
 from llm.train_config import OptimConfig
 
 
@@ -41,7 +43,13 @@ def schedule_value(config: OptimConfig, total_updates: int, count: int) -> float
 
 
 
-def apply_gradients(optimizer: optax.GradientTransformation, state: Any, opt_state: Any, grads: Any):
-    """One optimizer step: ``(new state, new opt_state, global norm of grads before clipping)``."""
+def apply_gradients(optimizer: optax.GradientTransformation, state: Any, opt_state: Any, grads: Any, mesh=None):
+    """One optimizer step: ``(new state, new opt_state, global norm of grads before clipping)``.
+
+    With a ``mesh`` the new state and optimizer state are pinned to the FSDP layout
+    (:func:`llm.sharding.constrain_state`, :func:`llm.sharding.constrain_opt_state`), so a
+    jitted update returns them in the layout they came in and compiles once.
+    """
     updates, opt_state = optimizer.update(grads, opt_state, state)
-    return optax.apply_updates(state, updates), opt_state, optax.tree.norm(grads)
+    new_state = shd.constrain_state(optax.apply_updates(state, updates), mesh)
+    return new_state, shd.constrain_opt_state(opt_state, new_state, mesh), optax.tree.norm(grads)

@@ -156,7 +156,7 @@ def make_sft_update(graphdef: Any, optimizer: optax.GradientTransformation, *, m
 
     def update(state, opt_state, batch):
         loss, msum, grads = accumulate_gradients(loss_fn, state, batch, micro_batches, mesh)
-        state, opt_state, gnorm = apply_gradients(optimizer, state, opt_state, grads)
+        state, opt_state, gnorm = apply_gradients(optimizer, state, opt_state, grads, mesh)
         return state, opt_state, {"nll": loss, "loss": loss, "token_acc": msum["token_acc"], "grad_norm": gnorm}
 
     return jax.jit(update, donate_argnums=(0, 1))
@@ -182,7 +182,7 @@ def run_warmstart(
     state, opt_state, start, rng, resumed = ckpt.start(policy, optimizer, config.seed)
     metrics.truncate("warmstart", start, drop_later=start < wc.steps)
     if mesh is not None:
-        state, opt_state = shd.replicate(state, mesh), shd.replicate(opt_state, mesh)
+        state, opt_state = shd.place_state(state, mesh), shd.place_opt_state(opt_state, state, mesh)
     update = make_sft_update(policy.graphdef, optimizer, micro_batches=wc.micro_batches, mesh=mesh)
     data_key = jax.random.fold_in(rng, 21)
     reasoning = prompter.config.reasoning
