@@ -423,8 +423,9 @@ def write_run_info(cfg: Any, engineer: Any) -> None:
 
 #: Config groups a run's results depend on; a run folder refuses to resume under others.
 SETTINGS = ("env", "model", "train", "reward", "prompt", "eval")
-#: Keys inside them that only change how a run reports, not what it computes.
-_COSMETIC = {"train": ("progress", "plot", "distributed")}
+#: Keys inside them that only change how a run reports or where it runs, not what it computes
+#: (``mesh``: the same results up to float rounding, and checkpoints restore onto any mesh).
+_COSMETIC = {"train": ("progress", "plot", "distributed", "mesh")}
 
 
 def run_settings(cfg: Any) -> dict:

@@ -115,7 +115,7 @@ def train_stage(
       init_from: start from this policy (orbax checkpoint dir or HF folder) instead of
         ``cfg.model``.
       policy: start from this in-memory :class:`Policy` (wins over both).
-      mesh: data-parallel mesh (default: every device).
+      mesh: the ``(data, fsdp)`` mesh (default: ``train.mesh`` over every device; :mod:`llm.sharding`).
       max_steps: ``{"warmstart": k, "grpo": k}`` stop early (simulates a killed run in tests).
 
     Metrics go to the back ends of ``cfg.logger`` (:mod:`jaxlake.metrics`; default
@@ -144,7 +144,7 @@ def _train_stage(cfg: Any, env_config: Mixture, stage_dir: Path, init_from: Opti
     stage_dir = Path(stage_dir)
     stage_dir.mkdir(parents=True, exist_ok=True)
     max_steps = dict(max_steps or {})
-    mesh = shd.make_mesh() if mesh is None else mesh
+    mesh = shd.make_mesh(config=tcfg.mesh) if mesh is None else mesh
     if policy is None:
         policy = load_policy(cfg_get(cfg, "model"), init_from, tcfg.seed)
     ec, gc, wc = tcfg.eval, tcfg.grpo, tcfg.warmstart

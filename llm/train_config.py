@@ -15,6 +15,7 @@ from llm.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
 from llm.model import REMAT_POLICIES
 from llm.prompts import PromptConfig
 from llm.rewards import RewardConfig
+from llm.sharding import MeshConfig
 
 
 def _from_mapping(cls, values: Optional[Mapping[str, Any]], where: str):
@@ -169,6 +170,7 @@ class TrainConfig:
     export_hf: bool = True
     plot: bool = True
     distributed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    mesh: MeshConfig = MeshConfig()
 
     @classmethod
     def from_dict(cls, train: Mapping[str, Any], reward: Optional[Mapping[str, Any]] = None,
@@ -185,6 +187,7 @@ class TrainConfig:
             g["loss"] = _from_mapping(GRPOLossConfig, g["loss"], "train.grpo.loss")
         ev = dict(t.pop("eval", {}) or {})
         t["distributed"] = dict(t.get("distributed") or {})
+        t["mesh"] = MeshConfig.from_dict(t.get("mesh"))
         out = _from_mapping(cls, t, "train")
         return dataclasses.replace(
             out,
