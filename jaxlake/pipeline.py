@@ -258,10 +258,11 @@ def step_train(cfg: Any, k: int, d: Path, mixture: Mixture) -> dict:
     if info.is_file():
         return read_json(info)
     from llm.train import train_stage
+    from llm.train_config import StageConfig
 
     init = previous_policy(cfg, k)
     _log(f"stage {k}: training" + (f" from {init}" if init else ""))
-    res = train_stage(_train_cfg(cfg, k), mixture, d, init_from=init)
+    res = train_stage(StageConfig.from_cfg(_train_cfg(cfg, k)), mixture, d, init_from=init)
     if res.eval_after is None:  # the trainer stopped before the end of its schedule
         raise PipelineError(
             f"training of stage {k} stopped after {res.warmstart_steps} warm-start and {res.grpo_steps} GRPO "
@@ -284,8 +285,9 @@ def step_train(cfg: Any, k: int, d: Path, mixture: Mixture) -> dict:
 
 def _load(cfg: Any, path: Optional[Path]):
     from llm.policy import load_policy
+    from llm.train_config import ModelConfig
 
-    return load_policy(cfg_get(cfg, "model"), path)
+    return load_policy(ModelConfig.from_dict(to_plain(cfg_get(cfg, "model"))), path)
 
 
 def step_eval(cfg: Any, k: int, d: Path, mixture: Mixture, train: dict) -> dict:

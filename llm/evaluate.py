@@ -244,12 +244,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from llm.prompts import load_prompt_config
 
-    model_cfg = None
-    if args.model:
-        model_cfg = OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml")
     from llm.policy import load_policy
+    from llm.train_config import ModelConfig
 
-    policy = load_policy(model_cfg, None if args.checkpoint == "default" else args.checkpoint)
+    model = None
+    if args.model:
+        model = ModelConfig.from_dict(to_plain(OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml")))
+    policy = load_policy(model, None if args.checkpoint == "default" else args.checkpoint)
     result = evaluate_policy(policy, load_eval_conf(args.eval), load_prompt_config(args.prompt),
                              checkpoint=args.checkpoint)
     write_eval(args.out, result)

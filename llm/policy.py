@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxlake.config import cfg_get
+from llm.train_config import ModelConfig
 
 
 @dataclasses.dataclass
@@ -51,19 +51,27 @@ def copy_state(tree: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), tree)
 
 
-def load_policy(model_cfg: Any, init_from: Optional[str | os.PathLike] = None, seed: int = 0) -> Policy:
+def load_policy(model: Optional[ModelConfig] = None, init_from: Optional[str | os.PathLike] = None,
+                seed: int = 0) -> Policy:
     """The starting policy of a stage.
 
     * ``init_from``: a Hugging Face folder (has ``config.json``) or an orbax checkpoint
       directory of a previous stage (``llm.checkpoint`` format; the tokenizer then comes from
-      ``model_cfg``);
-    * else ``model_cfg.path``: a Hugging Face Qwen3 folder (model and tokenizer);
-    * else the embedded default (``llm.default.load_default()``).
+      ``model``);
+    * else ``model.path``: a Hugging Face Qwen3 folder (model and tokenizer);
+    * else the embedded default (``llm.default.load_default()``), or fresh weights (``seed``)
+      when ``model.architecture`` differs from the default's.
 
-    Raises ``FileNotFoundError`` when ``init_from`` does not exist.
+    ``model`` (default ``ModelConfig()``: the embedded model) is resolved from the ``model``
+    group once, by the caller (:meth:`llm.train_config.ModelConfig.from_dict`). A Hugging Face
+    load takes its ``dtype`` / ``param_dtype``. Raises ``FileNotFoundError`` when
+    ``init_from`` does not exist.
     """
-    tokenizer = None
-    path = cfg_get(model_cfg, "path")
+    if model is None:
+        model = ModelConfig()
+    if not isinstance(model, ModelConfig):
+        raise TypeError(f"load_policy takes a ModelConfig (llm.train_config.ModelConfig.from_dict of the model "
+                        f"group), not {type(model).__name__}")
     if init_from is not None:
         init = Path(init_from)
         if not init.exists():
@@ -71,47 +79,34 @@ def load_policy(model_cfg: Any, init_from: Optional[str | os.PathLike] = None, s
         if (init / "config.json").is_file():
             from llm.hf_io import from_pretrained
 
-            model, tokenizer = from_pretrained(init, **_precision(model_cfg))
-            return Policy.from_model(model, tokenizer)
+            module, tokenizer = from_pretrained(init, **model.precision())
+            return Policy.from_model(module, tokenizer)
         from llm.checkpoint import restore_checkpoint
 
         restored = restore_checkpoint(init)
-        return Policy.from_model(restored.model, _tokenizer_for(model_cfg))
-    if path:
+        return Policy.from_model(restored.model, model_tokenizer(model))
+    if model.path:
         from llm.hf_io import from_pretrained
 
-        model, tokenizer = from_pretrained(path, **_precision(model_cfg))
-        return Policy.from_model(model, tokenizer)
+        module, tokenizer = from_pretrained(model.path, **model.precision())
+        return Policy.from_model(module, tokenizer)
     from llm import default as default_model
-    from llm.model import Qwen3Config, Qwen3ForCausalLM
+    from llm.model import Qwen3ForCausalLM
 
-    model, tokenizer = default_model.load_default()
-    arch = {f.name: cfg_get(model_cfg, f.name) for f in dataclasses.fields(Qwen3Config)}
-    arch = {k: v for k, v in arch.items() if v is not None and k not in ("bos_token_id", "eos_token_id", "pad_token_id")}
-    base = model.config
+    module, tokenizer = default_model.load_default()
+    arch = model.fresh_architecture()
+    base = module.config
     if any(getattr(base, k) != v for k, v in arch.items() if k != "vocab_size") or arch.get("vocab_size", 0) > base.vocab_size:
         # another architecture than the embedded default: fresh weights, the game tokenizer
         config = dataclasses.replace(base, **{**arch, "vocab_size": max(int(arch.get("vocab_size", 0)), len(tokenizer))})
-        model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed))
-    return Policy.from_model(model, tokenizer)
+        module = Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed))
+    return Policy.from_model(module, tokenizer)
 
 
-def _precision(model_cfg: Any) -> dict[str, str]:
-    """``dtype`` / ``param_dtype`` overrides of a Hugging Face load from the model config.
-
-    ``dtype`` is the compute dtype, ``param_dtype`` the storage (master) dtype of the
-    parameters, which the AdamW moments follow: the ``qwen3_*`` presets train bfloat16
-    compute on float32 master weights and moments (12 bytes per parameter of state, see the
-    README's Precision section); unset fields follow the checkpoint's ``config.json``.
-    """
-    out = {k: cfg_get(model_cfg, k) for k in ("dtype", "param_dtype")}
-    return {k: str(v) for k, v in out.items() if v}
-
-
-def _tokenizer_for(model_cfg: Any):
-    """The tokenizer of ``model_cfg`` (its ``path`` folder, else the embedded default's),
-    without building a model."""
+def model_tokenizer(model: ModelConfig):
+    """The tokenizer of ``model`` (its ``path`` folder, else the embedded default's), without
+    building a model."""
     from llm import default as default_model
     from llm.hf_io import load_tokenizer
 
-    return load_tokenizer(cfg_get(model_cfg, "path") or default_model.default_model_dir())
+    return load_tokenizer(model.path or default_model.default_model_dir())

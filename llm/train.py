@@ -29,15 +29,14 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
 import jax
 from flax import nnx
 
-from jaxlake.config import cfg_get, to_plain
 from jaxlake.io import write_json
 from jaxlake.mixture import Mixture
-from jaxlake.metrics import JsonlWriter, LoggerConfig, MetricsWriter, build_writer
+from jaxlake.metrics import JsonlWriter, MetricsWriter, build_writer
 from llm import rewards
 from llm import sharding as shd
 from llm.grpo_loop import run_grpo
@@ -47,7 +46,7 @@ from llm.optim import make_optimizer
 from llm.phase import Checkpoints
 from llm.policy import Policy, load_policy
 from llm.prompter import Prompter
-from llm.train_config import TrainConfig
+from llm.train_config import StageConfig
 from llm.warmstart import run_warmstart
 
 PHASES = ("warmstart", "grpo")
@@ -95,7 +94,7 @@ class StageResult:
 
 
 def train_stage(
-    cfg: Any,
+    config: StageConfig,
     env_config: Mixture,
     stage_dir: str | os.PathLike,
     init_from: Optional[str | os.PathLike] = None,
@@ -107,46 +106,49 @@ def train_stage(
     """Train one stage: (optional) supervised warm start, then GRPO; resumable.
 
     Args:
-      cfg: the Hydra config (or a mapping) with groups ``train``, ``reward``, ``prompt`` and
-        ``model`` (see ``conf/``).
+      config: the stage's settings, resolved once from the Hydra config by the caller
+        (:meth:`llm.train_config.StageConfig.from_cfg`: groups ``train``, ``reward``,
+        ``prompt``, ``model``, ``logger``, ``wandb``; see ``conf/``).
       env_config: the stage's environment, a :class:`~jaxlake.mixture.Mixture` (a ``LakeConfig``
         is read as its one component).
       stage_dir: output folder (created); rerunning with the same folder resumes.
       init_from: start from this policy (orbax checkpoint dir or HF folder) instead of
-        ``cfg.model``.
+        ``config.model``.
       policy: start from this in-memory :class:`Policy` (wins over both).
       mesh: the ``(data, fsdp)`` mesh (default: ``train.mesh`` over every device; :mod:`llm.sharding`).
       max_steps: ``{"warmstart": k, "grpo": k}`` stop early (simulates a killed run in tests).
 
-    Metrics go to the back ends of ``cfg.logger`` (:mod:`jaxlake.metrics`; default
+    Metrics go to the back ends of ``config.logger`` (:mod:`jaxlake.metrics`; default
     ``[jsonl]``: ``<stage_dir>/metrics.jsonl``; ``tensorboard``: ``<stage_dir>/tb/<phase>/``;
-    ``wandb``: ``<stage_dir>/wandb/``, settings in ``cfg.wandb``); on resume each drops or
+    ``wandb``: ``<stage_dir>/wandb/``); on resume each drops or
     hides what came after the checkpoint as far as it can (:mod:`jaxlake.metrics`).
 
     Returns:
       :class:`StageResult`.
     """
+    if not isinstance(config, StageConfig):
+        raise TypeError(f"train_stage takes a StageConfig (llm.train_config.StageConfig.from_cfg of the Hydra "
+                        f"config), not {type(config).__name__}")
     stage_dir = Path(stage_dir)
     stage_dir.mkdir(parents=True, exist_ok=True)
-    run_config = {"train": to_plain(cfg_get(cfg, "train", {})), "env": env_description(env_config)}
-    with build_writer(LoggerConfig.from_cfg(cfg), stage_dir, phases=PHASES, name=stage_dir.name,
+    run_config = {"train": dict(config.record), "env": env_description(env_config)}
+    with build_writer(config.logger, stage_dir, phases=PHASES, name=stage_dir.name,
                       run_config=run_config) as metrics:
-        return _train_stage(cfg, env_config, stage_dir, init_from, policy, mesh, max_steps, metrics)
+        return _train_stage(config, env_config, stage_dir, init_from, policy, mesh, max_steps, metrics)
 
 
-def _train_stage(cfg: Any, env_config: Mixture, stage_dir: Path, init_from: Optional[str | os.PathLike],
+def _train_stage(config: StageConfig, env_config: Mixture, stage_dir: Path, init_from: Optional[str | os.PathLike],
                  policy: Optional[Policy], mesh, max_steps: Optional[Mapping[str, int]],
                  metrics: MetricsWriter) -> StageResult:
     """:func:`train_stage` with its metrics writer open."""
     t_start = time.perf_counter()
-    tcfg = TrainConfig.from_dict(to_plain(cfg_get(cfg, "train", {})) or {}, to_plain(cfg_get(cfg, "reward")),
-                                 to_plain(cfg_get(cfg, "prompt")))
+    tcfg = config.train
     stage_dir = Path(stage_dir)
     stage_dir.mkdir(parents=True, exist_ok=True)
     max_steps = dict(max_steps or {})
     mesh = shd.make_mesh(config=tcfg.mesh) if mesh is None else mesh
     if policy is None:
-        policy = load_policy(cfg_get(cfg, "model"), init_from, tcfg.seed)
+        policy = load_policy(config.model, init_from, tcfg.seed)
     ec, gc, wc = tcfg.eval, tcfg.grpo, tcfg.warmstart
 
     eval_lakes = sample_lakes(jax.random.PRNGKey(ec.seed), env_config, max(ec.num_lakes, 1))

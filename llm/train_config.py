@@ -1,8 +1,12 @@
-"""Typed settings of one training stage: the ``train`` group (and ``reward``, ``prompt``).
+"""Typed settings of one training stage, resolved once from the Hydra config.
 
-:meth:`TrainConfig.from_dict` builds them from the plain mappings of the Hydra groups; every
+:meth:`StageConfig.from_cfg` reads the groups a stage uses (``train``, ``reward``,
+``prompt``, ``model``, ``logger``/``wandb``) once, at the entry point, into frozen
+dataclasses (:class:`TrainConfig`, :class:`ModelConfig`, :class:`jaxlake.metrics.
+LoggerConfig`) that the trainer passes down; nothing below it reads the raw config. Every
 field is checked when built, and an unknown or out-of-range field raises ``ValueError``
-naming it (``train.grpo.group_size=1 must be an integer >= 2``).
+naming it (``train.grpo.group_size=1 must be an integer >= 2``, ``unknown model field(s)
+['hidden']``).
 """
 
 from __future__ import annotations
@@ -10,9 +14,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Optional
 
+from jaxlake.config import cfg_get, to_plain
+from jaxlake.metrics import LoggerConfig
 from llm.grpo import GRPOLossConfig
 from llm.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
-from llm.model import REMAT_POLICIES
+from llm.model import DTYPES, REMAT_POLICIES, Qwen3Config
 from llm.prompts import PromptConfig
 from llm.rewards import RewardConfig
 from llm.sharding import MeshConfig
@@ -198,3 +204,95 @@ class TrainConfig:
             prompt=PromptConfig.from_dict(prompt) if prompt is not None else PromptConfig(),
         )
 
+#: ``model`` fields that are not :class:`llm.model.Qwen3Config` fields.
+MODEL_SOURCE_FIELDS = ("path",)
+#: Qwen3Config fields a stage never takes from ``model`` for a fresh architecture (the
+#: tokenizer decides them).
+_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The ``model`` group: where a stage's starting policy comes from, and its precision.
+
+    Attributes:
+      path: a Hugging Face Qwen3 folder (weights and tokenizer); ``None``: the embedded
+        default model (:mod:`llm.default`).
+      dtype / param_dtype: compute and storage (master) dtype (names of
+        :data:`llm.model.DTYPES`); the AdamW moments follow ``param_dtype``. ``None`` keeps
+        the checkpoint's ``config.json``. The ``qwen3_*`` presets train bfloat16 compute on
+        float32 master weights and moments (12 bytes per parameter of state, README's
+        Precision section).
+      architecture: the other :class:`llm.model.Qwen3Config` fields given (``None`` values
+        dropped). Without ``path``, an architecture that differs from the embedded default's
+        builds fresh weights of that shape with the game tokenizer.
+    """
+
+    path: Optional[str] = None
+    dtype: Optional[str] = None
+    param_dtype: Optional[str] = None
+    architecture: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("dtype", "param_dtype"):
+            value = getattr(self, name)
+            if value is not None and value not in DTYPES:
+                raise ValueError(f"model.{name}={value!r} not in {sorted(DTYPES)}")
+        fields = {f.name for f in dataclasses.fields(Qwen3Config)} - {"dtype", "param_dtype"}
+        unknown = sorted(set(self.architecture) - fields)
+        if unknown:
+            raise ValueError(f"model.architecture: unknown Qwen3Config field(s) {unknown}")
+
+    @classmethod
+    def from_dict(cls, model: Optional[Mapping[str, Any]]) -> "ModelConfig":
+        """From the plain ``model`` group (``None``: the embedded default); unknown keys raise
+        naming them."""
+        values = {k: v for k, v in dict(model or {}).items() if v is not None}
+        known = set(MODEL_SOURCE_FIELDS) | {f.name for f in dataclasses.fields(Qwen3Config)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown model field(s) {unknown}; known: {sorted(known)}")
+        path = values.pop("path", None)
+        dtype, param_dtype = values.pop("dtype", None), values.pop("param_dtype", None)
+        return cls(path=str(path) if path else None, dtype=str(dtype) if dtype else None,
+                   param_dtype=str(param_dtype) if param_dtype else None, architecture=values)
+
+    def precision(self) -> dict[str, str]:
+        """The ``dtype`` / ``param_dtype`` overrides of a Hugging Face load (only those set)."""
+        return {k: v for k, v in (("dtype", self.dtype), ("param_dtype", self.param_dtype)) if v}
+
+    def fresh_architecture(self) -> dict[str, Any]:
+        """The Qwen3Config fields this config sets for a model built from scratch: the
+        architecture and the dtypes, without the special token ids."""
+        arch = {k: v for k, v in self.architecture.items() if k not in _TOKEN_IDS}
+        return {**arch, **self.precision()}
+
+
+@dataclasses.dataclass(frozen=True)
+class StageConfig:
+    """Everything :func:`llm.train.train_stage` reads from the Hydra config, typed.
+
+    Attributes:
+      train: the ``train`` group with ``reward`` and ``prompt`` (:class:`TrainConfig`).
+      model: the ``model`` group (:class:`ModelConfig`).
+      logger: metrics back ends and W&B settings (``logger``, ``wandb``).
+      record: the ``train`` group as given (plain data): the run configuration the metrics
+        back ends record.
+    """
+
+    train: TrainConfig = TrainConfig()
+    model: ModelConfig = ModelConfig()
+    logger: LoggerConfig = LoggerConfig()
+    record: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_cfg(cls, cfg: Any) -> "StageConfig":
+        """From a Hydra ``DictConfig`` or a plain mapping with the groups ``train``, ``reward``,
+        ``prompt``, ``model``, ``logger`` and ``wandb`` (each optional: defaults)."""
+        train = to_plain(cfg_get(cfg, "train", {})) or {}
+        return cls(
+            train=TrainConfig.from_dict(train, to_plain(cfg_get(cfg, "reward")), to_plain(cfg_get(cfg, "prompt"))),
+            model=ModelConfig.from_dict(to_plain(cfg_get(cfg, "model"))),
+            logger=LoggerConfig.from_cfg(cfg),
+            record=train,
+        )

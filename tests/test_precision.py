@@ -14,7 +14,7 @@ from flax import nnx
 from jaxlake.conf import CONF_DIR
 from llm.optim import apply_gradients, make_optimizer
 from llm.policy import load_policy
-from llm.train_config import OptimConfig
+from llm.train_config import ModelConfig, OptimConfig
 from llm.model import Qwen3Config, Qwen3ForCausalLM
 
 VOCAB, B, P = 40, 4, 5
@@ -90,7 +90,8 @@ def test_master_weights_survive_checkpoint_and_hf_round_trip(tmp_path):
 
     tok = to_hf_tokenizer(build_game_tokenizer())
     save_pretrained(tiny("bfloat16", vocab=len(tok)), tok, tmp_path / "hf16")
-    policy = load_policy({"path": str(tmp_path / "hf16"), "dtype": "bfloat16", "param_dtype": "float32"})
+    policy = load_policy(ModelConfig.from_dict({"path": str(tmp_path / "hf16"), "dtype": "bfloat16",
+                                                "param_dtype": "float32"}))
     cfg = policy.config
     assert (cfg.param_dtype, cfg.dtype) == ("float32", "bfloat16")
     assert all(x.dtype == jnp.float32 for x in jax.tree_util.tree_leaves(policy.state))

@@ -23,10 +23,10 @@ from llm import warmstart as ws
 from llm.lakes import sample_lakes
 from llm.optim import make_optimizer, schedule_value
 from llm.phase import Checkpoints
-from llm.policy import Policy, copy_state
+from llm.policy import Policy, copy_state, load_policy
 from llm.prompter import Prompter
 from llm.train import MetricsLog, train_stage
-from llm.train_config import GRPOConfig, OptimConfig, TrainConfig, WarmStartConfig
+from llm.train_config import GRPOConfig, ModelConfig, OptimConfig, StageConfig, TrainConfig, WarmStartConfig
 from llm.updates import completion_forward, make_grpo_update, trace_counts
 from llm.generate import GenerationConfig, generate_ids, sequence_logprobs
 from llm.grpo import GRPOLossConfig
@@ -259,7 +259,7 @@ def test_end_to_end_stage_and_kill_resume(tokenizer, tmp_path):
     start = Policy.from_model(tiny_model(len(tokenizer), seed=1), tokenizer)
     init = leaves(start.state)
 
-    full = train_stage(stage_cfg(beta=0.05), ENV, tmp_path / "full", policy=start)
+    full = train_stage(StageConfig.from_cfg(stage_cfg(beta=0.05)), ENV, tmp_path / "full", policy=start)
     assert (full.warmstart_steps, full.grpo_steps) == (2, 4)
     assert (tmp_path / "full" / "checkpoint").is_dir() and full.curves_path.is_file()
     ev = json.loads(full.eval_path.read_text())
@@ -283,7 +283,7 @@ def test_end_to_end_stage_and_kill_resume(tokenizer, tmp_path):
 
     # killed after GRPO step 3 (step 3's row written, its checkpoint not), then the same call again;
     # this run also logs to TensorBoard (jaxlake.metrics), whose event files must equal the JSONL
-    logged = {**stage_cfg(beta=0.05), "logger": ["jsonl", "tensorboard"]}
+    logged = StageConfig.from_cfg({**stage_cfg(beta=0.05), "logger": ["jsonl", "tensorboard"]})
     part = train_stage(logged, ENV, tmp_path / "resumed", policy=start, max_steps={"grpo": 3})
     assert part.grpo_steps == 3 and len(MetricsLog(part.metrics_path).rows()) == 5
     again = train_stage(logged, ENV, tmp_path / "resumed", policy=start)
@@ -300,7 +300,7 @@ def test_end_to_end_stage_and_kill_resume(tokenizer, tmp_path):
     for a, b in zip(final, leaves(resumed[0])):
         np.testing.assert_allclose(a, b, atol=1e-6)
     # a finished stage rerun does nothing new
-    done = train_stage(stage_cfg(beta=0.05), ENV, tmp_path / "resumed", policy=start)
+    done = train_stage(StageConfig.from_cfg(stage_cfg(beta=0.05)), ENV, tmp_path / "resumed", policy=start)
     assert comparable(MetricsLog(done.metrics_path).rows()) == comparable(rows_full)
 
 
@@ -340,6 +340,46 @@ def test_optimizer_schedule_warmup_then_cosine():
     assert all(a <= b for a, b in zip(lrs[:4], lrs[1:5]))
     assert all(a >= b - 1e-9 for a, b in zip(lrs[4:], lrs[5:]))
     assert lrs[20] == pytest.approx(0.1)
+
+
+def test_stage_config_resolves_the_groups_once(tmp_path):
+    """StageConfig.from_cfg types every group the trainer reads (train, reward, prompt, model,
+    logger); the trainer and load_policy take only the typed configs."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(version_base=None, config_dir=str(CONF_DIR)):
+        cfg = compose("config", overrides=["model=qwen3_0_6b", "+model.path=/some/hf", "train.grpo.group_size=4",
+                                           "logger=[jsonl,tensorboard]"])
+    sc = StageConfig.from_cfg(cfg)
+    assert sc.train.grpo.group_size == 4 and sc.record["grpo"]["group_size"] == 4
+    assert sc.logger.backends == ("jsonl", "tensorboard")
+    m = sc.model
+    assert (m.path, m.dtype, m.param_dtype) == ("/some/hf", "bfloat16", "float32")
+    assert m.precision() == {"dtype": "bfloat16", "param_dtype": "float32"}
+    assert m.architecture["hidden_size"] == 1024 and "path" not in m.architecture
+    assert StageConfig.from_cfg({}) == StageConfig()
+    with pytest.raises(ValueError, match=r"unknown model field\(s\) \['hiden_size'\]"):
+        ModelConfig.from_dict({"hiden_size": 8})
+    with pytest.raises(ValueError, match="model.param_dtype='float16'"):
+        ModelConfig.from_dict({"param_dtype": "float16"})
+    with pytest.raises(TypeError, match="StageConfig"):
+        train_stage({"train": {}}, ENV, tmp_path / "raw")
+    assert not (tmp_path / "raw").exists()
+    with pytest.raises(TypeError, match="ModelConfig"):
+        load_policy({"path": "/some/hf"})
+    # no path: a different architecture gets fresh weights of that shape, the special token
+    # ids stay the default's; the default's own architecture loads the embedded weights
+    from llm.default import load_default
+
+    small = load_policy(ModelConfig.from_dict({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                                               "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+                                               "eos_token_id": 7}), seed=0)
+    default_model, _ = load_default()
+    assert (small.config.hidden_size, small.config.num_hidden_layers) == (32, 1)
+    assert small.config.eos_token_id == default_model.config.eos_token_id
+    same = load_policy(ModelConfig.from_dict({"hidden_size": default_model.config.hidden_size}))
+    for a, b in zip(leaves(same.state), leaves(nnx.state(default_model))):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("preset", ["default", "demo"])
