@@ -204,6 +204,7 @@ class TrainConfig:
             prompt=PromptConfig.from_dict(prompt) if prompt is not None else PromptConfig(),
         )
 
+
 #: ``model`` fields that are not :class:`llm.model.Qwen3Config` fields.
 MODEL_SOURCE_FIELDS = ("path",)
 #: Qwen3Config fields a stage never takes from ``model`` for a fresh architecture (the
