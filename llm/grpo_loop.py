@@ -88,7 +88,7 @@ def run_grpo(
     optimizer = make_optimizer(gc.optim, total_updates)
     if mesh is not None:
         shd.check_divisible(gc.rows // gc.micro_batches, mesh, "grpo rows per micro-batch")
-    ckpt = Checkpoints(checkpoint_dir, gc.keep_checkpoints)
+    ckpt = Checkpoints(checkpoint_dir, gc.keep_checkpoints, mesh)
     state, opt_state, start, rng, resumed = ckpt.start(policy, optimizer, config.seed)
     if lc.use_reference:
         ref_state = copy_state(ref_state)  # the update donates its input: never consume the caller's arrays

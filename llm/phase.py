@@ -21,6 +21,7 @@ import optax
 from flax import nnx
 
 from llm.policy import Policy, copy_state
+from llm import sharding as shd
 from llm.sharding import to_host
 
 
@@ -46,11 +47,17 @@ class Checkpoints:
     ``extra`` = ``{"opt_state": [leaves], "rng": uint32[2], "step": int64, "data_position":
     int64}``; the optimizer state is stored as its flat leaf list and rebuilt with the
     template's tree structure.
+
+    Arrays are saved as they lie (sharded ones shard by shard, nothing gathered to a host).
+    With a ``mesh`` a restore puts parameters and optimizer state straight into the FSDP layout
+    on it (:mod:`llm.sharding`), whatever mesh they were saved from; without one, where the
+    policy's current arrays and the optimizer template's arrays are.
     """
 
-    def __init__(self, directory: str | os.PathLike, keep: int):
+    def __init__(self, directory: str | os.PathLike, keep: int, mesh: Any = None):
         self.directory = Path(directory)
         self.keep = keep
+        self.mesh = mesh
 
     def latest(self) -> Optional[int]:
         from llm.checkpoint import latest_step
@@ -61,12 +68,12 @@ class Checkpoints:
         from llm.checkpoint import save_checkpoint
 
         extra = {
-            "opt_state": [to_host(x) for x in jax.tree_util.tree_leaves(opt_state)],
-            "rng": np.asarray(jax.device_get(rng)),
+            "opt_state": list(jax.tree_util.tree_leaves(opt_state)),
+            "rng": to_host(rng),
             "step": np.asarray(step, np.int64),
             "data_position": np.asarray(data_position, np.int64),
         }
-        model = nnx.merge(policy.graphdef, jax.tree_util.tree_map(to_host, policy.state))
+        model = nnx.merge(policy.graphdef, policy.state)
         save_checkpoint(self.directory, model, int(step), extra=extra, max_to_keep=self.keep)
 
     def start(self, policy: Policy, optimizer: optax.GradientTransformation, seed: int):
@@ -84,15 +91,24 @@ class Checkpoints:
         """``(state, opt_state, step, rng, data_position)`` of ``step`` (default latest)."""
         from llm.checkpoint import restore_checkpoint
 
+        def abstract(x):
+            return jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=getattr(x, "sharding", None))
+
         leaves, treedef = jax.tree_util.tree_flatten(opt_template)
         template = {
-            "opt_state": [np.zeros(np.shape(x), np.asarray(x).dtype) for x in leaves],
+            "opt_state": [abstract(x) for x in leaves],
             "rng": np.zeros((2,), np.uint32),
             "step": np.zeros((), np.int64),
             "data_position": np.zeros((), np.int64),
         }
-        restored = restore_checkpoint(self.directory, nnx.merge(policy.graphdef, jax.device_get(policy.state)),
-                                      step=step, extra=template)
+        shardings = None
+        if self.mesh is not None:
+            whole = shd.replicated(self.mesh)
+            shardings = {"opt_state": jax.tree_util.tree_leaves(shd.opt_state_shardings(opt_template, policy.state, self.mesh)),
+                         "rng": whole, "step": whole, "data_position": whole}
+        target = nnx.merge(policy.graphdef, jax.tree_util.tree_map(abstract, policy.state))
+        restored = restore_checkpoint(self.directory, target, step=step, extra=template, mesh=self.mesh,
+                                      extra_shardings=shardings)
         extra = restored.extra
         opt_state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(x) for x in extra["opt_state"]])
         _, state = nnx.split(restored.model)

@@ -178,7 +178,7 @@ def run_warmstart(
     optimizer = make_optimizer(wc.optim, wc.steps)
     if mesh is not None:
         shd.check_divisible(wc.batch_size // wc.micro_batches, mesh, "warmstart rows per micro-batch")
-    ckpt = Checkpoints(checkpoint_dir, wc.keep_checkpoints)
+    ckpt = Checkpoints(checkpoint_dir, wc.keep_checkpoints, mesh)
     state, opt_state, start, rng, resumed = ckpt.start(policy, optimizer, config.seed)
     metrics.truncate("warmstart", start, drop_later=start < wc.steps)
     if mesh is not None:

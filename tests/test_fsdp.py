@@ -7,7 +7,8 @@ imported it on one device) runs every multi-device check and prints a JSON summa
   mesh (the state comes back in the layout it went in) and leaves each device with about a
   quarter of the parameters + AdamW state (bytes counted from ``addressable_shards``);
 * greedy generation with the sharded state and a sharded batch equals the single-device one;
-* an orbax checkpoint saved on 1x4 restores on 2x2 and on one device with equal values;
+* an orbax checkpoint saved on 1x4 restores on 2x2 and on one device with equal values, and the
+  trainer's phase checkpoint (``llm.phase.Checkpoints``) saved on 1x4 resumes on 2x2;
 * a Hugging Face folder written by ``save_pretrained`` loads straight into fsdp=4 shards
   (whole tensors are never read: the reader's ``get`` is disabled) and exports back
   byte-identical.
@@ -132,6 +133,18 @@ SCRIPT = textwrap.dedent(
                  layout_kept(r.extra, shd.opt_state_shardings(r.extra, st, mesh))
         restored[name] = {"max_diff": max(max_diff(st, state14), max_diff(r.extra, opt14)), "layout": ok,
                           "devices": len(shd.bytes_per_device((st, r.extra)))}
+    # the trainer's checkpoints (llm.phase): saved on 1x4, resumed on 2x2 straight into shards
+    from llm.phase import Checkpoints
+    from llm.policy import Policy
+    Checkpoints(tmp / "phase", 2, meshes["1x4"]).save(Policy(graphdef, state14, None), opt14, 3,
+                                                      jax.random.PRNGKey(7), 5)
+    host_state = jax.device_put(host0)
+    st, ost, step, key, pos = Checkpoints(tmp / "phase", 2, meshes["2x2"]).restore(
+        Policy(graphdef, host_state, None), opt.init(host_state))
+    restored["phase"] = {"max_diff": max(max_diff(st, state14), max_diff(ost, opt14)),
+                         "layout": layout_kept(st, shd.state_shardings(st, meshes["2x2"]))
+                                   and layout_kept(ost, shd.opt_state_shardings(ost, st, meshes["2x2"])),
+                         "devices": len(shd.bytes_per_device((st, ost))), "counters": [step, pos]}
     res["restore"] = restored
 
     # ---------------------------------------------------------------- Hugging Face in / out
@@ -196,6 +209,9 @@ def test_checkpoint_saved_on_1x4_restores_on_2x2_and_one_device(fsdp_run):
     for name in ("2x2", "one", "plain"):
         assert r[name]["max_diff"] == 0.0 and r[name]["layout"], (name, r[name])
     assert r["2x2"]["devices"] == 4 and r["one"]["devices"] == 1 and r["plain"]["devices"] == 1
+    # the trainer's phase checkpoints resume on another mesh, straight into its shards
+    assert r["phase"]["max_diff"] == 0.0 and r["phase"]["layout"] and r["phase"]["devices"] == 4, r["phase"]
+    assert r["phase"]["counters"] == [3, 5]
 
 
 def test_hf_checkpoint_loads_into_fsdp_shards_and_exports_byte_identical(fsdp_run):
