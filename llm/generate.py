@@ -19,8 +19,8 @@ How a call runs (:func:`generate`):
    ``jax.jit`` per ``(model graphdef, B, P, max_new_tokens, greedy, top_k, top_p < 1, kv_block,
    unroll_layers)``; the
    parameter *state* is an ordinary argument (``nnx.split``), so GRPO calls it with new
-   parameters every step without recompiling; temperature, top-p mass, EOS ids and the pad
-   id are traced too (only greedy-or-not, ``top_k`` and whether top-p is on are static).
+   parameters every step without recompiling; temperature, top-p mass, EOS ids, the pad
+   id and per-row budgets (``max_lengths``) are traced too (only greedy-or-not, ``top_k`` and whether top-p is on are static).
 3. **Host**: decode texts, apply **stop strings** (see below), build a
    :class:`GenerationResult`.
 
