@@ -20,7 +20,8 @@ How a call runs (:func:`generate`):
    unroll_layers)``; the
    parameter *state* is an ordinary argument (``nnx.split``), so GRPO calls it with new
    parameters every step without recompiling; temperature, top-p mass, EOS ids, the pad
-   id and per-row budgets (``max_lengths``) are traced too (only greedy-or-not, ``top_k`` and whether top-p is on are static).
+   id and per-row budgets (``max_lengths``) are traced too (only greedy-or-not, ``top_k``
+   and whether top-p is on are static).
 3. **Host**: decode texts, apply **stop strings** (see below), build a
    :class:`GenerationResult`.
 
