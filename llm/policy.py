@@ -52,7 +52,7 @@ def copy_state(tree: Any) -> Any:
 
 
 def load_policy(model: Optional[ModelConfig] = None, init_from: Optional[str | os.PathLike] = None,
-                seed: int = 0) -> Policy:
+                seed: int = 0, mesh: Any = None) -> Policy:
     """The starting policy of a stage.
 
     * ``init_from``: a Hugging Face folder (has ``config.json``) or an orbax checkpoint
@@ -66,6 +66,9 @@ def load_policy(model: Optional[ModelConfig] = None, init_from: Optional[str | o
     group once, by the caller (:meth:`llm.train_config.ModelConfig.from_dict`). A Hugging Face
     load takes its ``dtype`` / ``param_dtype``. Raises ``FileNotFoundError`` when
     ``init_from`` does not exist.
+
+    ``mesh``: Hugging Face folders and orbax checkpoints load straight into the FSDP layout
+    on it (:mod:`llm.sharding`: each device reads only its blocks, none holds the whole model).
     """
     if model is None:
         model = ModelConfig()
@@ -79,16 +82,16 @@ def load_policy(model: Optional[ModelConfig] = None, init_from: Optional[str | o
         if (init / "config.json").is_file():
             from llm.hf_io import from_pretrained
 
-            module, tokenizer = from_pretrained(init, **model.precision())
+            module, tokenizer = from_pretrained(init, **model.precision(), mesh=mesh)
             return Policy.from_model(module, tokenizer)
         from llm.checkpoint import restore_checkpoint
 
-        restored = restore_checkpoint(init)
+        restored = restore_checkpoint(init, mesh=mesh)
         return Policy.from_model(restored.model, model_tokenizer(model))
     if model.path:
         from llm.hf_io import from_pretrained
 
-        module, tokenizer = from_pretrained(model.path, **model.precision())
+        module, tokenizer = from_pretrained(model.path, **model.precision(), mesh=mesh)
         return Policy.from_model(module, tokenizer)
     from llm import default as default_model
     from llm.model import Qwen3ForCausalLM

@@ -148,7 +148,7 @@ def _train_stage(config: StageConfig, env_config: Mixture, stage_dir: Path, init
     max_steps = dict(max_steps or {})
     mesh = shd.make_mesh(config=tcfg.mesh) if mesh is None else mesh
     if policy is None:
-        policy = load_policy(config.model, init_from, tcfg.seed)
+        policy = load_policy(config.model, init_from, tcfg.seed, mesh)
     ec, gc, wc = tcfg.eval, tcfg.grpo, tcfg.warmstart
 
     eval_lakes = sample_lakes(jax.random.PRNGKey(ec.seed), env_config, max(ec.num_lakes, 1))
