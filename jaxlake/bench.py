@@ -98,7 +98,6 @@ import os
 import platform
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -108,7 +107,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlake import autoreset, env
-from jaxlake.config import LakeConfig, config_arrays, repeat_config
+from jaxlake.config import LakeConfig, repeat_config
 from jaxlake.io import write_bytes, write_json, write_text
 from jaxlake.sharding import constrain_batch, mesh_for_batch, replicated, shard_batch
 from jaxlake.types import NUM_ACTIONS, Lake

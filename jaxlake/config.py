@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import jax

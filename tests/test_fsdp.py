@@ -3,9 +3,10 @@
 One subprocess (``XLA_FLAGS`` must be set before jax is imported, and this process already
 imported it on one device) runs every multi-device check and prints a JSON summary:
 
-* the GRPO update on meshes 1x4 and 2x2 equals the single-device update, compiles once per
-  mesh (the state comes back in the layout it went in) and leaves each device with about a
-  quarter of the parameters + AdamW state (bytes counted from ``addressable_shards``);
+* the GRPO update on meshes 1x4, 2x2 and 4x1 (plain data parallel, the default) equals the
+  single-device update, compiles once per mesh (the state comes back in the layout it went in)
+  and leaves each device with about a quarter of the parameters + AdamW state on 1x4 (bytes
+  counted from ``addressable_shards``);
 * greedy generation with the sharded state and a sharded batch equals the single-device one;
 * an orbax checkpoint saved on 1x4 restores on 2x2 and on one device with equal values, and the
   trainer's phase checkpoint (``llm.phase.Checkpoints``) saved on 1x4 resumes on 2x2;
@@ -51,7 +52,8 @@ SCRIPT = textwrap.dedent(
     graphdef, state0 = nnx.split(model)
     host0 = jax.device_get(state0)
     devs = jax.devices()
-    meshes = {"1x4": shd.make_mesh(config={"data": 1, "fsdp": 4}), "2x2": shd.make_mesh(config={"data": 2, "fsdp": -1})}
+    meshes = {"1x4": shd.make_mesh(config={"data": 1, "fsdp": 4}), "2x2": shd.make_mesh(config={"data": 2, "fsdp": -1}),
+              "4x1": shd.make_mesh(config={"data": -1, "fsdp": 1})}  # 4x1: plain data parallel, the default
     one = shd.make_mesh(devs[:1])
 
     B, P, T = 8, 7, 5
@@ -188,7 +190,7 @@ def fsdp_run(tmp_path_factory):
 
 
 def test_sharded_grpo_update_equals_single_device_and_holds_a_quarter(fsdp_run):
-    for name in ("1x4", "2x2"):
+    for name in ("1x4", "2x2", "4x1"):
         r = fsdp_run[name]
         # AdamW (lr 1e-3) after 2 updates: float summation order only (measured 1e-6 / 6e-6)
         assert r["max_diff"] < 2e-5 and r["loss_diff"] < 1e-5, (name, r)
@@ -198,6 +200,8 @@ def test_sharded_grpo_update_equals_single_device_and_holds_a_quarter(fsdp_run):
     assert 0.25 <= fsdp_run["1x4"]["fraction"] < 0.26, fsdp_run["1x4"]
     # data=2 x fsdp=2: each device holds half (replicated over data)
     assert 0.5 <= fsdp_run["2x2"]["fraction"] < 0.51, fsdp_run["2x2"]
+    # data=4 (the default mesh): every device holds the whole state
+    assert fsdp_run["4x1"]["fraction"] == 1.0, fsdp_run["4x1"]
 
 
 def test_generation_with_sharded_state_equals_single_device(fsdp_run):

