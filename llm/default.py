@@ -69,6 +69,29 @@ def default_config(tokenizer_size: int | None = None):
     )
 
 
+def preset_config(name: str, *, layers: int | None = None, **overrides: Any):
+    """The :class:`llm.model.Qwen3Config` of a model preset: ``"tiny"`` is the embedded default
+    (:func:`default_config`, token ids set), any other name a file of ``jaxlake/conf/model``.
+    ``overrides`` replace config fields (``None`` values are skipped: "the preset's");
+    ``layers`` replaces ``num_hidden_layers`` (quick looks at a deep model)."""
+    from llm.model import Qwen3Config
+
+    if name == "tiny":
+        config = default_config()
+    else:
+        path = MODEL_CONF_DIR / f"{name}.yaml"
+        if not path.is_file():
+            known = sorted(p.stem for p in MODEL_CONF_DIR.glob("*.yaml"))
+            raise ValueError(f"model preset {name!r} is not one of {known} (jaxlake/conf/model)")
+        config = Qwen3Config.from_yaml(path)
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    if layers is not None:
+        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+            raise ValueError(f"layers={layers!r} must be an integer >= 1")
+        changes["num_hidden_layers"] = layers
+    return dataclasses.replace(config, **changes) if changes else config
+
+
 def _fingerprint(config, seed: int) -> str:
     from llm import tokenizer as game_tokenizer
 

@@ -108,20 +108,13 @@ def analyse_update(
       overrides: further :class:`llm.model.Qwen3Config` fields (e.g. a smaller
         ``num_hidden_layers`` for a quick look).
     """
-    from jaxlake.conf import CONF_DIR
     from llm.grpo import GRPOLossConfig
-    from llm.model import Qwen3Config
+    from llm.default import preset_config
     from llm.optim import make_optimizer
     from llm.train_config import OptimConfig
     from llm.updates import make_grpo_update
 
-    config = Qwen3Config.from_yaml(f"{CONF_DIR}/model/{preset}.yaml")
-    changes = dict(overrides or {})
-    if param_dtype is not None:
-        changes["param_dtype"] = param_dtype
-    if dtype is not None:
-        changes["dtype"] = dtype
-    config = dataclasses.replace(config, **changes)
+    config = preset_config(preset, param_dtype=param_dtype, dtype=dtype, **(overrides or {}))
     optimizer = make_optimizer(OptimConfig(lr=1e-6), 100)
     graphdef, state, opt_state, batch = abstract_update_args(config, optimizer, rows, prompt, completion)
     from llm.logprobs import DEFAULT_CHUNK

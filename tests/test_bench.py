@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxlake import bench
+from jaxlake import bench, bench_report
 from jaxlake.config import ConfigError
 from jaxlake.peers import measure_peer
 
@@ -102,12 +102,12 @@ def test_ratios_and_overheads_are_computed_from_matching_rows():
              {"peer": "jumanji_connector", "status": "ok", "env": "8x8", "system": "J", "height": 10,
               "width": 10, "num_agents": 10, "agent_steps_per_s": 300.0},
              {"peer": "gymnasium", "status": "skipped", "note": "missing", "env": "8x8"}]
-    pog, jum = bench.peer_ratios(results, peers, envs, batch=16)
+    pog, jum = bench_report.peer_ratios(results, peers, envs, batch=16)
     assert (pog["env"], pog["ratio"], pog["ratio_autoreset"]) == ("8x8", 100.0, 95.0)
     assert (jum["env"], jum["ratio"], jum["ratio_autoreset"]) == ("10x10", 3.0, None)  # matched by shape
-    over = {o["batch_size"]: o["overhead_pct"] for o in bench.autoreset_overheads(results)}
+    over = {o["batch_size"]: o["overhead_pct"] for o in bench_report.autoreset_overheads(results)}
     assert over[16] == pytest.approx(100 * (400 / 380 - 1)) and over[4] == pytest.approx(-20.0)
-    text = bench.format_report({"meta": {"local_device_count": 1, "device_kind": "cpu", "platform": "cpu",
+    text = bench_report.format_report({"meta": {"local_device_count": 1, "device_kind": "cpu", "platform": "cpu",
                                          "versions": {"jax": "x"}, "git_commit": None},
                                 "results": [], "peers": peers, "ratios": [pog, jum], "autoreset_overhead": []})
     assert "skipped: missing" in text and "| P " in text

@@ -1,5 +1,5 @@
 """The KV-cache decoder's cost structure (llm/model.py, llm/generate.py) and the
-``python -m llm.benchmark generate`` mode (llm/benchmark.py)."""
+``python -m llm.benchmark generate`` mode (llm/bench_generate.py, llm/roofline.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from llm import benchmark
+from llm import benchmark, roofline
 from llm.generate import (
     MAX_DECODE_SEGMENTS,
     MAX_EOS_IDS,
@@ -190,10 +190,10 @@ def test_roofline_figures_by_hand():
     c = CFG
     weights = c.num_parameters() * 4
     kv = 2 * 2 * 3 * (10 + 4 / 2) * 2 * 16 * 4  # k,v x L x B x mean filled x kv x d x bytes
-    assert benchmark.decode_bytes_per_step(c, batch=3, prompt_len=10, new_tokens=4) == weights + kv
+    assert roofline.decode_bytes_per_step(c, batch=3, prompt_len=10, new_tokens=4) == weights + kv
     body = c.num_parameters() - 2 * c.vocab_size * c.hidden_size  # untied: embedding and head
     attn = 2 * 2 * 2 * 4 * 16 * 10 * 10 / 2
-    assert benchmark.prefill_flops(c, batch=3, prompt_len=10) == 3 * (2 * body * 10 + attn + 2 * 512 * 64)
+    assert roofline.prefill_flops(c, batch=3, prompt_len=10) == 3 * (2 * body * 10 + attn + 2 * 512 * 64)
 
 
 @pytest.mark.slow

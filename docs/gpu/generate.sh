@@ -2,7 +2,7 @@
 # Generation benchmark for one GPU in one go: ours (llm.generate) against transformers
 # generate (dynamic and static cache) on the same weights, config and lengths, with the
 # roofline fractions (H200: 4.8 TB/s HBM, 989 TFLOP/s dense bf16; see ACCELERATORS in
-# llm/benchmark.py). Writes $OUT/generate_<model>_b<batches>.json and prints markdown tables
+# llm/roofline.py). Writes $OUT/generate_<model>_b<batches>.json and prints markdown tables
 # for docs/performance.md ("Generation").
 #
 #   bash docs/gpu/generate.sh                      # H200: qwen3_4b, bf16, P=256, N=256
