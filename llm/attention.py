@@ -203,6 +203,11 @@ def _tile_scores(qi, kj, key_mask_j, q_start, k_start):
     return jnp.where(allowed[:, None, None], s, _NEG)
 
 
+def _key_tile(k, v, key_mask, start, kb):
+    """Keys, values and key mask of the key tile ``[start, start + kb)`` (axis 1)."""
+    return tuple(jax.lax.dynamic_slice_in_dim(x, start, kb, axis=1) for x in (k, v, key_mask))
+
+
 def _flash_forward(q, k, v, key_mask, qb, kb):
     """``(out [B, T, kv, G, d], lse [B, kv, G, T])``; ``T`` a multiple of ``qb`` and ``kb``."""
     b, t, kv, g, d = q.shape
@@ -215,9 +220,7 @@ def _flash_forward(q, k, v, key_mask, qb, kb):
         def key_block(j, carry):
             m, l, acc = carry
             k_start = j * kb
-            kj = jax.lax.dynamic_slice_in_dim(k, k_start, kb, axis=1)
-            vj = jax.lax.dynamic_slice_in_dim(v, k_start, kb, axis=1)
-            mj = jax.lax.dynamic_slice_in_dim(key_mask, k_start, kb, axis=1)
+            kj, vj, mj = _key_tile(k, v, key_mask, k_start, kb)
             s = _tile_scores(qi, kj, mj, q_start, k_start)
             m_new = jnp.maximum(m, jnp.max(s, axis=-1))
             p = jnp.exp(s - m_new[..., None])
@@ -266,9 +269,7 @@ def _flash_bwd(qb, kb, residuals, d_out):
 
     def key_block(dq, j):
         k_start = j * kb
-        kj = jax.lax.dynamic_slice_in_dim(k, k_start, kb, axis=1)
-        vj = jax.lax.dynamic_slice_in_dim(v, k_start, kb, axis=1)
-        mj = jax.lax.dynamic_slice_in_dim(key_mask, k_start, kb, axis=1)
+        kj, vj, mj = _key_tile(k, v, key_mask, k_start, kb)
 
         def query_block(i, carry):
             dq, dk, dv = carry

@@ -4,18 +4,6 @@ from pathlib import Path
 
 # Tests run on the CPU; keep XLA from grabbing every core for one test's compile.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# The suite is compile-bound and many tests compile the same programs (the micro model's
-# update, the suite's rollout, ...): XLA's persistent compilation cache, shared by the xdist
-# workers and every subprocess they start (notebook kernels, `python -m` runs, the wheel's
-# venv), compiles each program once per machine. Only the compile is skipped: every test
-# still traces, runs and checks its own program. JAXLAKE_TEST_XLA_CACHE=0 turns it off.
-if os.environ.get("JAXLAKE_TEST_XLA_CACHE", "1") != "0":
-    import tempfile
-
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
-                          os.path.join(tempfile.gettempdir(), f"jaxlake-tests-xla-cache-{os.getuid()}"))
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 << 30))  # LRU-evicted beyond 2 GiB
 
 import pytest  # noqa: E402
 
