@@ -114,6 +114,7 @@ def collect_rows(root: Path) -> list[dict]:
                 "decision": eng.get("decision"),
                 "attempts": len(eng["attempts"]) if isinstance(eng.get("attempts"), list) else None,
                 "changed": eng.get("changed"),
+                "proposal": eng.get("proposal"),
                 "shared_stage1": (sd / "shared_from.json").is_file(),
                 "train_wall_s": train.get("wall_s"),
                 "eval_wall_s": ev.get("wall_s"),
@@ -191,6 +192,45 @@ def decision_table(rows: Sequence[dict]) -> str:
     return "\n".join(out)
 
 
+#: The fields whose chosen values :func:`choice_table` counts, with their column names.
+CHOICE_FIELDS = (("height", "height"), ("width", "width"), ("num_agents", "agents"),
+                 ("hole_density", "holes"), ("conflict_density", "conflict"))
+
+
+def value_counts(rows: Sequence[dict], variant: str) -> dict[str, dict[Any, int]]:
+    """How often ``variant`` chose each value of each field, over every decision that was not a
+    fallback (``proposed`` or ``kept``: the environment the engineer put forward, counted once
+    per mixture component), plus ``components``: how many components its proposals had."""
+    counts: dict[str, dict[Any, int]] = {f: {} for f, _ in CHOICE_FIELDS}
+    counts["components"] = {}
+    for r in rows:
+        if r["variant"] != variant or r.get("decision") not in ("proposed", "kept") or not r.get("proposal"):
+            continue
+        comps = r["proposal"]
+        counts["components"][len(comps)] = counts["components"].get(len(comps), 0) + 1
+        for comp in comps:
+            for field, _ in CHOICE_FIELDS:
+                v = comp["config"][field]
+                counts[field][v] = counts[field].get(v, 0) + 1
+    return counts
+
+
+def choice_table(rows: Sequence[dict]) -> str:
+    """Per engineer: how often it chose each value (``value×count``, most chosen first within a
+    field's natural order), over its non-fallback decisions; see :func:`value_counts`."""
+    head = "| engineer | choices | " + " | ".join(name for _, name in CHOICE_FIELDS) + " | components |"
+    out = [head, "|---|---|" + "---|" * (len(CHOICE_FIELDS) + 1)]
+    for v in _variants(rows):
+        counts = value_counts(rows, v)
+        n = sum(counts["components"].values())
+        if not n:
+            continue
+        cells = [" ".join(f"{val:g}×{c}" for val, c in sorted(counts[f].items())) for f, _ in CHOICE_FIELDS]
+        cells.append(" ".join(f"{val}×{c}" for val, c in sorted(counts["components"].items())))
+        out.append(f"| {v} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def plot_final(rows: Sequence[dict], path: Path, key: str = "score_greedy") -> Path:
     """Last-stage score per variant: bars (mean, 95 % CI) with one dot per seed."""
     import matplotlib
@@ -263,6 +303,11 @@ def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path
     parts += ["", "### Engineer decisions", "",
               "Every proposal over all runs and stages; a fallback keeps the current environment because no",
               "attempt gave a valid answer in the engineer's space.", "", decision_table(rows)]
+    parts += ["", "### Values chosen", "",
+              "How often each engineer chose each value (`value×count`) over its decisions that were not",
+              "fallbacks (the environment it put forward for the next stage, one count per mixture",
+              "component; the last stage's proposal is counted although no stage trains on it).", "",
+              choice_table(rows)]
     assets.mkdir(parents=True, exist_ok=True)
     runs = [load_run(d) for d in find_runs(root)]
     plot_final(rows, assets / "last_stage.png")

@@ -100,6 +100,7 @@ def test_study_end_to_end(tmp_path, micro_model, capfd):
         assert f"| {v} | 1 |" in text
     assert "stage 2 − fixed (paired)" in text
     assert "### Engineer decisions" in text and study.decision_table(rows) in text
+    assert "### Values chosen" in text and study.choice_table(rows) in text
     for png in ("last_stage.png", "score_per_stage.png", "breakdown.png"):
         assert (page.parent / "results" / png).stat().st_size > 1000
     assert payload["table_md"] in text
@@ -139,3 +140,29 @@ def test_decision_table_counts_fallbacks_per_engineer():
     assert "| fixed | 1 | 0 | 1 | 0 | – |" in lines
     assert "| external | 3 | 2 | 0 | 1 (33 %) | 2 of 3 |" in lines
     assert "| policy | 1 | 1 | 0 | 0 | 0 of 1 |" in lines
+
+
+def _proposal(*configs):
+    w = 1.0 / len(configs)
+    return [{"weight": w, "config": dict(zip(("height", "width", "num_agents", "hole_density", "conflict_density"), c))}
+            for c in configs]
+
+
+def test_choice_table_counts_each_value_and_skips_fallbacks():
+    rows = [
+        {"variant": "policy", "seed": 0, "stage": 1, "decision": "proposed", "proposal": _proposal((5, 5, 2, 0.1, 0.25))},
+        {"variant": "policy", "seed": 0, "stage": 2, "decision": "kept", "proposal": _proposal((5, 5, 2, 0.1, 0.25))},
+        {"variant": "policy", "seed": 1, "stage": 1, "decision": "fallback", "proposal": _proposal((9, 9, 4, 0.3, 1.0))},
+        {"variant": "policy", "seed": 1, "stage": 2, "decision": "proposed",
+         "proposal": _proposal((4, 6, 1, 0.0, 0.75), (11, 11, 3, 0.2, 0.0))},
+        {"variant": "fixed", "seed": 0, "stage": 1, "decision": "kept", "proposal": _proposal((5, 5, 2, 0.1, 0.5))},
+        {"variant": "fixed", "seed": 0, "stage": 2, "decision": None, "proposal": None},
+    ]
+    counts = study.value_counts(rows, "policy")
+    assert counts["height"] == {5: 2, 4: 1, 11: 1}  # the fallback's 9 is not a choice
+    assert counts["conflict_density"] == {0.25: 2, 0.75: 1, 0.0: 1}
+    assert counts["components"] == {1: 2, 2: 1}
+    lines = study.choice_table(rows).splitlines()
+    assert lines[0] == "| engineer | choices | height | width | agents | holes | conflict | components |"
+    assert "| policy | 3 | 4×1 5×2 11×1 | 5×2 6×1 11×1 | 1×1 2×2 3×1 | 0×1 0.1×2 0.2×1 | 0×1 0.25×2 0.75×1 | 1×2 2×1 |" in lines
+    assert "| fixed | 1 | 5×1 | 5×1 | 2×1 | 0.1×1 | 0.5×1 | 1×1 |" in lines
