@@ -7,8 +7,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import pytest  # noqa: E402
 
-#: Test files whose tests take longest, slowest first (idle 2-core CPU, measured with
-#: ``python -m pytest -q --durations=0``). pytest-xdist's ``--dist loadfile`` hands whole files
+#: Test files whose tests take longest, slowest first (from the per-test durations of the last
+#: idle full runs on the 2-core CPU, ``python -m pytest -q --durations=60``; refresh it from such a run). pytest-xdist's ``--dist loadfile`` hands whole files
 #: to the two workers in collection order (``--no-loadscope-reorder`` in pyproject.toml keeps
 #: that order; xdist's default sorts files by test count, which left these one-test files for
 #: the end, one worker running a 2-3 minute file alone while the other idled). Longest first
