@@ -17,8 +17,8 @@ The public face of the package (``jaxlake.__all__``), all re-exported from their
 Everything else is reached through its module (``jaxlake.autoreset``, ``jaxlake.suite``,
 ``jaxlake.viewer``, ``jaxlake.bench``, ...); no name here shadows a module of the package
 (``tests/test_public_api.py`` checks it). The simulator never imports the language-model
-package ``llm``; only the orchestration modules ``jaxlake.pipeline``, ``jaxlake.run`` and
-``jaxlake.study`` wire the two together (``tests/test_layering.py``).
+package ``llm``; only the orchestration modules ``jaxlake.pipeline.stages``, ``jaxlake.run`` and
+``jaxlake.pipeline.study`` wire the two together (``tests/test_layering.py``).
 """
 
 from jaxlake.config import ConfigError, LakeConfig, repeat_config, stack_configs
@@ -46,6 +46,33 @@ from jaxlake.types import (
 )
 
 __version__ = "0.1.0"
+
+
+def _find_source_conf() -> None:
+    """Make ``jaxlake.conf`` importable from a source checkout that is not installed.
+
+    The configs live at the repository's top level (``conf/``); an installed wheel or an
+    editable install maps them to the package ``jaxlake.conf`` (pyproject's ``package-dir``).
+    A checkout that is only on ``PYTHONPATH`` has no such mapping, so the folder beside this
+    package is registered under that name. Installed copies never take this path.
+    """
+    import importlib.machinery
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if "jaxlake.conf" in sys.modules or importlib.util.find_spec("jaxlake.conf") is not None:
+        return
+    spec = importlib.machinery.PathFinder.find_spec("jaxlake.conf", [str(Path(__file__).resolve().parents[1])])
+    if spec is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["jaxlake.conf"] = module
+    spec.loader.exec_module(module)
+    globals()["conf"] = module
+
+
+_find_source_conf()
 
 __all__ = [
     # jaxlake.config

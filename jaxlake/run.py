@@ -10,12 +10,12 @@
   (``runs/<experiment>/multirun/<job>``); ``python -m jaxlake.report runs/<experiment>``
   tabulates it.
 
-The configuration is ``jaxlake/conf/config.yaml``, shipped in the package (groups ``env``,
+The configuration is ``conf/config.yaml``, shipped in the package (groups ``env``,
 ``model``, ``train``, ``reward``, ``prompt``, ``engineer``, ``eval``; Hydra finds it as
 ``pkg://jaxlake.conf`` from any folder, and ``--config-dir DIR`` or
 ``hydra.searchpath=[file://DIR]`` adds a folder of one's own beside it). Runs go to
-``runs/<experiment>`` under the current folder. The stage logic is :mod:`jaxlake.pipeline` and
-:func:`llm.train.train_stage`. ``train.distributed.enabled=true`` (or
+``runs/<experiment>`` under the current folder. The stage logic is :mod:`jaxlake.pipeline.stages` and
+:func:`llm.training.stage.train_stage`. ``train.distributed.enabled=true`` (or
 ``JAXLAKE_DISTRIBUTED=1``) calls ``jax.distributed.initialize`` before anything else
 touches JAX.
 """
@@ -27,15 +27,17 @@ import logging
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from jaxlake.conf import CONF_DIR
 
-@hydra.main(version_base=None, config_path="conf", config_name="config")
+
+@hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     # orbax logs every checkpoint step at INFO through absl; keep the console for progress
     logging.getLogger("absl").setLevel(logging.WARNING)
-    from llm.sharding import initialize_distributed
+    from llm.model.sharding import initialize_distributed
 
     initialize_distributed(OmegaConf.to_container(cfg.train.get("distributed", {}), resolve=True))
-    from jaxlake.pipeline import main as pipeline_main
+    from jaxlake.pipeline.stages import main as pipeline_main
 
     pipeline_main(cfg)
 

@@ -148,7 +148,7 @@ def cell_config(spec: SuiteSpec, values: Mapping[str, Any]) -> LakeConfig:
     return LakeConfig(**fields)
 
 
-#: ``jaxlake/conf/eval``: the suites shipped in the package.
+#: ``conf/eval``: the suites shipped in the package.
 EVAL_CONF_DIR = CONF_DIR / "eval"
 
 

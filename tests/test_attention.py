@@ -1,4 +1,4 @@
-"""Attention kernels (llm/attention.py): the chunked (flash-style) and fused paths against the
+"""Attention kernels (llm/model/attention.py): the chunked (flash-style) and fused paths against the
 dense reference, values and gradients, with left padding and grouped-query heads; the chunked
 backward holds no [B, heads, T, T] buffer; implementation names and their resolution."""
 
@@ -13,9 +13,9 @@ import pytest
 from flax import nnx
 
 from jaxlake.config import ConfigError
-from llm import attention as att
-from llm.generate import left_pad_positions
-from llm.model import Qwen3Config, Qwen3ForCausalLM
+from llm.model import attention as att
+from llm.generation.decode import left_pad_positions
+from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
 
 B, T, HEADS, KV, D = 3, 11, 4, 2, 8
 PADS = np.array([0, 3, 10])  # row 2 keeps one real token

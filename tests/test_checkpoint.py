@@ -12,8 +12,8 @@ import optax
 import pytest
 from flax import nnx
 
-from llm.checkpoint import all_steps, latest_step, restore_checkpoint, save_checkpoint
-from llm.model import Qwen3Config, Qwen3ForCausalLM
+from llm.model.checkpoint import all_steps, latest_step, restore_checkpoint, save_checkpoint
+from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
 
 CONFIG = Qwen3Config(vocab_size=40, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
                      num_attention_heads=2, num_key_value_heads=1, head_dim=8, tie_word_embeddings=False,

@@ -13,9 +13,9 @@ from scipy.stats import chi2
 
 from jaxlake.config import LakeConfig
 from jaxlake.engineers import ConfigSpace
-from llm.constrained import ChoiceScorer, choice_logprobs, constrained_json
-from llm.engineer_prompt import chat_text
-from llm.tokenizer import build_game_tokenizer, to_hf_tokenizer
+from llm.engineer.constrained import ChoiceScorer, choice_logprobs, constrained_json
+from llm.engineer.prompt import chat_text
+from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
 
 BASE = LakeConfig(height=6, width=6, num_agents=2, hole_density=0.1, conflict_density=0.5, max_steps=16,
                   max_height=12, max_width=12, max_agents=4)

@@ -1,5 +1,5 @@
-"""The KV-cache decoder's cost structure (llm/model.py, llm/generate.py) and the
-``python -m llm.benchmark generate`` mode (llm/bench_generate.py, llm/roofline.py)."""
+"""The KV-cache decoder's cost structure (llm/model/qwen3.py, llm/generation/decode.py) and the
+``python -m llm.benchmark generate`` mode (llm/benchmark/generate.py, llm/benchmark/roofline.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from llm import benchmark, roofline
-from llm.generate import (
+from llm.benchmark import cli as benchmark
+from llm.benchmark import roofline
+from llm.generation.decode import (
     MAX_DECODE_SEGMENTS,
     MAX_EOS_IDS,
     GenerationConfig,
@@ -22,7 +23,7 @@ from llm.generate import (
     generate,
     sequence_logprobs,
 )
-from llm.model import Qwen3Config, Qwen3ForCausalLM
+from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
 
 CFG = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
@@ -122,7 +123,7 @@ def test_cached_attention_through_dot_product_attention_equals_dense(split):
 
 def test_unroll_layers_default_follows_layer_bytes():
     """unroll_layers=None: scan for the tiny test models, unrolled for real-size layer stacks."""
-    from llm.generate import UNROLL_MIN_BYTES, _unroll_layers
+    from llm.generation.decode import UNROLL_MIN_BYTES, _unroll_layers
 
     def state_of(cfg):
         return nnx.split(nnx.eval_shape(lambda: Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0))))[1]

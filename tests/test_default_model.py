@@ -1,4 +1,4 @@
-"""The embedded default model folder (llm/default.py): offline build, cache, atomicity, use."""
+"""The embedded default model folder (llm/game/default.py): offline build, cache, atomicity, use."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import jax
 import numpy as np
 import pytest
 
-from llm import default
-from llm.generate import GenerationConfig, generate
-from llm.model import Qwen3Config
+from llm.game import default
+from llm.generation.decode import GenerationConfig, generate
+from llm.model.qwen3 import Qwen3Config
 
 
 @pytest.fixture(scope="module")

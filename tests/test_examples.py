@@ -1,4 +1,4 @@
-"""llm.examples: completions played in the simulator, verdicts, and rates that match the rewards."""
+"""llm.training.examples: completions played in the simulator, verdicts, and rates that match the rewards."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import pytest
 from flax import nnx
 
 from jaxlake.text import parse_lake, parse_plan
-from llm import examples as ex
-from llm import rewards
-from llm.default import load_default
-from llm.model import Qwen3Config, Qwen3ForCausalLM
-from llm.prompts import PromptConfig
-from llm.policy import Policy
+from llm.training import examples as ex
+from llm.game import rewards
+from llm.game.default import load_default
+from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.game.prompts import PromptConfig
+from llm.training.policy import Policy
 
 # Three hand-made lakes on one canvas (3 x 4, 2 agent slots, 6 steps): one rollout compile.
 GRIDS = ("A . ~ a\n. . . .\nB . . b",   # A walks into the hole on its first R

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from jaxlake.config import ConfigError, LakeConfig
 from jaxlake.engineers import EngineerContext, build_engineer
-from llm.external_engineer import ExternalEngineer
+from llm.engineer.external import ExternalEngineer
 from jaxlake.conf import CONF_DIR
 
 CONF = CONF_DIR / "engineer" / "external.yaml"
@@ -319,7 +319,7 @@ def test_off_grid_and_fixed_fields_are_rejected_for_the_endpoint():
 
 # ----------------------------------------------------------------------------- the prompt says what is there (item 8)
 def test_system_prompt_names_only_the_parts_shown_and_the_rules_are_stated():
-    from llm.engineer import LLMEngineer
+    from llm.engineer.local import LLMEngineer
 
     with Scripted([("ok", GOOD)]) as stub:
         ExternalEngineer(url=stub.url, model="m", timeout_s=2, space=SPACE,

@@ -1,4 +1,4 @@
-"""FSDP sharding (llm/sharding.py) on a 2-D ``(data, fsdp)`` mesh of 4 forced host devices.
+"""FSDP sharding (llm/model/sharding.py) on a 2-D ``(data, fsdp)`` mesh of 4 forced host devices.
 
 One subprocess (``XLA_FLAGS`` must be set before jax is imported, and this process already
 imported it on one device) runs every multi-device check and prints a JSON summary:
@@ -9,7 +9,7 @@ imported it on one device) runs every multi-device check and prints a JSON summa
   counted from ``addressable_shards``);
 * greedy generation with the sharded state and a sharded batch equals the single-device one;
 * an orbax checkpoint saved on 1x4 restores on 2x2 and on one device with equal values, and the
-  trainer's phase checkpoint (``llm.phase.Checkpoints``) saved on 1x4 resumes on 2x2;
+  trainer's phase checkpoint (``llm.training.phase.Checkpoints``) saved on 1x4 resumes on 2x2;
 * a Hugging Face folder written by ``save_pretrained`` loads straight into fsdp=4 shards
   (whole tensors are never read: the reader's ``get`` is disabled) and exports back
   byte-identical.
@@ -28,7 +28,7 @@ import pytest
 from jax.sharding import PartitionSpec
 
 from jaxlake.config import ConfigError
-from llm import sharding as shd
+from llm.model import sharding as shd
 
 SCRIPT = textwrap.dedent(
     """
@@ -37,12 +37,14 @@ SCRIPT = textwrap.dedent(
     import jax, jax.numpy as jnp, numpy as np, optax
     from flax import nnx
     assert jax.device_count() == 4, jax.devices()
-    from llm import grpo, hf_io, sharding as shd
-    from llm.checkpoint import restore_checkpoint, save_checkpoint
-    from llm.generate import GenerationConfig, generate_ids
-    from llm.grpo import GRPOLossConfig
-    from llm.model import Qwen3Config, Qwen3ForCausalLM
-    from llm.updates import make_grpo_update, trace_counts
+    from llm.rl import grpo
+    from llm.model import hf_io
+    from llm.model import sharding as shd
+    from llm.model.checkpoint import restore_checkpoint, save_checkpoint
+    from llm.generation.decode import GenerationConfig, generate_ids
+    from llm.rl.grpo import GRPOLossConfig
+    from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+    from llm.rl.updates import make_grpo_update, trace_counts
 
     tmp = Path(sys.argv[1])
     # head_dim=6: the q/k norms ([L, 6]) do not divide by fsdp=4 and stay whole
@@ -135,9 +137,9 @@ SCRIPT = textwrap.dedent(
                  layout_kept(r.extra, shd.opt_state_shardings(r.extra, st, mesh))
         restored[name] = {"max_diff": max(max_diff(st, state14), max_diff(r.extra, opt14)), "layout": ok,
                           "devices": len(shd.bytes_per_device((st, r.extra)))}
-    # the trainer's checkpoints (llm.phase): saved on 1x4, resumed on 2x2 straight into shards
-    from llm.phase import Checkpoints
-    from llm.policy import Policy
+    # the trainer's checkpoints (llm.training.phase): saved on 1x4, resumed on 2x2 straight into shards
+    from llm.training.phase import Checkpoints
+    from llm.training.policy import Policy
     Checkpoints(tmp / "phase", 2, meshes["1x4"]).save(Policy(graphdef, state14, None), opt14, 3,
                                                       jax.random.PRNGKey(7), 5)
     host_state = jax.device_put(host0)

@@ -1,4 +1,4 @@
-"""Sampling filters and batched KV-cache generation (llm/sampling.py, llm/generate.py)."""
+"""Sampling filters and batched KV-cache generation (llm/generation/sampling.py, llm/generation/decode.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm import sampling
-from llm.generate import (
+from llm.generation import sampling
+from llm.generation.decode import (
     GenerationConfig,
     generate,
     generate_ids,
@@ -20,8 +20,8 @@ from llm.generate import (
     split_model,
     trace_count,
 )
-from llm.model import Qwen3Config, Qwen3ForCausalLM
-from llm.tokenizer import save_game_tokenizer
+from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.game.tokenizer import save_game_tokenizer
 
 VOCAB = 1024
 N_NEW = 8

@@ -1,4 +1,4 @@
-"""GRPO loss math against hand-computed small examples (llm/grpo.py)."""
+"""GRPO loss math against hand-computed small examples (llm/rl/grpo.py)."""
 
 import math
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm import grpo
-from llm.grpo import GRPOLossConfig
+from llm.rl import grpo
+from llm.rl.grpo import GRPOLossConfig
 
 # ----------------------------------------------------------------------------- advantages
 

@@ -1,4 +1,4 @@
-"""GRPO trains on the distribution that drew the tokens (llm/grpo_loop.py, llm/updates.py, issue
+"""GRPO trains on the distribution that drew the tokens (llm/training/grpo_loop.py, llm/rl/updates.py, issue
 11): at a sampling temperature the behaviour log-probs, the training forward, the KL and the entropy all use
 ``softmax(logits / T)``; top-k / top-p are rejected."""
 
@@ -10,18 +10,18 @@ import pytest
 from flax import nnx
 
 from jaxlake.config import LakeConfig
-from llm import grpo_loop
-from llm.grpo_loop import run_grpo
-from llm.lakes import sample_lakes
-from llm.policy import Policy
-from llm.prompter import Prompter
-from llm.train import MetricsLog
-from llm.train_config import GRPOConfig, OptimConfig, TrainConfig
-from llm.updates import make_grpo_update
-from llm.generate import sequence_logprobs
-from llm.grpo import GRPOLossConfig
-from llm.model import Qwen3Config, Qwen3ForCausalLM
-from llm.prompts import PromptConfig
+from llm.training import grpo_loop
+from llm.training.grpo_loop import run_grpo
+from llm.game.lakes import sample_lakes
+from llm.training.policy import Policy
+from llm.game.prompter import Prompter
+from llm.training.stage import MetricsLog
+from llm.training.config import GRPOConfig, OptimConfig, TrainConfig
+from llm.rl.updates import make_grpo_update
+from llm.generation.decode import sequence_logprobs
+from llm.rl.grpo import GRPOLossConfig
+from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.game.prompts import PromptConfig
 
 ENV = LakeConfig(height=3, width=3, num_agents=1, hole_density=0.0, max_steps=6, max_height=4, max_width=4, max_agents=2)
 
@@ -41,7 +41,7 @@ def test_grpo_at_temperature_uses_the_sampling_distribution(tmp_path, monkeypatc
     """One GRPO step at T=0.7 with mu=2 and a KL term: the batch's old and reference log-probs
     are the temperature-0.7 log-probs of the sampled tokens, the first inner iteration has
     ratio 1 and no clipping, and the second one moved."""
-    from llm.tokenizer import build_game_tokenizer, to_hf_tokenizer
+    from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
 
     tokenizer = to_hf_tokenizer(build_game_tokenizer())
     cfg = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,

@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 
 import llm  # noqa: E402
 from jaxlake.config import ConfigError  # noqa: E402
-from llm.hf_io import (  # noqa: E402
+from llm.model.hf_io import (  # noqa: E402
     INDEX_FILE,
     WEIGHTS_FILE,
     CheckpointError,

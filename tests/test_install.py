@@ -9,7 +9,7 @@
   its entry points run from an empty folder: ``python -m jaxlake.run --cfg job`` prints the
   config the repository composes, ``python -m jaxlake.bench bench=tiny`` writes its results
   under that folder, the README's own-config block works, the study composes its config, and
-  ``jaxlake.report`` / ``llm.benchmark`` / ``llm.evaluate`` start. Dependencies come from the
+  ``jaxlake.pipeline.report`` / ``llm.benchmark.cli`` / ``llm.training.evaluate`` start. Dependencies come from the
   package index as configured for pip (``--prefer-binary``; ``--no-compile`` skips
   byte-compiling the dependencies, most of the install time).
 """
@@ -41,7 +41,7 @@ CI = REPO / ".ci" / "run"
 
 #: Modules allowed to use ``__file__``, and why.
 FILE_USERS = {
-    "jaxlake/conf/__init__.py": "CONF_DIR: the package's own config folder",
+    "conf/__init__.py": "CONF_DIR: the package's own config folder",
     "jaxlake/bench.py": "git commit of the benchmarked code, only when it is a checkout",
     "jaxlake/peers/gymnasium_frozenlake.py": "runs its own peer script",
     "jaxlake/peers/gymnasium_frozenlake_vector.py": "runs its own peer script",
@@ -161,14 +161,14 @@ def test_wheel_in_a_fresh_venv_runs_from_an_empty_folder(tmp_path):
     _run([sys.executable, "-m", "pip", "wheel", src, "--no-deps", "-w", wheels, "-q"], timeout=600)
     (wheel,) = wheels.glob("jaxlake-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    configs = {f"jaxlake/conf/{p.relative_to(CONF_DIR).as_posix()}" for p in CONF_DIR.rglob("*.yaml")}
-    assert "jaxlake/conf/hydra/launcher/slurm.yaml" in configs
+    configs = {f"conf/{p.relative_to(CONF_DIR).as_posix()}" for p in CONF_DIR.rglob("*.yaml")}
+    assert "conf/hydra/launcher/slurm.yaml" in configs
     assert configs <= names, f"configs missing from the wheel: {sorted(configs - names)}"
     # every file of the two packages (code and data: a new template or data file needs package data)
     files = {p.relative_to(src).as_posix() for name in ("jaxlake", "llm") for p in (src / name).rglob("*")
              if p.is_file() and not p.name.startswith(".")}
     assert files <= names, f"files of the packages missing from the wheel (pyproject package-data): {sorted(files - names)}"
-    assert {"jaxlake/run.py", "jaxlake/bench.py", "llm/benchmark.py", "jaxlake/conf/__init__.py"} <= names
+    assert {"jaxlake/run.py", "jaxlake/bench.py", "llm/benchmark/cli.py", "conf/__init__.py"} <= names
     assert not [n for n in names if n.startswith(("tests/", "notebooks/", "docs/"))]
     lap("build wheel")
 
@@ -234,7 +234,7 @@ def test_wheel_in_a_fresh_venv_runs_from_an_empty_folder(tmp_path):
     print(f"\n[test_install] seconds per step: {times}, total {sum(times.values()):.0f}")
 
 
-HELP_MODULES = ("jaxlake.report", "llm.benchmark", "llm.evaluate", "jaxlake.study")
+HELP_MODULES = ("jaxlake.pipeline.report", "llm.benchmark.cli", "llm.training.evaluate", "jaxlake.pipeline.study")
 HELP_ALL = f"""
 import contextlib, io, runpy, sys
 for module in {HELP_MODULES!r}:

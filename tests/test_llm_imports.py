@@ -70,10 +70,10 @@ def test_cycle_finder_finds_cycles():
 
 def test_scan_sees_the_trainer_and_lazy_imports():
     graph = import_graph()
-    assert {"llm.train", "llm.warmstart", "llm.grpo_loop", "llm.updates", "llm.policy"} <= set(graph)
-    assert {"llm.warmstart", "llm.grpo_loop"} <= graph["llm.train"]
-    # llm.policy imports llm.hf_io inside load_policy only: the scan sees it
-    assert "llm.hf_io" in graph["llm.policy"]
+    assert {"llm.training.stage", "llm.training.warmstart", "llm.training.grpo_loop", "llm.rl.updates", "llm.training.policy"} <= set(graph)
+    assert {"llm.training.warmstart", "llm.training.grpo_loop"} <= graph["llm.training.stage"]
+    # llm.training.policy imports llm.model.hf_io inside load_policy only: the scan sees it
+    assert "llm.model.hf_io" in graph["llm.training.policy"]
 
 
 def test_llm_modules_have_no_import_cycle():

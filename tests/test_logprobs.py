@@ -1,4 +1,4 @@
-"""Chunked token log-probs (llm/logprobs.py) against the full-vocabulary path, the model's own
+"""Chunked token log-probs (llm/model/logprobs.py) against the full-vocabulary path, the model's own
 logits and transformers' gradients; the trainer's forward at a sampling temperature."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from llm import logprobs as lp
-from llm.updates import completion_forward
-from llm.generate import left_pad_positions
-from llm.model import Qwen3Config, Qwen3ForCausalLM
+from llm.model import logprobs as lp
+from llm.rl.updates import completion_forward
+from llm.generation.decode import left_pad_positions
+from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
 
 B, P, T, V = 3, 5, 7, 61
 
@@ -112,7 +112,7 @@ def test_logprobs_gradients_match_transformers():
     """d(sum(c * log softmax(logits / T)[token]))/d(params) of the chunked path equals torch's."""
     torch = pytest.importorskip("torch", reason="needs the `torch` extra")
     transformers = pytest.importorskip("transformers")
-    from llm.hf_io import model_from_hf_tensors, model_to_hf_tensors
+    from llm.model.hf_io import model_from_hf_tensors, model_to_hf_tensors
 
     hf_cfg = transformers.Qwen3Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, head_dim=8,

@@ -67,7 +67,7 @@ def test_missing_library_names_the_extra(monkeypatch, tmp_path):
 
 
 def test_pipeline_rejects_a_bad_logger_before_any_work(tmp_path):
-    from jaxlake.pipeline import run_stage
+    from jaxlake.pipeline.stages import run_stage
 
     with pytest.raises(ConfigError, match="logger: unknown back end 'tensorbord'"):
         run_stage({"runs_dir": str(tmp_path), "experiment": "x", "stages": 1, "logger": ["tensorbord"]}, 1)
@@ -150,7 +150,7 @@ def test_stage_rows_of_the_pipeline(tmp_path):
     """The pipeline's per-stage row (suite scores, own-environment scores, engineer decision)
     goes to ``stages.jsonl`` and ``tb/stage``; a stage logged again replaces its old row."""
     pytest.importorskip("tensorboardX")
-    from jaxlake.pipeline import log_stage
+    from jaxlake.pipeline.stages import log_stage
 
     cfg = {"runs_dir": str(tmp_path), "experiment": "x", "logger": ["jsonl", "tensorboard"]}
 

@@ -70,7 +70,7 @@ def test_yaml_obj_and_node_roundtrip(tmp_path):
 
 
 def test_trainer_lakes_come_from_the_mixture():
-    from llm.lakes import env_description, env_horizon, sample_lakes
+    from llm.game.lakes import env_description, env_horizon, sample_lakes
     from jaxlake.generator import generate_batch
 
     key = jax.random.PRNGKey(3)

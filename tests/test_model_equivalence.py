@@ -21,8 +21,8 @@ torch = pytest.importorskip(
 transformers = pytest.importorskip("transformers")
 
 from jaxlake.config import ConfigError  # noqa: E402
-from llm.hf_io import model_from_hf_tensors  # noqa: E402
-from llm.model import KVCache, Qwen3Config, Qwen3ForCausalLM, count_params  # noqa: E402
+from llm.model.hf_io import model_from_hf_tensors  # noqa: E402
+from llm.model.qwen3 import KVCache, Qwen3Config, Qwen3ForCausalLM, count_params  # noqa: E402
 from jaxlake.conf import CONF_DIR
 
 VOCAB = 97
@@ -149,7 +149,7 @@ def test_left_padding_does_not_change_real_logits(pair):
 
 def test_tied_head_on_many_rows_matches_transformers():
     """Above ``_SMALL_HEAD_ROWS`` (B * T) the tied head takes its other einsum form."""
-    from llm.model import _SMALL_HEAD_ROWS
+    from llm.model.qwen3 import _SMALL_HEAD_ROWS
 
     tm = make_torch_model(5, **CASES["mqa_tied_theta500"])
     fm = to_flax(tm)
@@ -267,7 +267,7 @@ def test_default_positions_and_mask_continue_from_cache_index(gqa_pair):
 # ----------------------------------------------------------------------------- gradients
 def test_gradients_match_transformers(gqa_pair):
     """d(sum(w * logits))/d(params) equals torch's for every tensor (GRPO trains through this)."""
-    from llm.hf_io import model_to_hf_tensors
+    from llm.model.hf_io import model_to_hf_tensors
 
     tm, fm = gqa_pair
     ids, mask, pos = left_padded_batch(np.random.RandomState(12), [W, 6, 3], W)

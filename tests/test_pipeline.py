@@ -68,8 +68,8 @@ def test_full_pipeline_two_stages_policy_engineer(monkeypatch, capsys, runs, mic
 
 
 def test_stage_by_stage_with_interruptions(monkeypatch, capsys, runs, micro_model):
-    import jaxlake.pipeline as pipeline
-    import llm.train as train
+    import jaxlake.pipeline.stages as pipeline
+    import llm.training.stage as train
 
     args = overrides(runs, micro_model, "staged", "engineer=heuristic")
     run = runs / "staged"

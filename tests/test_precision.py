@@ -12,10 +12,10 @@ import yaml
 from flax import nnx
 
 from jaxlake.conf import CONF_DIR
-from llm.optim import apply_gradients, make_optimizer
-from llm.policy import load_policy
-from llm.train_config import ModelConfig, OptimConfig
-from llm.model import Qwen3Config, Qwen3ForCausalLM
+from llm.rl.optim import apply_gradients, make_optimizer
+from llm.training.policy import load_policy
+from llm.training.config import ModelConfig, OptimConfig
+from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
 
 VOCAB, B, P = 40, 4, 5
 
@@ -72,8 +72,8 @@ def test_float32_master_weights_keep_small_updates_bf16_params_lose_them():
 def test_master_weights_survive_checkpoint_and_hf_round_trip(tmp_path):
     """orbax keeps float32 master weights; the HF export is in the parameters' dtype and
     ``load_policy`` reads it back with the model config's compute / master dtypes."""
-    from llm.checkpoint import restore_checkpoint, save_checkpoint
-    from llm.hf_io import from_pretrained, save_pretrained
+    from llm.model.checkpoint import restore_checkpoint, save_checkpoint
+    from llm.model.hf_io import from_pretrained, save_pretrained
 
     model = tiny("float32")
     save_checkpoint(tmp_path / "ckpt", model, 1)
@@ -86,7 +86,7 @@ def test_master_weights_survive_checkpoint_and_hf_round_trip(tmp_path):
     plain, _ = from_pretrained(tmp_path / "hf", tokenizer=False)
     assert plain.config.param_dtype == "float32"
     # a bfloat16 folder (what the hub ships) loads as float32 master weights with bf16 compute
-    from llm.tokenizer import build_game_tokenizer, to_hf_tokenizer
+    from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
 
     tok = to_hf_tokenizer(build_game_tokenizer())
     save_pretrained(tiny("bfloat16", vocab=len(tok)), tok, tmp_path / "hf16")

@@ -1,4 +1,4 @@
-"""Policy prompts (llm/prompts.py): wording from conf/prompt, chat template, tokenization."""
+"""Policy prompts (llm/game/prompts.py): wording from conf/prompt, chat template, tokenization."""
 
 import importlib.util
 from pathlib import Path
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from jaxlake.text import parse_lake, parse_plan
-from llm import prompts
-from llm.prompts import PromptConfig, PromptError
+from llm.game import prompts
+from llm.game.prompts import PromptConfig, PromptError
 
 GRID = "A . . ~ .\n. ~ . b .\n. . . . .\nB . ~ . a\n. . . . ."
 
@@ -33,7 +33,7 @@ def qwen_tokenizer():
 
 @pytest.fixture(scope="module")
 def game_tokenizer():
-    from llm.tokenizer import build_game_tokenizer, to_hf_tokenizer
+    from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
 
     return to_hf_tokenizer(build_game_tokenizer())
 

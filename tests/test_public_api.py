@@ -1,7 +1,7 @@
 """The packages' public faces: ``import jaxlake`` / ``import llm`` expose a small documented API
 (``__all__``, listed in the module docstring), and no public name shadows a module of the
-package (``from llm import generate`` once gave a function while ``llm.generate`` is a module,
-so ``import llm.generate as g`` yielded the function)."""
+package (``from llm import generate`` once gave a function while ``llm.generation.decode`` is a module,
+so ``import llm.generation.decode as g`` yielded the function)."""
 
 from __future__ import annotations
 
@@ -66,8 +66,8 @@ def test_every_submodule_import_gives_the_module(name):
 
 def test_llm_generate_is_the_module():
     import llm
-    import llm.generate as g
+    import llm.generation.decode as g
 
-    assert isinstance(g, types.ModuleType) and g is sys.modules["llm.generate"]
-    assert llm.generate is g
+    assert isinstance(g, types.ModuleType) and g is sys.modules["llm.generation.decode"]
+    assert llm.generation.decode is g
     assert llm.GenerationConfig is g.GenerationConfig and callable(g.generate)

@@ -1,4 +1,4 @@
-"""Reasoning mode (llm/reasoning.py): reading think blocks, the reward's format terms, the
+"""Reasoning mode (llm/generation/reasoning.py): reading think blocks, the reward's format terms, the
 thinking budget on models built to ramble / close / end, forced tokens kept out of the loss,
 and the warm start's templated reasoning."""
 
@@ -11,11 +11,13 @@ from flax import nnx
 
 from jaxlake import planner
 from jaxlake.text import parse_lake
-from llm import grpo, reasoning, rewards
-from llm.generate import GenerationConfig
-from llm.model import Qwen3Config, Qwen3ForCausalLM
-from llm.reasoning import ReasoningConfig, ReasoningError, split_completion
-from llm.rewards import RewardConfig
+from llm.rl import grpo
+from llm.generation import reasoning
+from llm.game import rewards
+from llm.generation.decode import GenerationConfig
+from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.generation.reasoning import ReasoningConfig, ReasoningError, split_completion
+from llm.game.rewards import RewardConfig
 
 PLAN = "A: R R"
 GOOD = "<think>\nA walks right twice\n</think>\n\n" + PLAN
@@ -100,7 +102,7 @@ def test_reasoning_config_validation():
         ReasoningConfig(close_text="done")
     with pytest.raises(ReasoningError, match="unknown prompt.reasoning field"):
         ReasoningConfig.from_value({"budget": 3})
-    from llm.prompts import PromptConfig, load_prompt_config
+    from llm.game.prompts import PromptConfig, load_prompt_config
 
     cfg = load_prompt_config("reasoning")
     assert cfg.reasoning.enabled and cfg.template_kwargs == {"enable_thinking": True}
@@ -186,7 +188,7 @@ def test_model_that_ends_its_turn_while_thinking_stops_there():
 def test_two_phase_logprobs_equal_one_forward_over_the_whole_completion():
     """The packed completion is one contiguous sequence: teacher-forcing it through the model
     gives back the sampler's log-probs on every sampled token."""
-    from llm.updates import completion_forward
+    from llm.rl.updates import completion_forward
 
     # the rambler's architecture and shapes (its compiled sampler is reused), random weights
     graphdef, state = _fixed_model(WORD)
@@ -229,8 +231,8 @@ def test_close_text_must_hold_the_close_id():
 
 # ----------------------------------------------------------------------------- warm start
 def test_warmstart_reasoning_is_true_and_fits_the_budget():
-    from llm.tokenizer import build_game_tokenizer, to_hf_tokenizer
-    from llm.warmstart import plan_targets, reasoning_lines, reasoning_text
+    from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
+    from llm.training.warmstart import plan_targets, reasoning_lines, reasoning_text
 
     lake = parse_lake("A . . ~ .\n. ~ . b .\n. . . . .\nB . ~ . a\n. . . . .", max_steps=12)
     sol = planner.solve(lake)

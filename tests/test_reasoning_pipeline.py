@@ -22,7 +22,8 @@ REASONING = ["prompt=reasoning", "engineer=policy", "prompt.reasoning.thinking_t
 def _spy(monkeypatch):
     """Record, in order, every reasoning sample and every mask the GRPO trainer hands to
     ``grpo.token_weights`` (it is called right after the step's sample)."""
-    from llm import grpo, reasoning
+    from llm.rl import grpo
+    from llm.generation import reasoning
 
     events = []
     real_weights, real_sample = grpo.token_weights, reasoning.generate_with_thinking
@@ -73,7 +74,7 @@ def _check_run(run: Path, stages: int, events: list, budget: int, forced_len: in
 
 def test_reasoning_run_on_a_random_qwen3_with_the_official_tokenizer(monkeypatch, tmp_path, qwen_shaped_model):
     events = _spy(monkeypatch)
-    from llm import warmstart
+    from llm.training import warmstart
 
     targets = []
     real_targets = warmstart.plan_targets

@@ -13,8 +13,9 @@ import pytest
 
 from jaxlake.engineers import extract_json, retry_prompt
 from jaxlake.text import parse_lake, parse_plan
-from llm import prompts, reasoning
-from llm.engineer_prompt import REASONING_SYSTEM, chat_text
+from llm.game import prompts
+from llm.generation import reasoning
+from llm.engineer.prompt import REASONING_SYSTEM, chat_text
 
 GRID = "A . . ~ .\n. ~ . b .\n. . . . .\nB . ~ . a\n. . . . ."
 THOUGHT = "A and B both use 2 0: B at step 1, A at step 2.\nB goes first, A follows."

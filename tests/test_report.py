@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from jaxlake.report import build_report, find_runs, main, mean_ci, score_table, load_run
+from jaxlake.pipeline.report import build_report, find_runs, main, mean_ci, score_table, load_run
 
 
 def test_mean_ci_hand_computed():

@@ -1,12 +1,12 @@
-"""Reward terms on hand-made completions (llm/rewards.py)."""
+"""Reward terms on hand-made completions (llm/game/rewards.py)."""
 
 import jax
 import numpy as np
 import pytest
 
 from jaxlake.text import parse_lake
-from llm import rewards
-from llm.rewards import RewardConfig
+from llm.game import rewards
+from llm.game.rewards import RewardConfig
 from jaxlake.conf import CONF_DIR
 
 # A at (0,0) -> a at (2,2); B at (2,0) -> b at (0,2); a hole in the middle.

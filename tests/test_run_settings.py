@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from jaxlake.engineers import build_engineer
-from jaxlake.pipeline import PipelineError, read_json, write_run_info
+from jaxlake.pipeline.stages import PipelineError, read_json, write_run_info
 from jaxlake.conf import CONF_DIR
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import tiny_run_overrides
 
-from jaxlake import study
-from jaxlake.pipeline import stage1_key
+from jaxlake.pipeline import study
+from jaxlake.pipeline.stages import stage1_key
 from jaxlake.conf import CONF_DIR
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -121,11 +121,11 @@ def test_invalid_cells_skipped_with_reason(tiny_suite):
 
 
 def test_evaluate_policy_bookkeeping(tiny_suite, monkeypatch):
-    """Scripted completions (planner plans greedy, junk sampled) through llm.evaluate."""
-    import llm.evaluate as ev
+    """Scripted completions (planner plans greedy, junk sampled) through llm.training.evaluate."""
+    import llm.training.evaluate as ev
     from jaxlake.config import LakeConfig
-    from llm import default as default_model
-    from llm.hf_io import load_tokenizer
+    from llm.game import default as default_model
+    from llm.model.hf_io import load_tokenizer
 
     tok = load_tokenizer(default_model.default_model_dir())
     calls = []

@@ -1,4 +1,4 @@
-"""The offline game tokenizer (llm/tokenizer.py) and the official Qwen3 tokenizer on lake text."""
+"""The offline game tokenizer (llm/game/tokenizer.py) and the official Qwen3 tokenizer on lake text."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxlake.config import LakeConfig
-from llm import tokenizer as gt
+from llm.game import tokenizer as gt
 
 CELL_SYMBOLS = [".", "~"] + [chr(c) for c in range(ord("A"), ord("Z") + 1)] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
 

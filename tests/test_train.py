@@ -1,4 +1,4 @@
-"""GRPO trainer (llm/train.py, llm/grpo_loop.py, llm/updates.py, llm/warmstart.py and their pieces):
+"""GRPO trainer (llm/training/stage.py, llm/training/grpo_loop.py, llm/rl/updates.py, llm/training/warmstart.py and their pieces):
 update, accumulation, sharding, checkpoints, kill-and-resume, warm start."""
 
 import json
@@ -12,19 +12,19 @@ from flax import nnx
 
 from jaxlake.config import LakeConfig
 from jaxlake.metrics import read_tensorboard_scalars, row_scalars
-from llm import grpo
-from llm import warmstart as ws
-from llm.lakes import sample_lakes
-from llm.optim import make_optimizer, schedule_value
-from llm.phase import Checkpoints
-from llm.policy import Policy, copy_state, load_policy
-from llm.prompter import Prompter
-from llm.train import MetricsLog, train_stage
-from llm.train_config import GRPOConfig, ModelConfig, OptimConfig, StageConfig, TrainConfig, WarmStartConfig
-from llm.updates import completion_forward, make_grpo_update, trace_counts
-from llm.generate import GenerationConfig, generate_ids, sequence_logprobs
-from llm.grpo import GRPOLossConfig
-from llm.model import Qwen3Config, Qwen3ForCausalLM
+from llm.rl import grpo
+from llm.training import warmstart as ws
+from llm.game.lakes import sample_lakes
+from llm.rl.optim import make_optimizer, schedule_value
+from llm.training.phase import Checkpoints
+from llm.training.policy import Policy, copy_state, load_policy
+from llm.game.prompter import Prompter
+from llm.training.stage import MetricsLog, train_stage
+from llm.training.config import GRPOConfig, ModelConfig, OptimConfig, StageConfig, TrainConfig, WarmStartConfig
+from llm.rl.updates import completion_forward, make_grpo_update, trace_counts
+from llm.generation.decode import GenerationConfig, generate_ids, sequence_logprobs
+from llm.rl.grpo import GRPOLossConfig
+from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from jaxlake.conf import CONF_DIR
 
 ENV = LakeConfig(height=3, width=3, num_agents=1, hole_density=0.0, max_steps=6, max_height=4, max_width=4, max_agents=2)
@@ -33,7 +33,7 @@ B, P, T = 8, 12, 6
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from llm.tokenizer import build_game_tokenizer, to_hf_tokenizer
+    from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
 
     return to_hf_tokenizer(build_game_tokenizer())
 
@@ -205,7 +205,7 @@ def test_end_to_end_stage_and_kill_resume(tokenizer, tmp_path):
     final = leaves(restored[0])
     assert restored[2] == 4
     assert any(not np.allclose(a, b) for a, b in zip(init, final))
-    from llm.hf_io import from_pretrained
+    from llm.model.hf_io import from_pretrained
 
     exported, _ = from_pretrained(full.policy_dir)
     for a, b in zip(final, leaves(nnx.state(exported))):
@@ -305,7 +305,7 @@ def test_stage_config_resolves_the_groups_once(tmp_path):
         load_policy({"path": "/some/hf"})
     # no path: a different architecture gets fresh weights of that shape, the special token
     # ids stay the default's; the default's own architecture loads the embedded weights
-    from llm.default import load_default
+    from llm.game.default import load_default
 
     small = load_policy(ModelConfig.from_dict({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
                                                "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,

@@ -1,4 +1,4 @@
-"""``python -m llm.benchmark train`` and ``grpo`` (llm/bench_train.py) on the tiny preset,
+"""``python -m llm.benchmark train`` and ``grpo`` (llm/benchmark/train.py) on the tiny preset,
 one layer, a few tokens: the modes run end to end through the command line, their figures
 follow from their own timings (tokens/s, MFU, the step's split) and XLA's memory analysis holds
 at least the training state. Speed itself is not asserted (measurements, not tests)."""
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from llm.benchmark import main
+from llm.benchmark.cli import main
 
 PEAK_TFLOPS = 1.0  # stated, so no matmul is timed to find the peak
 
@@ -45,7 +45,7 @@ def test_grpo_mode_splits_a_whole_step(tmp_path):
 
 
 def test_settings_are_checked_before_any_model_is_built():
-    from llm.bench_train import bench_grpo_step, bench_train
+    from llm.benchmark.train import bench_grpo_step, bench_train
 
     with pytest.raises(ValueError, match="rows=6 must be divisible by micro_batches=4"):
         bench_train("tiny", rows=6, prompt_len=8, completion_len=8, micro_batches=4, peak_flops=1e12)

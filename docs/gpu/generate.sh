@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Generation benchmark for one GPU in one go: ours (llm.generate) against transformers
+# Generation benchmark for one GPU in one go: ours (llm.generation.decode) against transformers
 # generate (dynamic and static cache) on the same weights, config and lengths, with the
 # roofline fractions (H200: 4.8 TB/s HBM, 989 TFLOP/s dense bf16; see ACCELERATORS in
-# llm/roofline.py). Writes $OUT/generate_<model>_b<batches>.json and prints markdown tables
+# llm/benchmark/roofline.py). Writes $OUT/generate_<model>_b<batches>.json and prints markdown tables
 # for docs/performance.md ("Generation").
 #
 #   bash docs/gpu/generate.sh                      # H200: qwen3_4b, bf16, P=256, N=256

@@ -21,7 +21,7 @@ configs, the decision and a record saved as ``engineer.json``. The house:
     replay-or-new-level decision;
   - ``accel``     -- PLR whose new levels are one-step edits of replayed levels.
 
-The LLM backends (``policy``, ``base``, ``external``) live in :mod:`llm.engineer` and use
+The LLM backends (``policy``, ``base``, ``external``) live in :mod:`llm.engineer.local` and use
 this package's space, interface and protocol. Every backend is built from its Hydra node
 (``conf/engineer/<name>.yaml``: ``_target_`` + parameters) by :func:`build_engineer`, which
 imports a backend only when a config names it.

@@ -26,7 +26,7 @@ class ProposalError(MixtureError):
     the answer, a value off the grid, a fixed field changed, too many components)."""
 
 
-#: Evaluation modes an engineer may read its success signal from (``llm.evaluate``).
+#: Evaluation modes an engineer may read its success signal from (``llm.training.evaluate``).
 EVAL_MODES = ("greedy", "sampled")
 
 
@@ -45,7 +45,7 @@ class EngineerContext:
       stage: the stage just trained and evaluated; the proposal is for ``stage + 1``.
       current: the mixture that stage trained on.
       initial: the mixture of stage 1 (what the ``fixed`` baseline keeps).
-      eval_result: the stage's ``eval.json`` content (see :mod:`llm.evaluate`).
+      eval_result: the stage's ``eval.json`` content (see :mod:`llm.training.evaluate`).
       summary: the stage's ``summary.json`` content (see :mod:`jaxlake.summaries`).
       history: one entry per finished stage, oldest first (the summary's ``history``).
       state: this engineer's ``state`` from the previous stage's ``engineer.json`` (or {}).

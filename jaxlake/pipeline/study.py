@@ -1,0 +1,391 @@
+"""The engineer study: ``python -m jaxlake.study`` runs a sweep and writes its results page.
+
+::
+
+    python -m jaxlake.study                   # conf/study/cpu.yaml, then docs/results.md
+    python -m jaxlake.study --no-run          # rewrite docs/results.md from the finished runs
+    python -m jaxlake.study --study cpu -- engineer=policy,fixed seed=0,1   # extra Hydra overrides
+
+1. **Sweep.** ``python -m jaxlake.run -m +study=<name> <overrides>`` in a subprocess: every
+   engineer variant x seed of ``conf/study/<name>.yaml`` (runs in
+   ``<runs_dir>/<experiment>/<variant>_seed<seed>/``; rerunning resumes). Its wall time is
+   appended to ``<runs_dir>/<experiment>/study.json``.
+2. **Results.** From the runs' ``stage_<k>/eval.json`` (held-out suite), ``train.json`` and
+   ``engineer.json``: the aggregate score (mean success over the suite) per variant and stage
+   as mean ± 95 % CI over seeds, the last stage's score paired with the ``fixed`` baseline of
+   the same seed (stage 1 is shared per seed, so pairs differ only by the engineer's
+   choices), the environments each engineer chose, plots, and ``results.json`` (the table and
+   one row per variant x seed x stage, read by ``notebooks/03_engineer.ipynb``), beside the page.
+
+The results page keeps hand-written text: only the part between ``<!-- study:begin -->``
+and ``<!-- study:end -->`` is regenerated (a new page gets a short header around it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from jaxlake.io import read_json, write_json, write_text
+from jaxlake.mixture import load_mixture, mixture_to_obj
+from jaxlake.pipeline.stages import short_env
+from jaxlake.pipeline.report import find_runs, load_run, mean_ci, plot_breakdown, plot_scores
+from jaxlake.conf import CONF_DIR
+
+#: The results page when ``--results`` is not given, relative to the current folder (in a
+#: clone of the repository, run from its root, that is the committed ``docs/results.md``).
+DEFAULT_PAGE = Path("docs") / "results.md"
+BEGIN = "<!-- study:begin -->"
+END = "<!-- study:end -->"
+#: Table order: the paper's method, its ablations, then the baselines.
+ORDER = ("policy", "policy_answer_only", "policy_no_failures", "policy_no_env_stats", "policy_no_history", "base",
+         "heuristic", "plr", "accel", "random", "manual", "fixed")
+BASELINE = "fixed"
+
+
+class StudyError(RuntimeError):
+    """The study cannot run or has nothing to report."""
+
+
+# ============================================================================ the sweep
+def study_root(study: str, overrides: Sequence[str]) -> Path:
+    """``<runs_dir>/<experiment>`` of the study config with ``overrides`` applied."""
+    from hydra import compose, initialize_config_dir
+
+    plain = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in ("runs_dir", "experiment")]
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=[f"+study={study}", *plain])
+    return Path(str(cfg.runs_dir)) / str(cfg.experiment)
+
+
+def sweep_command(study: str, overrides: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "jaxlake.run", "-m", f"+study={study}", *overrides]
+
+
+def run_sweep(study: str, overrides: Sequence[str], root: Path) -> float:
+    """Run the sweep (output streamed); record its wall time in ``root/study.json``."""
+    cmd = sweep_command(study, overrides)
+    print("[study] " + " ".join(shlex.quote(c) for c in cmd[1:]), file=sys.stderr, flush=True)
+    t0 = time.time()
+    code = subprocess.call(cmd)  # in the current folder, like the runs' relative runs_dir
+    wall = time.time() - t0
+    root.mkdir(parents=True, exist_ok=True)
+    log = _read(root / "study.json") or {"invocations": []}
+    log["invocations"].append({"study": study, "overrides": list(overrides), "wall_s": round(wall, 1),
+                               "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0)), "rc": code})
+    write_json(root / "study.json", log)
+    if code != 0:
+        raise StudyError(f"the sweep exited with status {code}; rerun the same command to resume it")
+    return wall
+
+
+# ============================================================================ results
+def _read(path: Path) -> Optional[Any]:
+    """A JSON file, or None when it is not there."""
+    return read_json(path) if Path(path).is_file() else None
+
+
+def collect_rows(root: Path) -> list[dict]:
+    """One row per run x stage: variant, seed, stage, suite scores, own-env score, env, decision."""
+    rows = []
+    if not Path(root).is_dir():
+        raise StudyError(f"{root} does not exist; run the sweep first (python -m jaxlake.study)")
+    for d in find_runs(root):
+        run = load_run(d)
+        for k, ev in sorted(run["stages"].items()):
+            sd = Path(d) / f"stage_{k}"
+            modes = ev.get("modes") or {}
+            own = ((ev.get("current_env") or {}).get("modes") or {}).get("greedy") or {}
+            eng = _read(sd / "engineer.json") or {}
+            train = _read(sd / "train.json") or {}
+            rows.append({
+                "variant": run["engineer"],
+                "seed": int(run["seed"]),
+                "stage": int(k),
+                "score_greedy": (modes.get("greedy") or {}).get("score"),
+                "score_sampled": (modes.get("sampled") or {}).get("score"),
+                "own_env_greedy": own.get("score"),
+                "env": short_env(mixture_to_obj(load_mixture(sd / "env.yaml"))) if (sd / "env.yaml").is_file() else None,
+                "decision": eng.get("decision"),
+                "attempts": len(eng["attempts"]) if isinstance(eng.get("attempts"), list) else None,
+                "changed": eng.get("changed"),
+                "proposal": eng.get("proposal"),
+                "shared_stage1": (sd / "shared_from.json").is_file(),
+                "train_wall_s": train.get("wall_s"),
+                "eval_wall_s": ev.get("wall_s"),
+                "engineer_wall_s": eng.get("wall_s"),
+                "dir": str(sd),
+            })
+    if not rows:
+        raise StudyError(f"no finished stages under {root}; run the sweep first (python -m jaxlake.study)")
+    return rows
+
+
+def _variants(rows: Sequence[dict]) -> list[str]:
+    names = {r["variant"] for r in rows}
+    return [v for v in ORDER if v in names] + sorted(names - set(ORDER))
+
+
+def _cell(values: Sequence[float]) -> str:
+    m, h, n = mean_ci([v for v in values if v is not None])
+    if m is None:
+        return "–"
+    return f"{m:.3f} (n={n})" if h is None else f"{m:.3f} ± {h:.3f}"
+
+
+def _scores(rows: Sequence[dict], variant: str, stage: int, key: str) -> list[float]:
+    return [r[key] for r in rows if r["variant"] == variant and r["stage"] == stage and r[key] is not None]
+
+
+def score_table(rows: Sequence[dict], key: str = "score_greedy", paired: bool = True) -> str:
+    """Variant x stage, mean ± 95 % CI over seeds; with ``paired``, a last column with the
+    last stage minus the ``fixed`` run of the same seed (mean ± 95 % CI of the differences)."""
+    stages = sorted({r["stage"] for r in rows})
+    last = stages[-1]
+    base = {r["seed"]: r[key] for r in rows if r["variant"] == BASELINE and r["stage"] == last}
+    paired = paired and bool(base)
+    head = "| engineer | seeds | " + " | ".join(f"stage {s}" for s in stages) + " |"
+    out = [head + (f" stage {last} − fixed (paired) |" if paired else ""),
+           "|---|---|" + "---|" * (len(stages) + int(paired))]
+    for v in _variants(rows):
+        seeds = sorted({r["seed"] for r in rows if r["variant"] == v})
+        cells = [_cell(_scores(rows, v, s, key)) for s in stages]
+        diffs = [r[key] - base[r["seed"]] for r in rows
+                 if r["variant"] == v and r["stage"] == last and r[key] is not None and base.get(r["seed"]) is not None]
+        diff = "–" if v == BASELINE or not diffs else _cell(diffs)
+        if diff != "–" and not diff.startswith("-"):
+            diff = "+" + diff
+        out.append(f"| {v} | {len(seeds)} | " + " | ".join(cells) + " |" + (f" {diff} |" if paired else ""))
+    return "\n".join(out)
+
+
+def env_table(rows: Sequence[dict]) -> str:
+    """The environment each variant trained on per stage (seed by seed)."""
+    stages = sorted({r["stage"] for r in rows})
+    out = ["| engineer | seed | " + " | ".join(f"stage {s}" for s in stages) + " |",
+           "|---|---|" + "---|" * len(stages)]
+    for v in _variants(rows):
+        for seed in sorted({r["seed"] for r in rows if r["variant"] == v}):
+            by = {r["stage"]: r["env"] for r in rows if r["variant"] == v and r["seed"] == seed}
+            out.append(f"| {v} | {seed} | " + " | ".join(by.get(s) or "–" for s in stages) + " |")
+    return "\n".join(out)
+
+
+def decision_table(rows: Sequence[dict]) -> str:
+    """Per engineer: its decisions over every run and stage (``proposed`` / ``kept`` /
+    ``fallback``, the last when no valid answer came in any attempt and the current
+    environment was kept) and how many answers needed a retry (model-backed engineers)."""
+    out = ["| engineer | decisions | proposed | kept | fallback | answers retried |", "|---|---|---|---|---|---|"]
+    for v in _variants(rows):
+        made = [r for r in rows if r["variant"] == v and r.get("decision")]
+        count = {d: sum(r["decision"] == d for r in made) for d in ("proposed", "kept", "fallback")}
+        fb = count["fallback"]
+        fb_cell = f"{fb} ({100 * fb / len(made):.0f} %)" if fb and made else str(fb)
+        tried = [r["attempts"] for r in made if r.get("attempts")]
+        retried = f"{sum(a > 1 for a in tried)} of {len(tried)}" if tried else "–"
+        out.append(f"| {v} | {len(made)} | {count['proposed']} | {count['kept']} | {fb_cell} | {retried} |")
+    return "\n".join(out)
+
+
+#: The fields whose chosen values :func:`choice_table` counts, with their column names.
+CHOICE_FIELDS = (("height", "height"), ("width", "width"), ("num_agents", "agents"),
+                 ("hole_density", "holes"), ("conflict_density", "conflict"))
+
+
+def value_counts(rows: Sequence[dict], variant: str) -> dict[str, dict[Any, int]]:
+    """How often ``variant`` chose each value of each field, over every decision that was not a
+    fallback (``proposed`` or ``kept``: the environment the engineer put forward, counted once
+    per mixture component), plus ``components``: how many components its proposals had."""
+    counts: dict[str, dict[Any, int]] = {f: {} for f, _ in CHOICE_FIELDS}
+    counts["components"] = {}
+    for r in rows:
+        if r["variant"] != variant or r.get("decision") not in ("proposed", "kept") or not r.get("proposal"):
+            continue
+        comps = r["proposal"]
+        counts["components"][len(comps)] = counts["components"].get(len(comps), 0) + 1
+        for comp in comps:
+            for field, _ in CHOICE_FIELDS:
+                v = comp["config"][field]
+                counts[field][v] = counts[field].get(v, 0) + 1
+    return counts
+
+
+def choice_table(rows: Sequence[dict]) -> str:
+    """Per engineer: how often it chose each value (``value×count``, most chosen first within a
+    field's natural order), over its non-fallback decisions; see :func:`value_counts`."""
+    head = "| engineer | choices | " + " | ".join(name for _, name in CHOICE_FIELDS) + " | components |"
+    out = [head, "|---|---|" + "---|" * (len(CHOICE_FIELDS) + 1)]
+    for v in _variants(rows):
+        counts = value_counts(rows, v)
+        n = sum(counts["components"].values())
+        if not n:
+            continue
+        cells = [" ".join(f"{val:g}×{c}" for val, c in sorted(counts[f].items())) for f, _ in CHOICE_FIELDS]
+        cells.append(" ".join(f"{val}×{c}" for val, c in sorted(counts["components"].items())))
+        out.append(f"| {v} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def plot_final(rows: Sequence[dict], path: Path, key: str = "score_greedy") -> Path:
+    """Last-stage score per variant: bars (mean, 95 % CI) with one dot per seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    last = max(r["stage"] for r in rows)
+    variants = _variants(rows)
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.0 + 0.7 * len(variants)), 3.6))
+    for i, v in enumerate(variants):
+        xs = _scores(rows, v, last, key)
+        m, h, _ = mean_ci(xs)
+        if m is None:
+            continue
+        ax.bar(i, m, yerr=h or 0.0, capsize=4, color="#9ecae1" if v != BASELINE else "#cccccc", edgecolor="#333333")
+        ax.plot([i] * len(xs), xs, "o", color="#08519c", markersize=3)
+    ax.set_xticks(range(len(variants)))
+    ax.set_xticklabels(variants, rotation=35, ha="right")
+    ax.set_ylabel(f"stage {last} aggregate score")
+    ax.set_title("Last stage: mean, 95 % CI, seeds as dots", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)
+
+
+def wall_time(root: Path, rows: Sequence[dict]) -> tuple[float, str]:
+    """The study's wall time: recorded sweep invocations, else the span of its files."""
+    log = _read(Path(root) / "study.json")
+    if log and log.get("invocations"):
+        return float(sum(i["wall_s"] for i in log["invocations"])), "sweep invocations recorded in study.json"
+    times = []
+    for r in rows:
+        for p in Path(r["dir"]).iterdir():
+            if p.is_file():
+                times.append(p.stat().st_mtime)
+    for p in Path(root).glob("*/run.json"):
+        times.append(p.stat().st_mtime)
+    return (max(times) - min(times) if times else 0.0), "span of the run files' modification times"
+
+
+def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path) -> tuple[str, dict]:
+    """The generated markdown (between the markers) and the results.json payload."""
+    wall, how = wall_time(root, rows)
+    stages = sorted({r["stage"] for r in rows})
+    seeds = sorted({r["seed"] for r in rows})
+    greedy = score_table(rows, "score_greedy")
+    parts = [
+        f"**Command:** `{command}`  ",
+        f"**Wall time:** {wall / 60:.1f} min on this machine ({how}); {len({(r['variant'], r['seed']) for r in rows})} runs, "
+        f"{len(stages)} stages, seeds {seeds}.  ",
+        f"**Runs:** `{root}`",
+        "",
+        "### Aggregate score on the held-out suite (greedy decoding)",
+        "",
+        "Mean success over every suite lake, mean ± 95 % CI (Student t over seeds). The last column",
+        "pairs each run with the `fixed` run of the same seed: stage 1 is shared per seed, so the",
+        "difference is what the engineer's choices did.",
+        "",
+        greedy,
+    ]
+    if any(r["score_sampled"] is not None for r in rows):
+        parts += ["", "### Aggregate score (sampled decoding)", "", score_table(rows, "score_sampled")]
+    if any(r["own_env_greedy"] is not None for r in rows):
+        parts += ["", "### Success on the stage's own training environment (greedy)", "",
+                  "Not comparable across engineers (each trains on its own environments); it shows",
+                  "how hard each engineer made the task.", "", score_table(rows, "own_env_greedy", paired=False)]
+    parts += ["", "### Environments chosen (height x width, agents n, hole and conflict densities)", "", env_table(rows)]
+    parts += ["", "### Engineer decisions", "",
+              "Every proposal over all runs and stages; a fallback keeps the current environment because no",
+              "attempt gave a valid answer in the engineer's space.", "", decision_table(rows)]
+    parts += ["", "### Values chosen", "",
+              "How often each engineer chose each value (`value×count`) over its decisions that were not",
+              "fallbacks (the environment it put forward for the next stage, one count per mixture",
+              "component; the last stage's proposal is counted although no stage trains on it).", "",
+              choice_table(rows)]
+    assets.mkdir(parents=True, exist_ok=True)
+    runs = [load_run(d) for d in find_runs(root)]
+    plot_final(rows, assets / "last_stage.png")
+    plot_scores(runs, assets / "score_per_stage.png")
+    plot_breakdown(runs, assets / "breakdown.png")
+    parts += ["", f"![last-stage score per engineer]({assets.name}/last_stage.png)", "",
+              f"![score per stage]({assets.name}/score_per_stage.png)", "",
+              f"![last-stage score per suite dimension]({assets.name}/breakdown.png)"]
+    payload = {"command": command, "wall_s": round(wall, 1), "wall_source": how, "root": str(root),
+               "table_md": greedy, "rows": [{k: v for k, v in r.items() if k != "dir"} for r in rows]}
+    return "\n".join(parts), payload
+
+
+def write_results(root: Path, page: Path, command: str) -> dict:
+    """(Re)write the generated part of ``page``, its plots (``<page stem>/``) and
+    ``<page stem>.json``."""
+    page = Path(page)
+    rows = collect_rows(root)
+    assets = page.parent / page.stem
+    section, payload = results_section(Path(root), rows, command, assets)
+    block = f"{BEGIN}\n{section}\n{END}"
+    if page.is_file():
+        text = page.read_text(encoding="utf-8")
+        if BEGIN in text and END in text:
+            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+        else:
+            text = text.rstrip("\n") + "\n\n" + block + "\n"
+    else:
+        text = f"# Study results\n\n{block}\n"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    write_text(page, text)
+    write_json(page.with_suffix(".json"), payload)
+    return payload
+
+
+def read_results(path: Optional[Path] = None) -> Optional[dict]:
+    """``docs/results.json`` under the current folder (or ``path``), None when the study has not been written."""
+    return _read(Path(path) if path is not None else DEFAULT_PAGE.with_suffix(".json"))
+
+
+# ============================================================================ CLI
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    parser = argparse.ArgumentParser(
+        prog="python -m jaxlake.study",
+        description="Run the engineer study sweep (conf/study/<name>.yaml) and write its results page.",
+        epilog="Hydra overrides for the sweep go after `--`, e.g. -- engineer=policy,fixed seed=0,1 model=qwen3_4b",
+    )
+    parser.add_argument("--study", default="cpu", help="conf/study/<name>.yaml (default: cpu)")
+    parser.add_argument("--results", type=Path, default=DEFAULT_PAGE,
+                        help="the results page (default: docs/results.md in the current folder; its plots go to <page stem>/, its data to <page stem>.json)")
+    parser.add_argument("--no-run", action="store_true", help="only rewrite the results from finished runs")
+    args = parser.parse_args(argv)
+    if not (CONF_DIR / "study" / f"{args.study}.yaml").is_file():
+        known = sorted(p.stem for p in (CONF_DIR / "study").glob("*.yaml"))
+        print(f"error: --study={args.study!r}: no conf/study/{args.study}.yaml; choose from {known}", file=sys.stderr)
+        return 2
+    root = study_root(args.study, extra)
+    page, here = Path(args.results).resolve(), Path.cwd().resolve()
+    shown = page.relative_to(here).as_posix() if page.is_relative_to(here) else str(page)
+    command = " ".join(["python -m jaxlake.study"] + ([f"--study {args.study}"] if args.study != "cpu" else [])
+                       + ([f"--results {shown}"] if page != DEFAULT_PAGE.resolve() else [])
+                       + (["--", *map(shlex.quote, extra)] if extra else []))
+    try:
+        if not args.no_run:
+            run_sweep(args.study, extra, root)
+        payload = write_results(root, args.results, command)
+    except StudyError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(payload["table_md"])
+    print(f"\n[study] wrote {args.results} ({payload['wall_s'] / 60:.1f} min of sweep wall time)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

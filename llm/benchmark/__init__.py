@@ -1,0 +1,10 @@
+"""llm.benchmark: speed and memory of the model against the hardware and against transformers.
+
+The top layer of ``llm``: it may import every other subpackage. ``python -m llm.benchmark``
+runs :mod:`llm.benchmark.cli`; ``python -m llm.memory`` runs :mod:`llm.benchmark.memory`.
+
+* :mod:`llm.benchmark.generate` -- generation throughput, the transformers comparison;
+* :mod:`llm.benchmark.train` -- one GRPO update and one whole GRPO step;
+* :mod:`llm.benchmark.roofline` -- accelerator peaks, measured bandwidth, MFU and roofline;
+* :mod:`llm.benchmark.memory` -- XLA's memory analysis compiled from abstract shapes.
+"""

@@ -1,0 +1,38 @@
+"""``python -m llm.benchmark [generate | train | grpo] ...``: the model's speed and memory,
+each rate beside the hardware's limit (:mod:`llm.benchmark.roofline`) and, for generation, beside
+``transformers`` on the same weights.
+
+* no mode: ours against transformers' ``generate`` for the tiny and ~100M presets
+  (:func:`llm.benchmark.generate.compare_main`);
+* ``generate``: prefill / decode tok/s with roofline fractions, compile time, peak memory,
+  transformers' dynamic and static caches as peers, rows finishing early, or only the memory
+  analysis (:func:`llm.benchmark.generate.generate_main`);
+* ``train``: one GRPO update's tokens/s, MFU, compile time and peak memory
+  (:func:`llm.benchmark.train.train_main`);
+* ``grpo``: one whole GRPO step with the time split between sampling, log-probs and updates
+  (:func:`llm.benchmark.train.grpo_main`).
+
+``python -m llm.benchmark <mode> --help`` lists each mode's options; docs/performance.md has
+the tables and the commands that made them, ``docs/gpu/*.sh`` the GPU scripts.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from llm.benchmark.generate import compare_main, generate_main
+from llm.benchmark.train import grpo_main, train_main
+
+MODES = {"generate": generate_main, "train": train_main, "grpo": grpo_main}
+
+
+def main(argv: list[str] | None = None) -> list[Any]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] and argv[0] in MODES:
+        return MODES[argv[0]](argv[1:])
+    return compare_main(argv)
+
+
+if __name__ == "__main__":
+    main()

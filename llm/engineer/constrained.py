@@ -1,0 +1,321 @@
+"""Constrained JSON decoding: the model only chooses values, so its answer is valid by construction.
+
+**Constrained decoding** (``decoding: constrained``, the default of the local backends)
+writes the JSON object itself and lets the model choose only the values: for each editable
+field in :data:`jaxlake.engineers.FIELD_ORDER`, the allowed values that still admit a valid
+config given the earlier choices (:meth:`ConfigSpace.choices`) are scored
+(:func:`choice_logprobs`) and the best is taken (``temperature: 0``) or one is sampled from
+``softmax(score / temperature)``. With ``max_components > 1`` the model also chooses each
+component's weight and whether another component follows, giving a weighted mixture. The
+result is valid by construction, so even a random model yields a valid config.
+``decoding: free`` samples text instead and relies on validation and retries.
+
+**A choice does not depend on how many tokens a value takes.** Each candidate is the value's
+text and the delimiter that follows it (so ``1`` and ``12`` are told apart); the candidates'
+token sequences form a trie. At every node where the candidates branch, the model's
+probabilities of the allowed next tokens are compared with their mean, and a value's score
+is the sum over the branch points on its path of ``log(p(token) / mean_allowed p)``; the
+choice distribution is ``softmax`` of these scores. In other words, the model's distribution
+restricted to the candidates (renormalised over the allowed tokens at each branch point,
+``R(v)``) is divided by what a model with no preference would give under the same
+restriction (``U(v)``, the product of ``1/branches``), then normalised over the candidates:
+``Q(v) ∝ R(v) / U(v)``. Why this one:
+
+* an **indifferent model** (every token equally likely) gets ``R = U``, so every score is 0
+  and every allowed value is equally likely, by construction and whatever the tokenizer; this
+  is the only fixed, model-independent reweighting of ``R`` with that property;
+* tokens that do not branch (``5`` after ``0.2`` when ``0.25`` is the only value there, the
+  delimiter after a value) add exactly 0: a value's length in tokens never matters. The sum
+  of token log-probs (the former score) charged every such token about ``log V`` (V the
+  vocabulary), so ``0.25``, ``0.75``, two-digit heights, fractional weights and a second
+  mixture component were never chosen; plain per-token averaging or a ``+ log V`` per token
+  would still reward or punish the length of a value whose tokens a real model predicts
+  with confidence;
+* a **real model** keeps its preferences: between values with the same branch structure
+  (``0.25``, ``0.5``, ``0.75``) the odds are exactly the model's own, and elsewhere they are
+  the model's odds times the fixed ratio of branch counts. The price of the correction: a
+  model that spreads its mass evenly over the continuations of a prefix (``0.`` then any
+  digit) is read as indifferent among them, not as disliking each.
+
+The model runs once per choice (teacher-forced, all candidates in one batch,
+:class:`ChoiceScorer`): every allowed token at a branch point is some candidate's next token,
+so its probability is read from that candidate's row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from jaxlake.config import ConfigError
+from jaxlake.engineers import ConfigSpace, format_value
+
+#: Default mixture weights the constrained decoder chooses from (normalised afterwards).
+DEFAULT_WEIGHTS = (0.25, 0.5, 0.75, 1.0)
+
+
+def _bucket(n: int, step: int) -> int:
+    return max(step, -(-n // step) * step)
+
+
+def _pow2(n: int, low: int = 4) -> int:
+    return max(low, 1 << (max(n, 1) - 1).bit_length())
+
+
+def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _score_prefix(graphdef, state, ctx_ids, ctx_mask, *, capacity):
+    """Forward the shared context once: last-position logits ``[1, V]`` and the KV cache."""
+    from flax import nnx
+
+    from llm.generation.decode import left_pad_positions
+
+    model = nnx.merge(graphdef, state)
+    cache = model.init_cache(1, capacity)
+    logits, cache = model(ctx_ids, positions=left_pad_positions(ctx_mask), attention_mask=ctx_mask, cache=cache)
+    return logits[:, -1], cache
+
+
+def _score_suffixes(graphdef, state, last, cache, n_ctx, suf_ids, suf_mask):
+    """Per-token log-probs ``[R, S]`` (0 on padding) of right-padded suffixes ``[R, S]`` after
+    the cached context."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    model = nnx.merge(graphdef, state)
+    rows, length = suf_ids.shape
+    cache = cache.replace(
+        k=jnp.repeat(cache.k, rows, axis=1), v=jnp.repeat(cache.v, rows, axis=1), mask=jnp.repeat(cache.mask, rows, axis=0)
+    )
+    positions = n_ctx + jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (rows, length))
+    logits, _ = model(suf_ids, positions=positions, attention_mask=suf_mask, cache=cache)
+    first = jnp.broadcast_to(last[:, None, :], (rows, 1, last.shape[-1]))
+    pred = jnp.concatenate([first, logits[:, :-1]], axis=1).astype(jnp.float32)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(pred, axis=-1), suf_ids[..., None], axis=-1)[..., 0]
+    return jnp.where(suf_mask, logp, 0.0)
+
+
+_JITTED: dict = {}
+
+
+def _jitted():
+    if not _JITTED:
+        import jax
+
+        _JITTED["prefix"] = jax.jit(_score_prefix, static_argnames=("graphdef", "capacity"))
+        _JITTED["suffix"] = jax.jit(_score_suffixes, static_argnames=("graphdef",))
+    return _JITTED["prefix"], _JITTED["suffix"]
+
+
+def choice_logprobs(sequences: Sequence[Sequence[int]], token_logprobs: Sequence[Sequence[float]]) -> np.ndarray:
+    """Log-probabilities ``[n]`` of choosing each of ``n`` candidates, independent of their
+    lengths in tokens (the rule and why: the module doc).
+
+    Args:
+      sequences: each candidate's token ids after the context the candidates share; no
+        sequence may equal or be a prefix of another (a delimiter after each value ensures it).
+      token_logprobs: the model's log-prob of each of those tokens given the context and the
+        candidate's earlier tokens (same lengths as ``sequences``).
+
+    Returns:
+      ``log Q`` with ``logsumexp == 0``, where ``Q(v) ∝ R(v) / U(v)``: ``R`` is the model's
+      distribution renormalised over the allowed tokens at each branch point of the
+      candidates' token trie and ``U`` the same for a model with no preference. Equivalently a
+      value's unnormalised score is the sum over the branch points on its path of
+      ``log p(token) - log mean(p(allowed tokens))``. Tokens where the candidates do not branch
+      add 0, and a model that gives every token the same probability gets ``Q`` uniform.
+    """
+    seqs = [tuple(int(t) for t in s) for s in sequences]
+    logps = [np.asarray(lp, dtype=np.float64).reshape(-1) for lp in token_logprobs]
+    n = len(seqs)
+    if n == 0:
+        raise ValueError("choice_logprobs: no candidates")
+    if len(logps) != n or any(len(lp) != len(s) for lp, s in zip(logps, seqs)):
+        raise ValueError("choice_logprobs: token_logprobs must match sequences in number and lengths")
+    score = np.zeros(n)
+    stack = [(list(range(n)), 0)]  # (candidates sharing the first `depth` tokens, depth)
+    while stack:
+        group, depth = stack.pop()
+        if len(group) == 1:
+            continue
+        ended = [i for i in group if len(seqs[i]) == depth]
+        if ended:
+            other = next(i for i in group if i != ended[0])
+            raise ValueError(f"choice_logprobs: candidate {ended[0]}'s tokens {list(seqs[ended[0]])} are a prefix of "
+                             f"candidate {other}'s {list(seqs[other])}; end each candidate with a delimiter")
+        children: dict[int, list[int]] = {}
+        for i in group:
+            children.setdefault(seqs[i][depth], []).append(i)
+        if len(children) > 1:
+            branch = list(children.values())
+            # the allowed next tokens' log-probs, each read from the first candidate that takes it
+            lp = np.array([logps[b[0]][depth] for b in branch])
+            mean = np.logaddexp.reduce(lp) - math.log(len(branch))
+            for b, x in zip(branch, lp):
+                score[b] += x - mean
+        stack.extend((b, depth + 1) for b in children.values())
+    return score - np.logaddexp.reduce(score)
+
+
+class ChoiceScorer:
+    """Length-unbiased choice among candidate continuations of a text under a causal LM.
+
+    For a prefix ``P`` and candidates ``C_i`` every ``P + C_i`` is tokenized; the tokens
+    after the longest token prefix that the tokenized ``P`` shares with all of them
+    (:meth:`split`) are scored given that shared context (:meth:`token_logprobs`) and turned
+    into the choice distribution by :func:`choice_logprobs` (:meth:`scores`). The context runs
+    once (batch 1, left-padded to a multiple of ``length_bucket``) into a KV cache; all
+    candidates' suffixes then run in one batch of ``max(rows, next power of two)`` rows on
+    that cache. Jitted functions are shared by every scorer (the model's graph is a static
+    argument), so a model architecture compiles once per context bucket.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, length_bucket: int = 256, suffix_bucket: int = 16, rows: int = 64):
+        from llm.generation.decode import split_model
+
+        self.tokenizer = tokenizer
+        self.graphdef, self.state = split_model(model)
+        self.length_bucket, self.suffix_bucket, self.rows = int(length_bucket), int(suffix_bucket), int(rows)
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_id = int(pad if pad is not None else 0)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text (one batched tokenizer call)."""
+        return [list(x) for x in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def split(self, prefix: str, candidates: Sequence[str]) -> tuple[list[int], list[list[int]]]:
+        """``(context, suffixes)``: the token ids every ``prefix + candidate`` shares with the
+        tokenized prefix, and each candidate's own tokens after them (at least one each; with
+        nothing shared the context is one pad token and the suffixes are the whole texts)."""
+        base, *full = self.encode_many([prefix] + [prefix + c for c in candidates])
+        shared = min(_lcp(base, f) for f in full)
+        # every candidate must keep at least one token of its own to be scored
+        shared = min(shared, min(len(f) for f in full) - 1)
+        if shared <= 0:  # nothing shared: condition on a pad token
+            return [self.pad_id], full
+        return base[:shared], [f[shared:] for f in full]
+
+    def token_logprobs(self, context: Sequence[int], suffixes: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """The model's log-prob of each suffix token given ``context`` and the suffix's earlier
+        tokens: one array per suffix."""
+        prefix_fn, suffix_fn = _jitted()
+        n = len(suffixes)
+        rows = max(self.rows, _pow2(n))
+        plen = _bucket(len(context), self.length_bucket)
+        slen = _bucket(max(len(x) for x in suffixes), self.suffix_bucket)
+        p_ids = np.full((1, plen), self.pad_id, np.int32)
+        p_mask = np.zeros((1, plen), bool)
+        p_ids[0, plen - len(context):] = context
+        p_mask[0, plen - len(context):] = True
+        c_ids = np.full((rows, slen), self.pad_id, np.int32)
+        c_mask = np.zeros((rows, slen), bool)
+        for i, x in enumerate(suffixes):
+            c_ids[i, : len(x)] = x
+            c_mask[i, : len(x)] = True
+        last, cache = prefix_fn(self.graphdef, self.state, p_ids, p_mask, capacity=plen + slen)
+        out = np.asarray(suffix_fn(self.graphdef, self.state, last, cache, np.int32(len(context)), c_ids, c_mask))
+        return [out[i, : len(x)] for i, x in enumerate(suffixes)]
+
+    def scores(self, prefix: str, candidates: Sequence[str]) -> np.ndarray:
+        """``[len(candidates)]`` log-probabilities of choosing each candidate after ``prefix``
+        (:func:`choice_logprobs`: length-unbiased, uniform for an indifferent model)."""
+        if len(candidates) == 1:
+            return np.zeros(1)
+        context, suffixes = self.split(prefix, candidates)
+        return choice_logprobs(suffixes, self.token_logprobs(context, suffixes))
+
+
+def _choose(scores: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    if temperature <= 0:
+        return int(np.argmax(scores))
+    z = (scores - scores.max()) / temperature
+    p = np.exp(z)
+    p /= p.sum()
+    return int(rng.choice(len(scores), p=p))
+
+
+def constrained_json(
+    score: Callable[[str, Sequence[str]], np.ndarray],
+    prefix: str,
+    space: ConfigSpace,
+    rng: np.random.Generator,
+    temperature: float = 0.0,
+    max_components: int = 1,
+    weights: Sequence[float] = DEFAULT_WEIGHTS,
+) -> tuple[str, list[dict]]:
+    """Write a proposal JSON after ``prefix`` choosing only values (see the module doc).
+
+    Args:
+      score: ``score(text, candidates) -> [n]`` choice log-probs (e.g. :meth:`ChoiceScorer.scores`,
+        length-unbiased; ``temperature: 1`` then samples exactly that distribution).
+      prefix: the chat prompt up to the assistant's answer.
+      space: the allowed values and constraints.
+      rng: numpy generator for sampling (unused when ``temperature == 0``).
+      temperature: 0 picks the best-scored value.
+      max_components: > 1 writes ``{"mixture": [...]}`` with model-chosen weights and size.
+      weights: the weight values offered per component.
+
+    Returns:
+      ``(json_text, choices)`` where ``choices`` logs every choice point with the top values.
+    """
+    if not space.editable:
+        return "{}", []
+    fields = list(space.editable)
+    choices: list[dict] = []
+    mixture = max_components > 1
+    text = '{"mixture": [{"weight": ' if mixture else "{" + json.dumps(fields[0]) + ": "
+
+    def pick(label: str, options: Sequence[Any], shown: Sequence[str], after: Sequence[str]) -> int:
+        nonlocal text
+        cands = [s + a for s, a in zip(shown, after)]
+        sc = np.asarray(score(prefix + text, cands), dtype=np.float64) if len(cands) > 1 else np.zeros(1)
+        i = _choose(sc, temperature, rng) if len(cands) > 1 else 0
+        order = np.argsort(-sc)[:5]
+        choices.append(
+            {"choice": label, "chosen": options[i], "top": [[options[j], round(float(sc[j]), 3)] for j in order]}
+        )
+        text += cands[i]
+        return i
+
+    components = 0
+    while True:
+        components += 1
+        if mixture:
+            shown_w = [format_value(float(w)) for w in weights]
+            pick(f"weight[{components - 1}]", list(weights), shown_w, [', "config": {' + json.dumps(fields[0]) + ": "] * len(weights))
+        partial: dict[str, Any] = {}
+        for j, name in enumerate(fields):
+            options = space.choices(name, partial)
+            if not options:  # cannot happen for a valid base; keep the base value
+                raise ConfigError(f"no allowed value for {name} after {partial}")
+            if j + 1 < len(fields):
+                after = ", " + json.dumps(fields[j + 1]) + ": "
+            else:
+                after = "}}" if mixture else "}"
+            i = pick(name if not mixture else f"{name}[{components - 1}]", options,
+                     [format_value(v) for v in options], [after] * len(options))
+            partial[name] = options[i]
+        if not mixture:
+            return text, choices
+        if components >= max_components:
+            text += "]}"
+            return text, choices
+        more = pick(f"more_after[{components - 1}]", [False, True], ["]}", ', {"weight": '], ["", ""])
+        if not more:
+            return text, choices

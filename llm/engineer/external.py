@@ -1,0 +1,314 @@
+"""The ``external`` engineer (:class:`ExternalEngineer`).
+
+The ``external`` backend talks to any OpenAI-compatible chat endpoint with the standard
+library (``POST <url>/chat/completions``); the API key is read from the environment
+variable NAMED in the config (``api_key_env``), never stored in it.
+
+Its prompt is built like a local engineer's (:mod:`llm.engineer.prompt`) and its reply
+goes through the same parse / validate / retry protocol
+(:func:`jaxlake.engineers.propose_with_retries`).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import os
+import socket
+import threading
+import time
+import urllib.parse
+from typing import Any, Mapping, Optional
+
+from jaxlake.config import ConfigError
+from jaxlake.engineers import (
+    ConfigSpace,
+    Engineer,
+    EngineerContext,
+    FatalEngineerError,
+    Proposal,
+    propose_with_retries,
+    space_from_conf,
+)
+from jaxlake.summaries import PARTS
+from llm.engineer.prompt import build_user_prompt, context_flags, default_system, fit_user_prompt
+
+
+class ExternalEngineer(Engineer):
+    """Any OpenAI-compatible chat endpoint as the engineer (stdlib ``http.client``).
+
+    Safe to point at a server on the internet:
+
+    * **one deadline per request**: ``timeout_s`` bounds the whole HTTP exchange (connect,
+      send, status, headers and the complete body); a server that drips bytes is cut off at
+      the deadline (a watchdog closes the socket), not after every slow read;
+    * **no redirects**: a 3xx answer is refused with an error naming its ``Location`` (a
+      followed redirect would carry the ``Authorization`` header to another address); set
+      ``url`` to the final address instead;
+    * **bounded backoff**: HTTP 429 and 5xx are retried up to ``http_retries`` times within the
+      attempt, waiting the server's ``Retry-After`` (seconds or an HTTP date) or else
+      ``backoff_s * 2**k``; a wait longer than ``max_backoff_s`` is not made (the attempt
+      fails with the server's request named);
+    * **a prompt budget**: with ``context_tokens`` (the endpoint's context window) the user
+      prompt is fitted to ``context_tokens - max_tokens - system - retry room`` (token counts
+      estimated as ``chars / chars_per_token``) by dropping failure cases, then old history,
+      then cutting the summary (:func:`fit_user_prompt`); if even the shortest prompt does
+      not fit, the proposal fails once with that error. Errors that another attempt cannot
+      fix (a refused redirect, HTTP 400/401/403/404/413/422) also end the attempts at once
+      (:class:`jaxlake.engineers.FatalEngineerError`).
+
+    Args:
+      url: base URL (``http://host:port/v1``) or the full ``.../chat/completions`` URL.
+      model: the endpoint's model name.
+      api_key_env: NAME of the environment variable holding the API key (None: no auth).
+      temperature, max_tokens: sampling settings sent with the request.
+      timeout_s: the deadline of one HTTP request, seconds.
+      retries: attempts after the first (each failed parse, validation or request counts).
+      http_retries, backoff_s, max_backoff_s: retries of 429/5xx inside one attempt and their waits.
+      context_tokens, chars_per_token: the prompt budget (None: no budget).
+      json_mode: send ``response_format: {"type": "json_object"}``.
+      context, max_components, space, system: as for :class:`llm.engineer.local.LLMEngineer`.
+      extra_body: more request fields (e.g. ``top_p``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        api_key_env: Optional[str] = None,
+        name: str = "external",
+        context: Optional[Mapping[str, Any]] = None,
+        temperature: float = 0.7,
+        max_tokens: int = 512,
+        timeout_s: float = 60.0,
+        retries: int = 2,
+        json_mode: bool = False,
+        max_components: int = 1,
+        space: Optional[Mapping[str, Any]] = None,
+        system: Optional[str] = None,
+        extra_body: Optional[Mapping[str, Any]] = None,
+        http_retries: int = 3,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        context_tokens: Optional[int] = None,
+        chars_per_token: float = 3.0,
+        **_: Any,
+    ) -> None:
+        if not url or not isinstance(url, str):
+            raise ConfigError("engineer.url: give the endpoint's URL, e.g. http://127.0.0.1:8000/v1")
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            raise ConfigError(f"engineer.url={url!r}: the scheme must be http or https")
+        if not model:
+            raise ConfigError("engineer.model: give the endpoint's model name")
+        if api_key_env and api_key_env not in os.environ:
+            raise ConfigError(
+                f"engineer.api_key_env={api_key_env!r}: the environment variable {api_key_env} is not set"
+            )
+        if not float(timeout_s) > 0:
+            raise ConfigError(f"engineer.timeout_s={timeout_s} not in (0, inf)")
+        if int(http_retries) < 0:
+            raise ConfigError(f"engineer.http_retries={http_retries} not in [0, inf)")
+        if not float(backoff_s) >= 0:
+            raise ConfigError(f"engineer.backoff_s={backoff_s} not in [0, inf)")
+        if not float(max_backoff_s) >= 0:
+            raise ConfigError(f"engineer.max_backoff_s={max_backoff_s} not in [0, inf)")
+        if context_tokens is not None and int(context_tokens) <= int(max_tokens):
+            raise ConfigError(f"engineer.context_tokens={context_tokens} must exceed max_tokens={max_tokens}")
+        if not float(chars_per_token) > 0:
+            raise ConfigError(f"engineer.chars_per_token={chars_per_token} not in (0, inf)")
+        self.url = url.rstrip("/")
+        if not self.url.endswith("/chat/completions"):
+            self.url += "/chat/completions"
+        self.model, self.api_key_env, self.name = model, api_key_env, name
+        self.flags = context_flags(context)
+        self.temperature, self.max_tokens, self.timeout_s = float(temperature), int(max_tokens), float(timeout_s)
+        self.retries, self.json_mode = int(retries), bool(json_mode)
+        self.http_retries, self.backoff_s, self.max_backoff_s = int(http_retries), float(backoff_s), float(max_backoff_s)
+        self.context_tokens = None if context_tokens is None else int(context_tokens)
+        self.chars_per_token = float(chars_per_token)
+        self.max_components, self.space_node = int(max_components), space
+        self.system = default_system(self.parts) if system is None else system
+        self.extra_body = dict(extra_body or {})
+
+    @property
+    def parts(self) -> list[str]:
+        return [p for p in PARTS if self.flags[p]]
+
+    # ------------------------------------------------------------------ HTTP
+    def _exchange(self, data: bytes, headers: Mapping[str, str]) -> tuple[int, Any, bytes]:
+        """One POST with a hard deadline of ``timeout_s``: ``(status, headers, body)``."""
+        parts = urllib.parse.urlsplit(self.url)
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        conn = cls(parts.hostname, parts.port, timeout=self.timeout_s)
+        expired = threading.Event()
+        held: list = []  # the socket (http.client drops conn.sock once the answer will close)
+
+        def cut() -> None:  # the deadline: unblock whatever read or write is waiting
+            expired.set()
+            for sock in held or ([conn.sock] if conn.sock is not None else []):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        watchdog = threading.Timer(self.timeout_s, cut)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            conn.connect()
+            held.append(conn.sock)
+            if expired.is_set():
+                cut()
+            conn.request("POST", path, body=data, headers=dict(headers))
+            resp = conn.getresponse()
+            body = resp.read()
+            if expired.is_set():
+                raise OSError("cut at the deadline")
+            return resp.status, resp.headers, body
+        except (OSError, http.client.HTTPException) as err:
+            if expired.is_set():
+                raise TimeoutError(f"no complete answer from {self.url} within timeout_s={self.timeout_s:g}") from None
+            raise err
+        finally:
+            watchdog.cancel()
+            conn.close()
+
+    def _wait(self, status: int, headers: Any, k: int) -> float:
+        """Seconds to wait before retrying a 429/5xx (``Retry-After`` first)."""
+        given = retry_after_seconds(headers.get("Retry-After") if headers is not None else None)
+        if given is not None:
+            if given > self.max_backoff_s:
+                raise RuntimeError(f"HTTP {status} from {self.url} with Retry-After={given:g} s, more than "
+                                   f"max_backoff_s={self.max_backoff_s:g}: not waiting")
+            return given
+        return min(self.backoff_s * 2.0 ** k, self.max_backoff_s)
+
+    def chat(self, user: str) -> str:
+        """One chat completion; raises on HTTP, network or response-format errors."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": "system", "content": self.system}, {"role": "user", "content": user}],
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            **self.extra_body,
+        }
+        if self.json_mode:
+            body["response_format"] = {"type": "json_object"}
+        headers = {"Content-Type": "application/json"}
+        if self.api_key_env:
+            headers["Authorization"] = f"Bearer {os.environ[self.api_key_env]}"
+        data = json.dumps(body).encode()
+        for k in range(self.http_retries + 1):
+            status, resp_headers, raw = self._exchange(data, headers)
+            if status == 200:
+                break
+            detail = raw.decode("utf-8", errors="replace")[:300]
+            if 300 <= status < 400:
+                where = resp_headers.get("Location") if resp_headers is not None else None
+                raise FatalEngineerError(
+                    f"HTTP {status} from {self.url}: redirect to {where!r} refused (a followed redirect would carry "
+                    "the Authorization header to another address); set engineer.url to the final address"
+                )
+            if status == 429 or status >= 500:
+                if k == self.http_retries:
+                    raise RuntimeError(f"HTTP {status} from {self.url} after {k + 1} request(s): {detail}")
+                time.sleep(self._wait(status, resp_headers, k))
+                continue
+            if status in (400, 401, 403, 404, 405, 413, 422):
+                raise FatalEngineerError(f"HTTP {status} from {self.url}: {detail}")
+            raise RuntimeError(f"HTTP {status} from {self.url}: {detail}")
+        try:
+            payload = json.loads(raw.decode("utf-8", errors="replace"))
+            message = payload["choices"][0]["message"]
+            content = message["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise RuntimeError(f"unexpected response from {self.url}: {raw[:300]!r}") from None
+        if not isinstance(content, str):
+            raise RuntimeError(f"response content is {type(content).__name__}, not text")
+        thought = message.get("reasoning_content") if isinstance(message, Mapping) else None
+        if isinstance(thought, str) and thought.strip() and "</think>" not in content:
+            # servers that split Qwen3's thinking out (reasoning parsers): keep it in the record
+            content = f"<think>\n{thought.strip()}\n</think>\n\n{content}"
+        return content
+
+    # ------------------------------------------------------------------ prompt budget
+    def count(self, text: str) -> int:
+        """Estimated tokens of ``text`` (no tokenizer for a remote model: ``chars / chars_per_token``)."""
+        return int(math.ceil(len(text) / self.chars_per_token))
+
+    def user_prompt(self, ctx: EngineerContext, space: ConfigSpace) -> tuple[str, Optional[str]]:
+        """``(prompt, error)``: the richest user prompt within the budget, or the shortest one
+        and why it does not fit."""
+
+        def build(**kw):
+            return build_user_prompt(ctx, self.parts, space, self.max_components, **kw)
+
+        if self.context_tokens is None:
+            return build(), None
+        # room for the reply, the system turn, chat-format overhead and a retry's quoted answer
+        retry_room = self.count(" " * 2300) if self.retries > 0 else 0
+        budget = self.context_tokens - self.max_tokens - self.count(self.system) - 16 - retry_room
+        failures = len(((ctx.summary or {}).get("failures") or {}).get("cases", []))
+        history = len((ctx.summary or {}).get("history") or [])
+        user = fit_user_prompt(build, self.count, budget, failures, history)
+        if self.count(user) > budget:
+            return user, (
+                f"the shortest prompt (~{self.count(user)} tokens) does not fit engineer.context_tokens="
+                f"{self.context_tokens} after max_tokens={self.max_tokens}, the system turn and the retry room "
+                f"(budget {budget} tokens): raise context_tokens or lower max_tokens"
+            )
+        return user, None
+
+    def propose(self, ctx: EngineerContext) -> Proposal:
+        space = space_from_conf(ctx.base, self.space_node)
+        user, too_long = self.user_prompt(ctx, space)
+
+        def ask(prompt: str, attempt: int) -> str:
+            if too_long:
+                raise FatalEngineerError(too_long)
+            return self.chat(prompt)
+
+        proposal = propose_with_retries(ask, user, ctx, self.retries, space=space,
+                                        max_components=self.max_components)
+        proposal.record.update(
+            {"system": self.system, "endpoint": self.url, "model": self.model, "context_parts": self.parts}
+        )
+        analysis = analysis_of(proposal.record.get("raw_output"))
+        if analysis:
+            proposal.record["analysis"] = analysis
+        return proposal
+
+
+def retry_after_seconds(value: Any) -> Optional[float]:
+    """Seconds a ``Retry-After`` header asks for (delta seconds or an HTTP date; None when
+    absent or unreadable; never negative)."""
+    if value is None:
+        return None
+    value = str(value).strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        from email.utils import parsedate_to_datetime
+
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    import datetime as _dt
+
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.timezone.utc)
+    return max(0.0, (when - _dt.datetime.now(_dt.timezone.utc)).total_seconds())
+
+
+def analysis_of(raw: Any) -> Optional[str]:
+    """The think-block text of a reply (``None`` without one)."""
+    if not isinstance(raw, str) or "</think>" not in raw:
+        return None
+    from llm.generation.reasoning import split_completion
+
+    thinking = split_completion(raw).thinking
+    return thinking.strip() if thinking and thinking.strip() else None

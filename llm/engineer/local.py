@@ -1,0 +1,276 @@
+"""The local LLM environment engineers: ``policy`` (this stage's checkpoint, the paper's
+method) and ``base`` (the stage-0 model).
+
+The house: :mod:`llm.engineer.prompt` (system and user turns, fitted to the context),
+:mod:`llm.engineer.constrained` (the length-unbiased constrained JSON decoding), this module
+(:class:`LLMEngineer` and its reasoning phase) and :mod:`llm.engineer.external` (any
+OpenAI-compatible chat endpoint).
+
+Every backend runs :func:`jaxlake.engineers.propose_with_retries`: parse, validate
+(``LakeConfig`` and :func:`jaxlake.engineers.check_in_space`: allowed values, fixed fields,
+at most ``max_components`` components), retry with the error shown in the prompt, keep the
+current environment as the last resort (a ``fallback``); the record keeps the prompt, the raw outputs, the parsed object, the
+validation errors and, for constrained decoding, the top-scored values at every choice.
+Malformed output never raises.
+
+**Reasoning** (``reasoning: {enabled: auto | true | false, thinking_tokens, temperature}``;
+``auto`` follows the run's ``prompt.reasoning.enabled``): the model first writes a free
+analysis in a ``<think>`` block (sampled or greedy, at most ``thinking_tokens`` tokens; then
+``</think>`` is forced, :func:`llm.generation.reasoning.think_phase`), and the configuration is decoded
+after it (constrained or free) conditioned on that analysis. The analysis is saved in the
+record (``engineer.json`` key ``analysis``) and shown in the next summaries' stage history.
+``conf/engineer/policy_answer_only.yaml`` is the ablation without it. Replies of free and
+external engineers are read after any think block (the last complete JSON object,
+:func:`jaxlake.engineers.extract_json`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Optional, Sequence
+
+from jaxlake.config import ConfigError
+from jaxlake.engineers import Engineer, EngineerContext, Proposal, propose_with_retries, space_from_conf
+from jaxlake.summaries import PARTS
+from llm.engineer.constrained import DEFAULT_WEIGHTS, ChoiceScorer, constrained_json
+from llm.engineer.prompt import (
+    REASONING_SYSTEM,
+    build_user_prompt,
+    chat_text,
+    context_flags,
+    default_system,
+    fit_user_prompt,
+)
+
+_REASONING_KEYS = ("enabled", "thinking_tokens", "temperature", "close_text")
+
+
+def reasoning_settings(node: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+    """Validated ``engineer.reasoning``: ``enabled`` (``auto`` | true | false), ``thinking_tokens``
+    (>= 1), ``temperature`` (>= 0; 0 greedy) and ``close_text`` (forced at the budget)."""
+    out: dict[str, Any] = {"enabled": "auto", "thinking_tokens": 256, "temperature": 0.0, "close_text": "\n</think>\n\n"}
+    node = dict(node or {})
+    unknown = sorted(set(node) - set(_REASONING_KEYS))
+    if unknown:
+        raise ConfigError(f"engineer.reasoning: unknown key(s) {unknown}; known: {list(_REASONING_KEYS)}")
+    out.update(node)
+    if out["enabled"] not in ("auto", True, False):
+        raise ConfigError(f"engineer.reasoning.enabled={out['enabled']!r} not in ['auto', true, false]")
+    t = out["thinking_tokens"]
+    if isinstance(t, bool) or not isinstance(t, int) or t < 1:
+        raise ConfigError(f"engineer.reasoning.thinking_tokens={t!r} not an integer in [1, inf)")
+    if not isinstance(out["temperature"], (int, float)) or not out["temperature"] >= 0:
+        raise ConfigError(f"engineer.reasoning.temperature={out['temperature']!r} not in [0, inf)")
+    c = out["close_text"]
+    if not isinstance(c, str) or c.count("</think>") != 1 or "<think>" in c:
+        raise ConfigError(f"engineer.reasoning.close_text={c!r} must contain '</think>' exactly once and no '<think>'")
+    out["temperature"] = float(out["temperature"])
+    return out
+
+
+def run_reasons(ctx: EngineerContext) -> bool:
+    """Whether the run's policy prompt has reasoning on (``prompt.reasoning.enabled``)."""
+    cfg = ctx.run_cfg
+    node = cfg.get("prompt") if isinstance(cfg, Mapping) else getattr(cfg, "prompt", None)
+    if node is None:
+        return False
+    node = node.get("reasoning") if isinstance(node, Mapping) else getattr(node, "reasoning", None)
+    if node is None:
+        return False
+    enabled = node.get("enabled", False) if isinstance(node, Mapping) else getattr(node, "enabled", False)
+    return bool(enabled)
+
+
+def write_analysis(model: Any, tokenizer: Any, text: str, thinking_tokens: int, temperature: float,
+                   key: Any) -> tuple[str, int, bool]:
+    """The engineer's free analysis after the chat prompt ``text`` (a ``<think>\n`` is appended).
+
+    Samples (``temperature > 0``) or decodes greedily up to ``thinking_tokens`` tokens, stopping
+    at ``</think>`` or the end of the turn (:func:`llm.generation.reasoning.think_phase`). Returns
+    ``(analysis, tokens, hit_budget)``: the analysis text without the tags, the number of
+    tokens the model wrote, and whether the budget ran out before it closed the block.
+    """
+    from llm.generation import reasoning
+    from llm.generation.decode import GenerationConfig, pad_prompts
+    from llm.game.tokenizer import eos_and_pad
+
+    eos, pad = eos_and_pad(tokenizer)
+    close = reasoning.close_token_id(tokenizer)
+    ids, mask = pad_prompts([tokenizer.encode(text + reasoning.THINK_OPEN + "\n", add_special_tokens=False)], pad, 64)
+    cfg = GenerationConfig(max_new_tokens=int(thinking_tokens), temperature=float(temperature))
+    out = reasoning.think_phase(model, ids, mask, None if temperature == 0 else key, cfg, thinking_tokens, close,
+                                eos_token_ids=eos, pad_token_id=pad)
+    n = int(out["lengths"][0])
+    toks = out["tokens"][0, :n].tolist()
+    if toks and (out["closed"][0] or out["ended"][0]):
+        toks = toks[:-1]  # drop the </think> or end-of-turn token the model ended with
+    # as written (special tokens shown, so an untrained model's output is visible), without
+    # think tags, which would nest inside the block the answer is decoded after
+    analysis = tokenizer.decode(toks, skip_special_tokens=False)
+    analysis = analysis.replace(reasoning.THINK_OPEN, "").replace(reasoning.THINK_CLOSE, "").strip()
+    return analysis, n, bool(out["hit_budget"][0])
+
+
+class LLMEngineer(Engineer):
+    """An engineer that is a local Qwen3 checkpoint: ``source`` ``policy`` (this stage's
+    trained checkpoint, the paper's method) or ``base`` (the stage-0 model).
+
+    Args:
+      context: which summary parts the prompt shows (``behaviour failures env_stats
+        history``; all by default).
+      decoding: ``constrained`` (valid by construction) or ``free`` (sampled text).
+      temperature: 0 = best-scored value / greedy text.
+      retries: attempts after the first one.
+      max_components: > 1 lets the model propose a weighted mixture.
+      weights: weights offered per mixture component.
+      space: ``{editable, values}`` of the :class:`ConfigSpace`.
+      max_new_tokens: text length for ``free`` decoding.
+      max_prompt_tokens: prompt budget (default: the model's context minus the answer room).
+      system: the system turn (default :data:`llm.engineer.prompt.DEFAULT_SYSTEM`, plus :data:`REASONING_SYSTEM`
+        when reasoning).
+      reasoning: ``{enabled: auto | true | false, thinking_tokens, temperature, close_text}``
+        (:func:`reasoning_settings`): write a free analysis first (see the module doc).
+    """
+
+    source = "policy"
+
+    def __init__(
+        self,
+        name: Optional[str] = None,
+        context: Optional[Mapping[str, Any]] = None,
+        decoding: str = "constrained",
+        temperature: float = 0.0,
+        retries: int = 2,
+        max_components: int = 1,
+        weights: Sequence[float] = DEFAULT_WEIGHTS,
+        space: Optional[Mapping[str, Any]] = None,
+        max_new_tokens: int = 256,
+        max_prompt_tokens: Optional[int] = None,
+        system: Optional[str] = None,
+        reasoning: Optional[Mapping[str, Any]] = None,
+        **_: Any,
+    ) -> None:
+        self.reasoning = reasoning_settings(reasoning)
+        self.custom_system = system is not None
+        if decoding not in ("constrained", "free"):
+            raise ConfigError(f"engineer.decoding={decoding!r} not in ['constrained', 'free']")
+        if not temperature >= 0:
+            raise ConfigError(f"engineer.temperature={temperature} not in [0, inf)")
+        if int(retries) < 0:
+            raise ConfigError(f"engineer.retries={retries} not in [0, inf)")
+        if int(max_components) < 1:
+            raise ConfigError(f"engineer.max_components={max_components} not in [1, inf)")
+        weights = [float(w) for w in weights]
+        if not weights or any(not (w > 0 and math.isfinite(w)) for w in weights):
+            raise ConfigError(f"engineer.weights={weights} must be positive numbers")
+        self.name = name or self.source
+        self.flags = context_flags(context)
+        self.decoding, self.temperature, self.retries = decoding, float(temperature), int(retries)
+        self.max_components, self.weights = int(max_components), weights
+        self.space_node, self.max_new_tokens = space, int(max_new_tokens)
+        self.max_prompt_tokens = max_prompt_tokens
+        self.system = default_system(self.parts) if system is None else system
+
+    @property
+    def parts(self) -> list[str]:
+        return [p for p in PARTS if self.flags[p]]
+
+    def reasons(self, ctx: EngineerContext) -> bool:
+        """Whether this proposal starts with an analysis (``auto``: the run's prompt decides)."""
+        enabled = self.reasoning["enabled"]
+        return run_reasons(ctx) if enabled == "auto" else bool(enabled)
+
+    def _model(self, ctx: EngineerContext):
+        if ctx.load_model is None:
+            raise ConfigError(f"engineer={self.name} needs a model: the pipeline passes load_model in the context")
+        return ctx.load_model(self.source)
+
+    def prompt_turns(self, ctx: EngineerContext, model: Any, tokenizer: Any) -> tuple[str, str]:
+        """The ``(system, user)`` turns this engineer sends for ``ctx``: the richest user prompt
+        that fits the model's context beside the system turn and the answer room (see
+        :func:`fit_user_prompt`). :meth:`propose` and notebook 03 both build it here."""
+        space = space_from_conf(ctx.base, self.space_node)
+        count = ChoiceScorer(model, tokenizer).count
+        thinking = self.reasons(ctx)
+        system = self.system + (REASONING_SYSTEM if thinking and not self.custom_system else "")
+        answer_room = 64 + 24 * len(space.editable) * self.max_components
+        if self.decoding == "free":
+            answer_room = max(answer_room, self.max_new_tokens)
+        if thinking:
+            answer_room += self.reasoning["thinking_tokens"] + count(self.reasoning["close_text"]) + 8
+        limit = getattr(getattr(model, "config", None), "max_position_embeddings", 4096)
+        budget = int(self.max_prompt_tokens) if self.max_prompt_tokens else int(limit) - answer_room
+        system_tokens = count(chat_text(tokenizer, system, "", thinking))
+
+        def build(**kw):
+            return build_user_prompt(ctx, self.parts, space, self.max_components, **kw)
+
+        failures = len(((ctx.summary or {}).get("failures") or {}).get("cases", []))
+        history = len((ctx.summary or {}).get("history") or [])
+        return system, fit_user_prompt(build, count, budget - system_tokens, failures, history)
+
+    def propose(self, ctx: EngineerContext) -> Proposal:
+        model, tokenizer = self._model(ctx)
+        space = space_from_conf(ctx.base, self.space_node)
+        scorer = ChoiceScorer(model, tokenizer)
+        thinking = self.reasons(ctx)
+        system, user = self.prompt_turns(ctx, model, tokenizer)
+        rng = ctx.rng(7)
+        traces: list = []
+        analyses: list = []
+
+        def ask(prompt: str, attempt: int) -> str:
+            text = chat_text(tokenizer, system, prompt, thinking)
+            head = ""
+            if thinking:
+                import jax
+
+                from llm.generation.reasoning import THINK_OPEN
+
+                key = jax.random.PRNGKey(int(ctx.seed) * 1000 + int(ctx.stage) * 10 + attempt + 5)
+                analysis, n_tok, hit = write_analysis(model, tokenizer, text, self.reasoning["thinking_tokens"],
+                                                      self.reasoning["temperature"], key)
+                analyses.append({"attempt": attempt, "analysis": analysis, "tokens": n_tok, "hit_budget": hit})
+                head = f"{THINK_OPEN}\n{analysis}{self.reasoning['close_text']}"
+                text += head
+            if self.decoding == "constrained":
+                out, choices = constrained_json(
+                    scorer.scores, text, space, rng, self.temperature, self.max_components, self.weights
+                )
+                traces.append(choices)
+                return head + out
+            return head + self._free(model, tokenizer, text, ctx, attempt)
+
+        proposal = propose_with_retries(ask, user, ctx, self.retries, space=space, max_components=self.max_components)
+        proposal.record.update(
+            {"system": system, "decoding": self.decoding, "context_parts": self.parts, "source": self.source,
+             "reasoning": thinking}
+        )
+        if traces:
+            proposal.record["choices"] = traces[-1]
+        if analyses:
+            proposal.record["analysis"] = analyses[-1]["analysis"]
+            proposal.record["analyses"] = analyses
+            proposal.record["thinking_budget"] = self.reasoning["thinking_tokens"]
+        return proposal
+
+    def _free(self, model, tokenizer, text: str, ctx: EngineerContext, attempt: int) -> str:
+        import jax
+
+        from llm.generation.decode import GenerationConfig, generate
+
+        cfg = GenerationConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature)
+        key = jax.random.PRNGKey(int(ctx.seed) * 1000 + int(ctx.stage) * 10 + attempt)
+        return generate(model, tokenizer, [text], cfg, key=key).texts[0]
+
+
+class PolicyEngineer(LLMEngineer):
+    """The current (just trained) policy checkpoint designs its next environment."""
+
+    source = "policy"
+
+
+class BaseEngineer(LLMEngineer):
+    """The stage-0 (untrained) model as the engineer: isolates the effect of training."""
+
+    source = "base"

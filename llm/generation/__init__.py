@@ -1,0 +1,10 @@
+"""llm.generation: decoding text from a model.
+
+Imports :mod:`llm.model` only (and nothing of ``jaxlake``).
+
+* :mod:`llm.generation.decode` -- ``generate`` / ``generate_ids``: batched prefill + KV-cache
+  decoding in one jitted loop, prompt buckets, early exit; ``GenerationConfig``;
+* :mod:`llm.generation.sampling` -- the sampling head (temperature, top-k, top-p, min-p);
+* :mod:`llm.generation.reasoning` -- the think-then-answer phases of a reasoning model;
+* :mod:`llm.generation.stops` -- which token ids end a completion, and the pad id.
+"""

@@ -1,0 +1,15 @@
+"""llm.model: the Qwen3 network and what reads, writes and shards it.
+
+The lowest layer of ``llm``: it imports no other ``llm`` subpackage and nothing of ``jaxlake``
+(a language model knows nothing of the game).
+
+* :mod:`llm.model.qwen3` -- ``Qwen3Config``, ``Qwen3ForCausalLM`` (Flax NNX), the layer scan
+  and its remat policy;
+* :mod:`llm.model.attention` -- the attention kernels (dense, chunked flash-style, cuDNN);
+* :mod:`llm.model.logprobs` -- per-token log-probabilities in vocabulary chunks;
+* :mod:`llm.model.hf_io` -- Hugging Face folders (safetensors + tokenizer), offline;
+* :mod:`llm.model.checkpoint` -- orbax checkpoints of a model;
+* :mod:`llm.model.sharding` -- meshes, FSDP layouts and the multi-process switch;
+* :mod:`llm.model.errors` -- ``ModelConfigError``, the one-line error of a bad model or mesh
+  setting.
+"""

@@ -1,0 +1,675 @@
+"""The Qwen3 decoder in Flax NNX.
+
+Architecture (identical to ``transformers``' ``Qwen3ForCausalLM``): token embedding, a stack of
+decoder layers (pre-RMSNorm, grouped-query attention with per-head RMSNorm on q and k applied
+*before* rotary position embedding, pre-RMSNorm SwiGLU MLP, residuals), a final RMSNorm and a
+tied or untied LM head. ``head_dim`` is independent of ``hidden_size / num_attention_heads``.
+
+The decoder layers are stored *stacked*: every parameter of ``model.layers`` has a leading
+axis of size ``num_hidden_layers`` and the forward pass is one ``jax.lax.scan`` over it, so
+compile time does not grow with depth. The KV cache is stacked the same way.
+
+Shapes (B batch, T new tokens, S cache capacity, L layers, V vocab)::
+
+    input_ids       [B, T]  int32
+    positions       [B, T]  int32   RoPE positions
+    attention_mask  [B, T]  bool    True = real token, False = (left) padding
+    logits          [B, T, V] float32
+    KVCache.k / .v  [L, B, S, num_key_value_heads, head_dim]  compute dtype
+    KVCache.mask    [B, S]  bool
+    KVCache.index   []      int32
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Mapping
+
+import chex
+import flax
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxlake.config import ConfigError
+from llm.model.attention import ATTENTION_IMPLS, causal_attention, grouped_attention
+
+#: Supported parameter / compute dtypes, by name.
+DTYPES: dict[str, Any] = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+#: Up to this many rows (B * T) the tied LM head is computed as ``table @ x.T`` (see __call__).
+_SMALL_HEAD_ROWS = 64
+
+#: Standard deviation of the normal initialiser (``initializer_range`` in transformers).
+INIT_STD = 0.02
+
+#: Rematerialisation of the decoder layers in the forward without a cache (what the backward
+#: pass keeps; :meth:`Qwen3ForCausalLM.hidden_states`): ``"none"`` every intermediate of every
+#: layer; ``"full"`` only each layer's input, the layer is recomputed in the backward pass
+#: (about one extra forward, ~1.33x the FLOPs of forward + backward); ``"save_matmuls"`` each
+#: layer's matmul outputs without a batch dimension (the projections) are kept, the rest
+#: (norms, RoPE, attention, activations) recomputed.
+REMAT_POLICIES = ("none", "full", "save_matmuls")
+
+_INT_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Qwen3Config:
+    """Architecture and precision of a Qwen3 decoder.
+
+    Frozen (hashable) so it can live in a module's static graph. ``param_dtype`` is the
+    storage dtype of the weights, ``dtype`` the compute dtype; both are ``"float32"`` or
+    ``"bfloat16"``. Logits are always returned in float32.
+
+    ``attention_impl`` (one of :data:`llm.model.attention.ATTENTION_IMPLS`) is how the forward
+    without a KV cache (training, scoring) computes attention: ``"xla"`` the dense scores,
+    ``"chunked"`` tiles with an online softmax (no ``[B, heads, T, T]`` buffer), ``"cudnn"``
+    cuDNN's fused kernel (NVIDIA GPUs, 16-bit compute), ``"auto"`` cuDNN where it applies and
+    chunked elsewhere. The cached path (prefill into a KV cache, decode steps) calls
+    ``jax.nn.dot_product_attention`` with ``implementation="xla"`` / ``"cudnn"`` when this
+    names one, and the dense grouped attention for ``"auto"`` and ``"chunked"``. It changes no
+    architecture field and is not written to ``config.json``.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = True
+    max_position_embeddings: int = 4096
+    param_dtype: str = "float32"
+    dtype: str = "float32"
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
+    attention_impl: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be an integer >= 1")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ConfigError(
+                f"num_attention_heads={self.num_attention_heads} must be a multiple of "
+                f"num_key_value_heads={self.num_key_value_heads}"
+            )
+        if self.head_dim % 2:
+            raise ConfigError(f"head_dim={self.head_dim} must be even (RoPE rotates pairs)")
+        if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
+            raise ConfigError(f"rope_theta={self.rope_theta!r} must be a number > 0")
+        if not (isinstance(self.rms_norm_eps, (int, float)) and 0 < self.rms_norm_eps < 1):
+            raise ConfigError(f"rms_norm_eps={self.rms_norm_eps!r} must be in (0, 1)")
+        for name in ("param_dtype", "dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ConfigError(f"{name}={getattr(self, name)!r} not in {sorted(DTYPES)}")
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ConfigError(f"{name}={value!r} must be None or an integer >= 0")
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ConfigError(f"attention_impl={self.attention_impl!r} not in {ATTENTION_IMPLS}")
+
+    # ----------------------------------------------------------------- derived values
+    @property
+    def jnp_dtype(self) -> Any:
+        """Compute dtype as a numpy/JAX dtype."""
+        return DTYPES[self.dtype]
+
+    @property
+    def jnp_param_dtype(self) -> Any:
+        """Parameter storage dtype as a numpy/JAX dtype."""
+        return DTYPES[self.param_dtype]
+
+    def num_parameters(self) -> int:
+        """Number of weights of the model this config describes (tied head counted once)."""
+        h, hd = self.hidden_size, self.head_dim
+        attn = h * hd * (2 * self.num_attention_heads + 2 * self.num_key_value_heads) + 2 * hd
+        mlp = 3 * h * self.intermediate_size
+        layer = attn + mlp + 2 * h
+        head = 0 if self.tie_word_embeddings else self.vocab_size * h
+        return self.vocab_size * h + self.num_hidden_layers * layer + h + head
+
+    # ----------------------------------------------------------------- (de)serialisation
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Qwen3Config":
+        """Build from a plain mapping of this class's fields (e.g. a ``conf/model`` preset).
+
+        Unknown keys raise :class:`ConfigError` naming them; ``_target_``-style Hydra keys
+        (leading underscore) are ignored.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        d = {k: v for k, v in dict(d).items() if not str(k).startswith("_")}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"unknown Qwen3Config field(s) {unknown}; allowed: {sorted(names)}")
+        d = dict(d)
+        for name in ("rope_theta", "rms_norm_eps"):
+            if name in d and isinstance(d[name], (int, str)) and not isinstance(d[name], bool):
+                d[name] = float(d[name])  # YAML reads 1e6 as a string and 1000000 as an int
+        return cls(**d)
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike) -> "Qwen3Config":
+        """Read a ``conf/model/*.yaml`` preset."""
+        import yaml
+
+        with open(path, encoding="utf-8") as fh:
+            d = yaml.safe_load(fh)
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"{path}: expected a mapping of Qwen3Config fields, got {type(d).__name__}")
+        return cls.from_dict(d)
+
+    @classmethod
+    def from_hf_dict(cls, d: Mapping[str, Any]) -> "Qwen3Config":
+        """Translate a Hugging Face ``config.json`` mapping.
+
+        Reads the RoPE base from ``rope_parameters`` (transformers 5) or the top-level
+        ``rope_theta`` (older files). The weights' dtype (``dtype`` or ``torch_dtype``) becomes
+        both ``param_dtype`` and ``dtype``: float32 and bfloat16 are kept, anything else
+        (float16, missing) becomes float32. Features this implementation does not have
+        (attention bias, sliding windows, scaled RoPE, other activations) raise ``ConfigError``.
+        """
+        archs = d.get("architectures")
+        model_type = d.get("model_type")
+        if archs is not None:
+            if "Qwen3ForCausalLM" not in archs:
+                raise ConfigError(
+                    f"unsupported architecture {list(archs)} (model_type={model_type!r}); "
+                    "only Qwen3ForCausalLM is supported"
+                )
+        elif model_type != "qwen3":
+            raise ConfigError(
+                f"unsupported model_type={model_type!r}; only Qwen3ForCausalLM (model_type 'qwen3') "
+                "is supported"
+            )
+        rope = d.get("rope_parameters") or {}
+        scaling = d.get("rope_scaling") or {}
+        rope_type = rope.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
+        if rope_type != "default":
+            raise ConfigError(f"rope_type={rope_type!r} is not supported; only 'default' RoPE")
+        theta = rope.get("rope_theta", d.get("rope_theta", 10_000.0))
+        if d.get("attention_bias", False):
+            raise ConfigError("attention_bias=true is not supported (Qwen3 has no attention bias)")
+        if d.get("use_sliding_window", False):
+            raise ConfigError("use_sliding_window=true is not supported")
+        if d.get("hidden_act", "silu") != "silu":
+            raise ConfigError(f"hidden_act={d.get('hidden_act')!r} is not supported; only 'silu'")
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
+            if name not in d:
+                raise ConfigError(f"config.json lacks the required field {name!r}")
+        heads = int(d["num_attention_heads"])
+        weights_dtype = d.get("dtype", d.get("torch_dtype"))
+        dtype = weights_dtype if weights_dtype in DTYPES else "float32"
+        eos = d.get("eos_token_id")
+        if isinstance(eos, (list, tuple)):
+            eos = eos[0] if eos else None
+        return cls(
+            vocab_size=int(d["vocab_size"]),
+            hidden_size=int(d["hidden_size"]),
+            intermediate_size=int(d["intermediate_size"]),
+            num_hidden_layers=int(d["num_hidden_layers"]),
+            num_attention_heads=heads,
+            num_key_value_heads=int(d.get("num_key_value_heads") or heads),
+            head_dim=int(d.get("head_dim") or int(d["hidden_size"]) // heads),
+            rope_theta=float(theta),
+            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            max_position_embeddings=int(d.get("max_position_embeddings", 4096)),
+            param_dtype=dtype,
+            dtype=dtype,
+            bos_token_id=d.get("bos_token_id"),
+            eos_token_id=eos,
+            pad_token_id=d.get("pad_token_id"),
+        )
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """The ``config.json`` mapping transformers 5.24 writes for this architecture."""
+        try:
+            from importlib.metadata import version
+
+            tf_version = version("transformers")
+        except Exception:  # pragma: no cover - transformers is a dependency
+            tf_version = "5.24.0"
+        return {
+            "architectures": ["Qwen3ForCausalLM"],
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "bos_token_id": self.bos_token_id,
+            "dtype": self.param_dtype,
+            "eos_token_id": self.eos_token_id,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "hidden_size": self.hidden_size,
+            "initializer_range": INIT_STD,
+            "intermediate_size": self.intermediate_size,
+            "layer_types": ["full_attention"] * self.num_hidden_layers,
+            "max_position_embeddings": self.max_position_embeddings,
+            "max_window_layers": self.num_hidden_layers,
+            "model_type": "qwen3",
+            "num_attention_heads": self.num_attention_heads,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_key_value_heads": self.num_key_value_heads,
+            "pad_token_id": self.pad_token_id,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_parameters": {"rope_theta": float(self.rope_theta), "rope_type": "default"},
+            "sliding_window": None,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "transformers_version": tf_version,
+            "use_cache": True,
+            "use_sliding_window": False,
+            "vocab_size": self.vocab_size,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain mapping of the fields (inverse of :meth:`from_dict`)."""
+        return dataclasses.asdict(self)
+
+
+@flax.struct.dataclass
+class KVCache:
+    """Stacked key/value cache for batched decoding.
+
+    ``k``/``v`` are ``[L, B, S, num_key_value_heads, head_dim]`` in the compute dtype (S is the
+    capacity); ``mask[b, s]`` is True where slot ``s`` holds a real (non-pad) token of row
+    ``b``; ``index`` is the next slot to write, shared by the whole batch. Keys are stored
+    after RoPE. Writing past the capacity is not detected inside ``jit``: callers size
+    ``S >= prompt length + new tokens``.
+    """
+
+    k: jax.Array
+    v: jax.Array
+    mask: jax.Array
+    index: jax.Array
+
+
+def _normal_init() -> Any:
+    return nnx.initializers.normal(stddev=INIT_STD)
+
+
+class RMSNorm(nnx.Module):
+    """Root-mean-square norm over the last axis, computed in float32 like transformers."""
+
+    def __init__(self, dim: int, eps: float, *, param_dtype: Any):
+        self.weight = nnx.Param(jnp.ones((dim,), param_dtype))
+        self.eps = eps
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        in_dtype = x.dtype
+        xf = x.astype(jnp.float32)
+        xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
+        return self.weight[...].astype(in_dtype) * xf.astype(in_dtype)
+
+
+def _linear(n_in: int, n_out: int, config: Qwen3Config, rngs: nnx.Rngs) -> nnx.Linear:
+    """Bias-free projection; kernel stored ``[in, out]`` (transpose of torch's weight)."""
+    return nnx.Linear(
+        n_in,
+        n_out,
+        use_bias=False,
+        dtype=config.jnp_dtype,
+        param_dtype=config.jnp_param_dtype,
+        kernel_init=_normal_init(),
+        rngs=rngs,
+    )
+
+
+def rope_cos_sin(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+    """``cos, sin`` of shape ``[B, T, head_dim]`` (float32) for integer ``positions [B, T]``.
+
+    Frequencies ``theta ** (-2i / head_dim)``, duplicated over both halves (the
+    ``rotate_half`` convention of transformers).
+    """
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+    freqs = positions.astype(jnp.float32)[..., None] * inv_freq
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    return jnp.cos(emb), jnp.sin(emb)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate ``x [B, T, heads, head_dim]`` by ``cos/sin [B, T, head_dim]`` (rotate-half form)."""
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    cos = cos[:, :, None, :].astype(x.dtype)
+    sin = sin[:, :, None, :].astype(x.dtype)
+    return x * cos + rotated * sin
+
+
+class Attention(nnx.Module):
+    """Grouped-query self-attention with per-head q/k RMSNorm before RoPE."""
+
+    def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
+        c = config
+        self.num_heads = c.num_attention_heads
+        self.num_kv_heads = c.num_key_value_heads
+        self.head_dim = c.head_dim
+        self.attention_impl = c.attention_impl
+        self.q_proj = _linear(c.hidden_size, c.num_attention_heads * c.head_dim, c, rngs)
+        self.k_proj = _linear(c.hidden_size, c.num_key_value_heads * c.head_dim, c, rngs)
+        self.v_proj = _linear(c.hidden_size, c.num_key_value_heads * c.head_dim, c, rngs)
+        self.o_proj = _linear(c.num_attention_heads * c.head_dim, c.hidden_size, c, rngs)
+        self.q_norm = RMSNorm(c.head_dim, c.rms_norm_eps, param_dtype=c.jnp_param_dtype)
+        self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps, param_dtype=c.jnp_param_dtype)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        cos: jax.Array,
+        sin: jax.Array,
+        allowed: jax.Array,
+        cache_kv: tuple[jax.Array, jax.Array, jax.Array] | None,
+        index: jax.Array | None,
+        kv_len: int | None = None,
+        key_mask: jax.Array | None = None,
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+        """``x [B, T, H]``; ``allowed [B, T, K]`` (K = T without cache, ``kv_len`` with one).
+
+        Without a cache, ``allowed=None`` and ``key_mask [B, T]`` (False on padding) select
+        causal self-attention by the config's ``attention_impl`` (:mod:`llm.model.attention`).
+
+        With a cache, ``cache_kv = (k_all, v_all, layer)``: the *whole* stacked cache
+        ``[L, B, S, kv, d]`` and this layer's index. The new keys/values are written in place
+        at ``[layer, :, index:index+T]`` and attention reads slots ``[0, kv_len)`` of this
+        layer only (``kv_len`` static, ``>= index + T``); the updated stacked arrays are
+        returned so they can stay in the layer scan's carry (no per-step cache copy).
+        """
+        b, t, _ = x.shape
+        q = self.q_norm(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim))
+        v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+        new_kv = None
+        if cache_kv is not None:
+            k_all, v_all, layer = cache_kv
+            zero = jnp.zeros((), jnp.int32)
+            at = (layer.astype(jnp.int32), zero, index.astype(jnp.int32), zero, zero)
+            k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
+            v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
+            span = k_all.shape[2] if kv_len is None else kv_len
+            read = (layer.astype(jnp.int32), zero, zero, zero, zero)
+            size = (1, b, span, self.num_kv_heads, self.head_dim)
+            k = jax.lax.dynamic_slice(k_all, read, size)[0].astype(q.dtype)
+            v = jax.lax.dynamic_slice(v_all, read, size)[0].astype(q.dtype)
+            new_kv = (k_all, v_all)
+        if allowed is None:
+            out = causal_attention(q, k, v, key_mask, impl=self.attention_impl)
+        elif self.attention_impl in ("xla", "cudnn"):
+            # cached path (prefill into a cache, decode steps) through jax.nn.dot_product_attention
+            # when the config names an implementation: the mask is this call's [B, T, kv_len]
+            out = jax.nn.dot_product_attention(q, k, v, mask=allowed[:, None],
+                                               implementation=self.attention_impl).astype(v.dtype)
+        else:
+            out = grouped_attention(q, k, v, allowed, self.num_kv_heads)
+        return self.o_proj(out.reshape(b, t, self.num_heads * self.head_dim)), new_kv
+
+
+class MLP(nnx.Module):
+    """SwiGLU feed-forward: ``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
+        c = config
+        self.gate_proj = _linear(c.hidden_size, c.intermediate_size, c, rngs)
+        self.up_proj = _linear(c.hidden_size, c.intermediate_size, c, rngs)
+        self.down_proj = _linear(c.intermediate_size, c.hidden_size, c, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nnx.Module):
+    """Pre-norm attention block and pre-norm MLP block, each with a residual."""
+
+    def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
+        c = config
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, param_dtype=c.jnp_param_dtype)
+        self.self_attn = Attention(c, rngs=rngs)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, param_dtype=c.jnp_param_dtype)
+        self.mlp = MLP(c, rngs=rngs)
+
+    def __call__(self, x, cos, sin, allowed, cache_kv, index, kv_len=None, key_mask=None):
+        h, new_kv = self.self_attn(self.input_layernorm(x), cos, sin, allowed, cache_kv, index, kv_len, key_mask)
+        x = x + h
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return x, new_kv
+
+
+class Qwen3ForCausalLM(nnx.Module):
+    """Qwen3 causal language model (see the module docstring for shapes and layout).
+
+    Parameter paths mirror transformers' names: ``embed_tokens.embedding`` (``[V, H]``),
+    ``layers.<module>.<name>`` stacked over layers (linear kernels ``[L, in, out]``),
+    ``norm.weight`` and, when untied, ``lm_head.kernel`` (``[H, V]``).
+    """
+
+    def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
+        self.config = config
+        c = config
+        self.embed_tokens = nnx.Embed(
+            c.vocab_size,
+            c.hidden_size,
+            dtype=c.jnp_dtype,
+            param_dtype=c.jnp_param_dtype,
+            embedding_init=_normal_init(),
+            rngs=rngs,
+        )
+
+        @nnx.split_rngs(splits=c.num_hidden_layers)
+        @nnx.vmap(in_axes=(0,), out_axes=0)
+        def make_layers(r: nnx.Rngs) -> DecoderLayer:
+            return DecoderLayer(c, rngs=r)
+
+        self.layers = make_layers(rngs)
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, param_dtype=c.jnp_param_dtype)
+        self.lm_head = None if c.tie_word_embeddings else _linear(c.hidden_size, c.vocab_size, c, rngs)
+
+    def layer_states(self) -> list[Any]:
+        """The stacked layer parameters as ``L`` separate per-layer states (for ``layer_states``).
+
+        Call it inside ``jit`` *outside* a decode loop: each layer's weights become their own
+        buffer once per call, so the loop runs the layers without slicing the stacked
+        ``[L, ...]`` arrays at every step (XLA:CPU materialises such a slice as a copy of the
+        layer's weights, which triples the weight traffic of a decode step).
+        """
+        _, state = nnx.split(self.layers)
+        return [jax.tree.map(lambda a, i=i: a[i], state) for i in range(self.config.num_hidden_layers)]
+
+    def init_cache(self, batch_size: int, capacity: int) -> KVCache:
+        """An empty cache: zero keys/values, mask all False, index 0."""
+        c = self.config
+        shape = (c.num_hidden_layers, batch_size, capacity, c.num_key_value_heads, c.head_dim)
+        return KVCache(
+            k=jnp.zeros(shape, c.jnp_dtype),
+            v=jnp.zeros(shape, c.jnp_dtype),
+            mask=jnp.zeros((batch_size, capacity), bool),
+            index=jnp.zeros((), jnp.int32),
+        )
+
+    def _layer_scan(self, x: jax.Array, cos: jax.Array, sin: jax.Array, key_mask: jax.Array, remat: str) -> jax.Array:
+        """The decoder layers without a cache: one ``lax.scan`` over the stacked weights, the
+        body wrapped in ``jax.checkpoint`` with the ``remat`` policy (:data:`REMAT_POLICIES`)."""
+        graphdef, layer_state = nnx.split(self.layers)
+
+        def body(h, state):
+            h, _ = nnx.merge(graphdef, state)(h, cos, sin, None, None, None, None, key_mask)
+            return h, None
+
+        if remat == "full":
+            body = jax.checkpoint(body, prevent_cse=False)
+        elif remat == "save_matmuls":
+            body = jax.checkpoint(body, prevent_cse=False, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+        elif remat != "none":
+            raise ValueError(f"remat={remat!r} not in {REMAT_POLICIES}")
+        x, _ = jax.lax.scan(body, x, layer_state)
+        return x
+
+    def hidden_states(
+        self,
+        input_ids: jax.Array,
+        positions: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        *,
+        last: int | None = None,
+        remat: str = "none",
+    ) -> jax.Array:
+        """Final (normed) hidden states ``[B, last or T, H]`` in the compute dtype: the causal
+        forward without a cache and without the LM head (what :meth:`__call__` computes before
+        the head; the training log-probs apply the head chunk by chunk, :mod:`llm.model.logprobs`).
+
+        ``positions`` / ``attention_mask`` as in :meth:`__call__` (defaults ``arange(T)`` / all
+        True); ``last=k`` keeps the last ``k`` positions (before the final norm, like
+        ``logits_to_keep``); ``remat`` (one of :data:`REMAT_POLICIES`) wraps the layer-scan body
+        in ``jax.checkpoint``: same values and gradients, less memory for the backward pass.
+        """
+        if remat not in REMAT_POLICIES:
+            raise ValueError(f"remat={remat!r} not in {REMAT_POLICIES}")
+        c = self.config
+        chex.assert_rank(input_ids, 2)
+        b, t = input_ids.shape
+        if last is not None and not (isinstance(last, int) and 1 <= last <= t):
+            raise ValueError(f"last={last!r} must be an int in [1, T={t}]")
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        if attention_mask is None:
+            attention_mask = jnp.ones((b, t), bool)
+        chex.assert_shape([positions, attention_mask], (b, t))
+        cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta)
+        x = self.embed_tokens(input_ids.astype(jnp.int32)).astype(c.jnp_dtype)
+        x = self._layer_scan(x, cos, sin, attention_mask.astype(bool), remat)
+        if last is not None:
+            x = x[:, t - last :]
+        return self.norm(x)
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        positions: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        cache: KVCache | None = None,
+        *,
+        logits_to_keep: int | None = None,
+        kv_len: int | None = None,
+        layer_states: list[Any] | None = None,
+    ) -> tuple[jax.Array, KVCache | None]:
+        """Logits ``[B, T, V]`` (float32) and the updated cache (``None`` without one).
+
+        Without a cache: causal attention over the T tokens, pad keys masked out. With a
+        cache: the new keys/values go to slots ``[index, index + T)``, the cache mask there
+        is set from ``attention_mask`` and each query attends to masked-in slots up to its
+        own. ``positions`` defaults to ``index + arange(T)`` (``arange(T)`` without a
+        cache); for left-padded batches pass ``clip(cumsum(attention_mask) - 1, 0)``.
+        Padded query rows get finite but meaningless logits.
+
+        ``logits_to_keep=k`` (a static int) computes the LM head for the last ``k`` positions
+        only and returns ``[B, k, V]``: with left padding, ``k=1`` after a prefill gives every
+        row's next-token logits without the ``[B, T, V]`` cost.
+
+        ``kv_len`` (a static int, cache only) bounds the attention to cache slots
+        ``[0, kv_len)``: the caller promises ``index + T <= kv_len <= S`` (not checked inside
+        ``jit``), so a decode step reads the filled prefix of the cache, not its capacity.
+        ``None`` reads all ``S`` slots. The cache travels through the layer scan as part of
+        the carry and is updated with ``dynamic_update_slice``, which XLA performs in place.
+
+        ``layer_states`` (from :meth:`layer_states`, same values as ``self.layers``) runs the
+        layers as an unrolled Python loop over those per-layer states instead of the
+        ``lax.scan`` over the stacked weights (same numerics; used by the decode loop, see
+        :meth:`layer_states`). The default scan keeps one layer body whatever the depth.
+        """
+        c = self.config
+        chex.assert_rank(input_ids, 2)
+        b, t = input_ids.shape
+        start = jnp.zeros((), jnp.int32) if cache is None else cache.index.astype(jnp.int32)
+        if positions is None:
+            positions = jnp.broadcast_to(start + jnp.arange(t, dtype=jnp.int32), (b, t))
+        if attention_mask is None:
+            attention_mask = jnp.ones((b, t), bool)
+        chex.assert_shape([positions, attention_mask], (b, t))
+        attention_mask = attention_mask.astype(bool)
+
+        if cache is None:
+            allowed = None  # causal + attention_mask, by config.attention_impl (llm.model.attention)
+        else:
+            chex.assert_shape(cache.k, (c.num_hidden_layers, b, None, c.num_key_value_heads, c.head_dim))
+            capacity = cache.k.shape[2]
+            span = capacity if kv_len is None else kv_len
+            if not (isinstance(span, int) and t <= span <= capacity):
+                raise ValueError(f"kv_len={kv_len!r} must be an int in [T={t}, capacity={capacity}]")
+            key_mask = jax.lax.dynamic_update_slice(cache.mask, attention_mask, (jnp.zeros((), jnp.int32), start))
+            q_slot = start + jnp.arange(t, dtype=jnp.int32)
+            causal = jnp.arange(span, dtype=jnp.int32)[None, :] <= q_slot[:, None]
+            allowed = causal[None] & key_mask[:, None, :span]
+
+        cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta)
+        x = self.embed_tokens(input_ids.astype(jnp.int32)).astype(c.jnp_dtype)
+
+        graphdef, layer_state = nnx.split(self.layers)
+
+        if layer_states is not None:
+            if len(layer_states) != c.num_hidden_layers:
+                raise ValueError(f"layer_states has {len(layer_states)} entries; need {c.num_hidden_layers}")
+            k_new = None if cache is None else cache.k
+            v_new = None if cache is None else cache.v
+            for i, state in enumerate(layer_states):
+                layer = nnx.merge(graphdef, state)
+                if cache is None:
+                    x, _ = layer(x, cos, sin, None, None, None, None, attention_mask)
+                else:
+                    kv = (k_new, v_new, jnp.asarray(i, jnp.int32))
+                    x, (k_new, v_new) = layer(x, cos, sin, allowed, kv, start, span)
+        elif cache is None:
+            x = self._layer_scan(x, cos, sin, attention_mask, "none")
+        else:
+
+            def cached_body(carry, xs):
+                h, k_all, v_all = carry
+                state, layer_index = xs
+                layer = nnx.merge(graphdef, state)
+                h, (k_all, v_all) = layer(h, cos, sin, allowed, (k_all, v_all, layer_index), start, span)
+                return (h, k_all, v_all), None
+
+            layer_ids = jnp.arange(c.num_hidden_layers, dtype=jnp.int32)
+            (x, k_new, v_new), _ = jax.lax.scan(cached_body, (x, cache.k, cache.v), (layer_state, layer_ids))
+        if logits_to_keep is not None:
+            if not 1 <= logits_to_keep <= t:
+                raise ValueError(f"logits_to_keep={logits_to_keep} must be in [1, T={t}]")
+            x = x[:, t - logits_to_keep :]
+        x = self.norm(x)
+        if self.lm_head is None:
+            table = self.embed_tokens.embedding[...].astype(c.jnp_dtype)
+            if x.shape[0] * x.shape[1] <= _SMALL_HEAD_ROWS:
+                # Decode-sized batches: XLA:CPU runs the [V, H] x [H, rows] form ~1.3-1.6x faster.
+                logits = jnp.einsum("vh,bth->vbt", table, x, preferred_element_type=jnp.float32)
+                logits = logits.transpose(1, 2, 0)
+            else:
+                logits = jnp.einsum("bth,vh->btv", x, table, preferred_element_type=jnp.float32)
+        else:
+            kernel = self.lm_head.kernel[...].astype(c.jnp_dtype)
+            logits = jnp.einsum("bth,hv->btv", x, kernel, preferred_element_type=jnp.float32)
+        logits = logits.astype(jnp.float32)
+
+        new_cache = None
+        if cache is not None:
+            new_cache = KVCache(k=k_new, v=v_new, mask=key_mask, index=start + t)
+        return logits, new_cache
+
+
+def count_params(model: nnx.Module) -> int:
+    """Number of scalars in the model's ``nnx.Param`` variables."""
+    return sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))

@@ -1,0 +1,10 @@
+"""llm.rl: the reinforcement-learning mathematics, independent of the game.
+
+Imports :mod:`llm.model` and :mod:`llm.generation` only (and nothing of ``jaxlake``).
+
+* :mod:`llm.rl.grpo` -- group advantages and the clipped GRPO / DAPO loss with its KL term;
+* :mod:`llm.rl.optim` -- ``OptimConfig``, AdamW with warmup and clipping, gradient application
+  in the FSDP layout;
+* :mod:`llm.rl.updates` -- the jitted update over micro-batches (GRPO and the supervised
+  warm start).
+"""

@@ -1,0 +1,55 @@
+"""The trainer's optimizer: global-norm clipping then AdamW on a warmup + cosine schedule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import optax
+
+from llm.model import sharding as shd
+
+from llm.training.config import OptimConfig
+
+
+def make_optimizer(config: OptimConfig, total_updates: int) -> optax.GradientTransformation:
+    """Global-norm clipping, then AdamW on a warmup + cosine schedule over ``total_updates``.
+
+    Weight decay applies to matrices (ndim >= 2) only.
+    """
+    total = max(int(total_updates), 1)
+    warmup = min(config.warmup_steps, max(total - 1, 0))
+    schedule = optax.warmup_cosine_decay_schedule(
+        init_value=0.0 if warmup else config.lr,
+        peak_value=config.lr,
+        warmup_steps=warmup,
+        decay_steps=max(total, warmup + 1),
+        end_value=config.lr * config.min_lr_ratio,
+    )
+    return optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm),
+        optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps, weight_decay=config.weight_decay,
+                    mask=lambda p: jax.tree_util.tree_map(lambda x: x.ndim >= 2, p)),
+    )
+
+
+def schedule_value(config: OptimConfig, total_updates: int, count: int) -> float:
+    """The learning rate at optimizer update ``count`` (for the metrics)."""
+    total = max(int(total_updates), 1)
+    warmup = min(config.warmup_steps, max(total - 1, 0))
+    sched = optax.warmup_cosine_decay_schedule(0.0 if warmup else config.lr, config.lr, warmup,
+                                               max(total, warmup + 1), config.lr * config.min_lr_ratio)
+    return float(sched(count))
+
+
+
+def apply_gradients(optimizer: optax.GradientTransformation, state: Any, opt_state: Any, grads: Any, mesh=None):
+    """One optimizer step: ``(new state, new opt_state, global norm of grads before clipping)``.
+
+    With a ``mesh`` the new state and optimizer state are pinned to the FSDP layout
+    (:func:`llm.model.sharding.constrain_state`, :func:`llm.model.sharding.constrain_opt_state`), so a
+    jitted update returns them in the layout they came in and compiles once.
+    """
+    updates, opt_state = optimizer.update(grads, opt_state, state)
+    new_state = shd.constrain_state(optax.apply_updates(state, updates), mesh)
+    return new_state, shd.constrain_opt_state(opt_state, new_state, mesh), optax.tree.norm(grads)

@@ -1,0 +1,299 @@
+"""Typed settings of one training stage, resolved once from the Hydra config.
+
+:meth:`StageConfig.from_cfg` reads the groups a stage uses (``train``, ``reward``,
+``prompt``, ``model``, ``logger``/``wandb``) once, at the entry point, into frozen
+dataclasses (:class:`TrainConfig`, :class:`ModelConfig`, :class:`jaxlake.metrics.
+LoggerConfig`) that the trainer passes down; nothing below it reads the raw config. Every
+field is checked when built, and an unknown or out-of-range field raises ``ValueError``
+naming it (``train.grpo.group_size=1 must be an integer >= 2``, ``unknown model field(s)
+['hidden']``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Optional
+
+from jaxlake.config import cfg_get, to_plain
+from jaxlake.metrics import LoggerConfig
+from llm.rl.grpo import GRPOLossConfig
+from llm.model.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
+from llm.model.qwen3 import DTYPES, REMAT_POLICIES, Qwen3Config
+from llm.game.prompts import PromptConfig
+from llm.game.rewards import RewardConfig
+from llm.model.sharding import MeshConfig
+
+
+def _from_mapping(cls, values: Optional[Mapping[str, Any]], where: str):
+    """Build a dataclass from a mapping; unknown keys raise naming the section."""
+    values = dict(values or {})
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown {where} field(s) {unknown}; known: {sorted(known)}")
+    return cls(**values)
+
+
+def _positive_int(where: str, value: Any, low: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{where}={value!r} must be an integer >= {low}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with linear warmup then cosine decay to ``lr * min_lr_ratio``; grad clipping."""
+
+    lr: float = 1e-3
+    warmup_steps: int = 10
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    b1: float = 0.9
+    b2: float = 0.99
+    eps: float = 1e-8
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ValueError(f"optim.lr={self.lr} must be > 0")
+        _positive_int("optim.warmup_steps", self.warmup_steps, 0)
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"optim.min_lr_ratio={self.min_lr_ratio} not in [0, 1]")
+        if not self.max_grad_norm > 0:
+            raise ValueError(f"optim.max_grad_norm={self.max_grad_norm} must be > 0")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"optim.weight_decay={self.weight_decay} must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStartConfig:
+    """Supervised warm start on reference-planner plans (see :mod:`llm.training.warmstart`).
+
+    ``batch_size`` lakes per step; ``micro_batches`` for gradient accumulation; lakes the
+    planner cannot solve take no loss.
+    """
+
+    enabled: bool = True
+    steps: int = 300
+    batch_size: int = 32
+    micro_batches: int = 1
+    optim: OptimConfig = OptimConfig(lr=3e-3, warmup_steps=20)
+    checkpoint_every: int = 50
+    keep_checkpoints: int = 2
+    log_every: int = 1
+
+    def __post_init__(self) -> None:
+        _positive_int("warmstart.steps", self.steps, 0)
+        _positive_int("warmstart.batch_size", self.batch_size)
+        _positive_int("warmstart.micro_batches", self.micro_batches)
+        _positive_int("warmstart.checkpoint_every", self.checkpoint_every)
+        _positive_int("warmstart.keep_checkpoints", self.keep_checkpoints)
+        if self.batch_size % self.micro_batches:
+            raise ValueError(f"warmstart.batch_size={self.batch_size} must be divisible by micro_batches={self.micro_batches}")
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOConfig:
+    """GRPO settings: ``lakes_per_step`` groups of ``group_size`` completions per step."""
+
+    enabled: bool = True
+    steps: int = 30
+    lakes_per_step: int = 8
+    group_size: int = 8
+    mu: int = 1
+    micro_batches: int = 1
+    optim: OptimConfig = OptimConfig(lr=1e-4, warmup_steps=3)
+    loss: GRPOLossConfig = GRPOLossConfig()
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    compute_entropy: bool = True
+    checkpoint_every: int = 10
+    keep_checkpoints: int = 2
+    eval_every: int = 0
+    logprob_chunk: int = DEFAULT_LOGPROB_CHUNK
+    remat: str = "full"
+
+    def __post_init__(self) -> None:
+        _positive_int("grpo.steps", self.steps, 0)
+        _positive_int("grpo.lakes_per_step", self.lakes_per_step)
+        _positive_int("grpo.group_size", self.group_size, 2)
+        _positive_int("grpo.mu", self.mu)
+        _positive_int("grpo.micro_batches", self.micro_batches)
+        _positive_int("grpo.max_new_tokens", self.max_new_tokens)
+        _positive_int("grpo.checkpoint_every", self.checkpoint_every)
+        _positive_int("grpo.keep_checkpoints", self.keep_checkpoints)
+        _positive_int("grpo.eval_every", self.eval_every, 0)
+        _positive_int("grpo.logprob_chunk", self.logprob_chunk)
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"grpo.remat={self.remat!r} not in {REMAT_POLICIES}")
+        if not self.temperature > 0:
+            raise ValueError(f"grpo.temperature={self.temperature} must be > 0 (GRPO samples; 0 is greedy)")
+        if self.top_k != 0 or self.top_p != 1.0:
+            # the loss would need the filtered distribution's log-probs (a renormalised
+            # support per token); GRPO trains on the temperature-scaled distribution only
+            raise ValueError(f"grpo.top_k={self.top_k} / grpo.top_p={self.top_p}: GRPO samples from the "
+                             "temperature-scaled distribution only (top_k=0, top_p=1.0), so the ratio, KL "
+                             "and entropy refer to the distribution that drew the tokens")
+        rows = self.lakes_per_step * self.group_size
+        if rows % self.micro_batches:
+            raise ValueError(
+                f"grpo.lakes_per_step * group_size = {rows} must be divisible by micro_batches={self.micro_batches}"
+            )
+
+    @property
+    def rows(self) -> int:
+        return self.lakes_per_step * self.group_size
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """Held-out evaluation: ``num_lakes`` lakes of the stage's environment, greedy decoding."""
+
+    num_lakes: int = 64
+    batch_size: int = 64
+    seed: int = 1_000_003
+    max_new_tokens: Optional[int] = None  # None: grpo.max_new_tokens
+
+    def __post_init__(self) -> None:
+        _positive_int("eval.num_lakes", self.num_lakes, 0)
+        _positive_int("eval.batch_size", self.batch_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything one stage needs besides the environment and the model."""
+
+    seed: int = 0
+    warmstart: WarmStartConfig = WarmStartConfig()
+    grpo: GRPOConfig = GRPOConfig()
+    eval: EvalConfig = EvalConfig()
+    reward: RewardConfig = RewardConfig()
+    prompt: PromptConfig = PromptConfig()
+    max_prompt_tokens: Optional[int] = None
+    prompt_bucket: int = 16
+    progress: bool = True
+    export_hf: bool = True
+    plot: bool = True
+    distributed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    mesh: MeshConfig = MeshConfig()
+
+    @classmethod
+    def from_dict(cls, train: Mapping[str, Any], reward: Optional[Mapping[str, Any]] = None,
+                  prompt: Optional[Mapping[str, Any]] = None) -> "TrainConfig":
+        """From the Hydra groups ``train``, ``reward`` and ``prompt`` (plain mappings)."""
+        t = dict(train)
+        ws = dict(t.pop("warmstart", {}) or {})
+        if "optim" in ws:
+            ws["optim"] = _from_mapping(OptimConfig, ws["optim"], "train.warmstart.optim")
+        g = dict(t.pop("grpo", {}) or {})
+        if "optim" in g:
+            g["optim"] = _from_mapping(OptimConfig, g["optim"], "train.grpo.optim")
+        if "loss" in g:
+            g["loss"] = _from_mapping(GRPOLossConfig, g["loss"], "train.grpo.loss")
+        ev = dict(t.pop("eval", {}) or {})
+        t["distributed"] = dict(t.get("distributed") or {})
+        t["mesh"] = MeshConfig.from_dict(t.get("mesh"))
+        out = _from_mapping(cls, t, "train")
+        return dataclasses.replace(
+            out,
+            warmstart=_from_mapping(WarmStartConfig, ws, "train.warmstart"),
+            grpo=_from_mapping(GRPOConfig, g, "train.grpo"),
+            eval=_from_mapping(EvalConfig, ev, "train.eval"),
+            reward=RewardConfig.from_dict(reward or {}),
+            prompt=PromptConfig.from_dict(prompt) if prompt is not None else PromptConfig(),
+        )
+
+
+#: ``model`` fields that are not :class:`llm.model.qwen3.Qwen3Config` fields.
+MODEL_SOURCE_FIELDS = ("path",)
+#: Qwen3Config fields a stage never takes from ``model`` for a fresh architecture (the
+#: tokenizer decides them).
+_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The ``model`` group: where a stage's starting policy comes from, and its precision.
+
+    Attributes:
+      path: a Hugging Face Qwen3 folder (weights and tokenizer); ``None``: the embedded
+        default model (:mod:`llm.game.default`).
+      dtype / param_dtype: compute and storage (master) dtype (names of
+        :data:`llm.model.qwen3.DTYPES`); the AdamW moments follow ``param_dtype``. ``None`` keeps
+        the checkpoint's ``config.json``. The ``qwen3_*`` presets train bfloat16 compute on
+        float32 master weights and moments (12 bytes per parameter of state, README's
+        Precision section).
+      architecture: the other :class:`llm.model.qwen3.Qwen3Config` fields given (``None`` values
+        dropped). Without ``path``, an architecture that differs from the embedded default's
+        builds fresh weights of that shape with the game tokenizer.
+    """
+
+    path: Optional[str] = None
+    dtype: Optional[str] = None
+    param_dtype: Optional[str] = None
+    architecture: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("dtype", "param_dtype"):
+            value = getattr(self, name)
+            if value is not None and value not in DTYPES:
+                raise ValueError(f"model.{name}={value!r} not in {sorted(DTYPES)}")
+        fields = {f.name for f in dataclasses.fields(Qwen3Config)} - {"dtype", "param_dtype"}
+        unknown = sorted(set(self.architecture) - fields)
+        if unknown:
+            raise ValueError(f"model.architecture: unknown Qwen3Config field(s) {unknown}")
+
+    @classmethod
+    def from_dict(cls, model: Optional[Mapping[str, Any]]) -> "ModelConfig":
+        """From the plain ``model`` group (``None``: the embedded default); unknown keys raise
+        naming them."""
+        values = {k: v for k, v in dict(model or {}).items() if v is not None}
+        known = set(MODEL_SOURCE_FIELDS) | {f.name for f in dataclasses.fields(Qwen3Config)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown model field(s) {unknown}; known: {sorted(known)}")
+        path = values.pop("path", None)
+        dtype, param_dtype = values.pop("dtype", None), values.pop("param_dtype", None)
+        return cls(path=str(path) if path else None, dtype=str(dtype) if dtype else None,
+                   param_dtype=str(param_dtype) if param_dtype else None, architecture=values)
+
+    def precision(self) -> dict[str, str]:
+        """The ``dtype`` / ``param_dtype`` overrides of a Hugging Face load (only those set)."""
+        return {k: v for k, v in (("dtype", self.dtype), ("param_dtype", self.param_dtype)) if v}
+
+    def fresh_architecture(self) -> dict[str, Any]:
+        """The Qwen3Config fields this config sets for a model built from scratch: the
+        architecture and the dtypes, without the special token ids."""
+        arch = {k: v for k, v in self.architecture.items() if k not in _TOKEN_IDS}
+        return {**arch, **self.precision()}
+
+
+@dataclasses.dataclass(frozen=True)
+class StageConfig:
+    """Everything :func:`llm.training.stage.train_stage` reads from the Hydra config, typed.
+
+    Attributes:
+      train: the ``train`` group with ``reward`` and ``prompt`` (:class:`TrainConfig`).
+      model: the ``model`` group (:class:`ModelConfig`).
+      logger: metrics back ends and W&B settings (``logger``, ``wandb``).
+      record: the ``train`` group as given (plain data): the run configuration the metrics
+        back ends record.
+    """
+
+    train: TrainConfig = TrainConfig()
+    model: ModelConfig = ModelConfig()
+    logger: LoggerConfig = LoggerConfig()
+    record: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_cfg(cls, cfg: Any) -> "StageConfig":
+        """From a Hydra ``DictConfig`` or a plain mapping with the groups ``train``, ``reward``,
+        ``prompt``, ``model``, ``logger`` and ``wandb`` (each optional: defaults)."""
+        train = to_plain(cfg_get(cfg, "train", {})) or {}
+        return cls(
+            train=TrainConfig.from_dict(train, to_plain(cfg_get(cfg, "reward")), to_plain(cfg_get(cfg, "prompt"))),
+            model=ModelConfig.from_dict(to_plain(cfg_get(cfg, "model"))),
+            logger=LoggerConfig.from_cfg(cfg),
+            record=train,
+        )

@@ -1,0 +1,223 @@
+"""Supervised warm start: teach a from-scratch policy the reference planner's plans.
+
+Each step draws ``batch_size`` lakes (deterministic in the step), solves them with
+:func:`jaxlake.planner.solve`, writes the plans with :func:`jaxlake.text.format_plan`
+followed by the end-of-turn token, and minimises the token-mean negative log-likelihood of
+the *completion tokens only* (prompt tokens take no loss), in the same prompt/completion
+layout the GRPO forward uses. Lakes the planner cannot solve take no loss.
+
+Checkpoints use the same format as GRPO (:class:`llm.training.phase.Checkpoints`), so a warm-start
+checkpoint is a policy checkpoint.
+
+**Reasoning form** (``prompt.reasoning.warmstart: true``, for models trained from scratch in
+reasoning mode): the target is ``<think>`` + :func:`reasoning_text` + ``</think>`` + the plan,
+where the reasoning is templated from the planner's own solution and therefore true: each
+agent's start, goal, moves, the steps at which it waits and its arrival step, and for each pair
+of agents the first cell both paths use (who is there first). It is cut, whole lines at a
+time, to fit the thinking budget, so the model learns to close the block in time. Off by
+default: a pretrained model thinks in its own words and templated text would overwrite them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxlake import planner
+from jaxlake.metrics import MetricsWriter
+from jaxlake.mixture import Mixture
+from jaxlake.text import format_plan
+from llm.game import prompts
+from llm.generation.reasoning import THINK_CLOSE, THINK_OPEN
+from llm.model import sharding as shd
+from llm.game.lakes import sample_lakes
+from llm.rl.optim import apply_gradients, make_optimizer, schedule_value
+from llm.training.phase import Checkpoints, PhaseResult, progress_bar
+from llm.training.policy import Policy
+from llm.game.prompter import Prompter
+from llm.game.tokenizer import eos_and_pad
+from llm.training.config import TrainConfig
+from llm.rl.updates import accumulate_gradients, completion_forward
+
+
+def _letter(i: int) -> str:
+    return chr(ord("A") + int(i))
+
+
+def reasoning_lines(solution: planner.Solution, num_agents: int) -> list[str]:
+    """True statements about a planner solution, most important first.
+
+    One line per agent (``A: 0 0 to 3 4, 7 moves, waits at step 2, arrives at step 8``), then
+    one per pair of agents whose paths use a common cell (``A and B both use 2 3: A at step
+    3, B at step 5``; the earliest such cell by the first visit), or ``no two paths share a
+    cell``. Steps count from 0 at the start; a wait is a step where the agent stays before it
+    arrives.
+    """
+    if not solution.found:
+        return []
+    lines: list[str] = []
+    visits: list[dict] = []
+    for i in range(int(num_agents)):
+        path = np.asarray(solution.paths[i])
+        arrive = len(path) - 1
+        waits = [t + 1 for t in range(arrive) if (path[t + 1] == path[t]).all()]
+        first: dict = {}
+        for t, cell in enumerate(map(tuple, path.tolist())):
+            first.setdefault(cell, t)
+        visits.append(first)
+        line = f"{_letter(i)}: {path[0][0]} {path[0][1]} to {path[-1][0]} {path[-1][1]}, {arrive - len(waits)} moves"
+        if waits:
+            line += ", waits at step " + " ".join(str(t) for t in waits)
+        lines.append(line + f", arrives at step {arrive}")
+    shared = []
+    for i in range(int(num_agents)):
+        for j in range(i + 1, int(num_agents)):
+            common = set(visits[i]) & set(visits[j])
+            if common:
+                cell = min(common, key=lambda c: (min(visits[i][c], visits[j][c]), c))
+                shared.append(f"{_letter(i)} and {_letter(j)} both use {cell[0]} {cell[1]}: "
+                              f"{_letter(i)} at step {visits[i][cell]}, {_letter(j)} at step {visits[j][cell]}")
+    lines += shared or (["no two paths share a cell"] if num_agents > 1 else [])
+    return lines
+
+
+def reasoning_text(solution: planner.Solution, num_agents: int, tokenizer: Any = None,
+                   max_tokens: Optional[int] = None) -> str:
+    """The think block of a warm-start target: ``<think>\n`` lines ``\n</think>``.
+
+    With ``tokenizer`` and ``max_tokens``, whole lines are dropped from the end until the
+    block (tags included) fits in ``max_tokens`` tokens (the thinking budget).
+    """
+    lines = reasoning_lines(solution, num_agents)
+    while True:
+        block = f"{THINK_OPEN}\n" + "\n".join(lines) + f"\n{THINK_CLOSE}"
+        if tokenizer is None or max_tokens is None or not lines:
+            return block
+        if len(tokenizer.encode(block, add_special_tokens=False)) <= max_tokens:
+            return block
+        lines = lines[:-1]
+
+
+def plan_targets(lakes, tokenizer, length: int, thinking_tokens: Optional[int] = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """Reference-planner completions of a batch of lakes as right-padded token ids.
+
+    Returns ``(tokens [N, length] int32, mask [N, length] bool, solved [N] bool, texts)``;
+    a completion is the plan text then the end-of-turn id; unsolved lakes get an empty mask.
+    Plans longer than ``length`` tokens are cut (and counted as unsolved: the policy must
+    learn whole plans). With ``thinking_tokens`` (reasoning form), the plan follows the
+    templated think block of :func:`reasoning_text` (at most ``thinking_tokens`` tokens) and
+    a blank line, and ``length`` must leave room for both.
+    """
+    sols = planner.solve_batch(lakes)
+    _, pad = eos_and_pad(tokenizer)
+    n = len(sols.solutions)
+    tokens = np.full((n, length), pad, np.int32)
+    mask = np.zeros((n, length), bool)
+    solved = np.zeros((n,), bool)
+    texts = []
+    num_agents = np.asarray(lakes.num_agents)
+    for i, sol in enumerate(sols.solutions):
+        text = format_plan(sol.actions, int(num_agents[i])) if sol.found else ""
+        if sol.found and thinking_tokens is not None:
+            text = reasoning_text(sol, int(num_agents[i]), tokenizer, thinking_tokens) + "\n\n" + text
+        texts.append(text)
+        if not sol.found:
+            continue
+        ids = prompts.completion_ids(text, tokenizer)
+        if len(ids) > length:
+            continue
+        tokens[i, : len(ids)] = ids
+        mask[i, : len(ids)] = True
+        solved[i] = True
+    return tokens, mask, solved, texts
+
+
+def make_sft_update(graphdef: Any, optimizer: optax.GradientTransformation, *, micro_batches: int = 1,
+                    mesh=None) -> Callable:
+    """Jitted ``(state, opt_state, batch) -> (state, opt_state, metrics)`` for the warm start.
+
+    ``batch``: ``prompt_ids, prompt_mask, tokens, mask, weights`` (``[B, ...]``; weights =
+    ``mask / total tokens`` over the global batch). Metrics: ``nll`` (token mean),
+    ``token_acc`` (arg-max == target), ``loss``, ``grad_norm``.
+    """
+
+    def loss_fn(state, mb):
+        logp, _, match = completion_forward(graphdef, state, mb["prompt_ids"], mb["prompt_mask"], mb["tokens"], mb["mask"])
+        w = mb["weights"]
+        loss = -jnp.sum(logp * w)
+        return loss, {"token_acc": jnp.sum(match * w)}
+
+    def update(state, opt_state, batch):
+        loss, msum, grads = accumulate_gradients(loss_fn, state, batch, micro_batches, mesh)
+        state, opt_state, gnorm = apply_gradients(optimizer, state, opt_state, grads, mesh)
+        return state, opt_state, {"nll": loss, "loss": loss, "token_acc": msum["token_acc"], "grad_norm": gnorm}
+
+    return jax.jit(update, donate_argnums=(0, 1))
+
+
+def run_warmstart(
+    policy: Policy,
+    config: TrainConfig,
+    env: Mixture,
+    checkpoint_dir: str | os.PathLike,
+    metrics: MetricsWriter,
+    prompter: Prompter,
+    completion_len: int,
+    mesh=None,
+    max_steps: Optional[int] = None,
+) -> PhaseResult:
+    """Run (or resume) the warm start; rows ``phase="warmstart"`` go to ``metrics``."""
+    wc = config.warmstart
+    optimizer = make_optimizer(wc.optim, wc.steps)
+    if mesh is not None:
+        shd.check_divisible(wc.batch_size // wc.micro_batches, mesh, "warmstart rows per micro-batch")
+    ckpt = Checkpoints(checkpoint_dir, wc.keep_checkpoints, mesh)
+    state, opt_state, start, rng, resumed = ckpt.start(policy, optimizer, config.seed)
+    metrics.truncate("warmstart", start, drop_later=start < wc.steps)
+    if mesh is not None:
+        state, opt_state = shd.place_state(state, mesh), shd.place_opt_state(opt_state, state, mesh)
+    update = make_sft_update(policy.graphdef, optimizer, micro_batches=wc.micro_batches, mesh=mesh)
+    data_key = jax.random.fold_in(rng, 21)
+    reasoning = prompter.config.reasoning
+    thinking_tokens = None
+    if reasoning.enabled and reasoning.warmstart:
+        thinking_tokens = reasoning.thinking_tokens
+        completion_len = completion_len + thinking_tokens
+    end = wc.steps if max_steps is None else min(wc.steps, max_steps)
+    bar = progress_bar(wc.steps, start, "warmstart", config.progress)
+    for step in range(start, end):
+        t0 = time.perf_counter()
+        lakes = sample_lakes(jax.random.fold_in(data_key, step), env, wc.batch_size)
+        tokens, mask, solved, _ = plan_targets(lakes, policy.tokenizer, completion_len, thinking_tokens)
+        ids, pmask = prompter.encode(lakes)
+        weights = mask / max(mask.sum(), 1)
+        batch = {"prompt_ids": ids, "prompt_mask": pmask, "tokens": tokens, "mask": mask,
+                 "weights": weights.astype(np.float32)}
+        batch = shd.shard_batch(batch, mesh) if mesh is not None else {k: jnp.asarray(v) for k, v in batch.items()}
+        t_upd = time.perf_counter()
+        state, opt_state, m = update(state, opt_state, batch)
+        m = jax.device_get(m)
+        t_end = time.perf_counter()
+        processed = int(pmask.sum() + mask.sum())
+        row = {"phase": "warmstart", "step": step + 1, **{k: float(v) for k, v in m.items()},
+               "solved_share": float(solved.mean()), "target_len": float(mask.sum(1)[solved].mean()) if solved.any() else 0.0,
+               "lr": schedule_value(wc.optim, wc.steps, step),
+               "time/step_s": t_end - t0, "time/update_s": t_end - t_upd,
+               "train_tokens_per_s": processed / max(t_end - t_upd, 1e-9)}
+        if (step + 1) % wc.log_every == 0 or step + 1 == end:
+            metrics.append(row)
+        else:
+            metrics.append({"phase": "warmstart", "step": step + 1, "nll": row["nll"]})
+        bar.update(1)
+        bar.set_postfix(nll=f"{row['nll']:.3f}", acc=f"{row['token_acc']:.3f}")
+        if (step + 1) % wc.checkpoint_every == 0 or step + 1 == wc.steps:
+            ckpt.save(Policy(policy.graphdef, state, policy.tokenizer), opt_state, step + 1, rng, step + 1)
+    bar.close()
+    return PhaseResult(policy=Policy(policy.graphdef, state, policy.tokenizer), step=end, resumed_from=resumed)
