@@ -30,7 +30,7 @@ import numpy as np
 from jaxlake.config import DYNAMIC_FIELDS, ConfigError, LakeConfig
 from jaxlake.generator import generate_per_lake
 from jaxlake.planner import solve_batch
-from jaxlake.pipeline.report import mean_ci
+from jaxlake.stats import mean_ci
 from jaxlake.types import Lake
 
 #: Fields whose achieved per-lake value the generator reports in ``lake.stats``.

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from jaxlake.conf import CONF_DIR
 
@@ -34,9 +34,6 @@ from jaxlake.conf import CONF_DIR
 def main(cfg: DictConfig) -> None:
     # orbax logs every checkpoint step at INFO through absl; keep the console for progress
     logging.getLogger("absl").setLevel(logging.WARNING)
-    from llm.model.sharding import initialize_distributed
-
-    initialize_distributed(OmegaConf.to_container(cfg.train.get("distributed", {}), resolve=True))
     from jaxlake.pipeline.stages import main as pipeline_main
 
     pipeline_main(cfg)

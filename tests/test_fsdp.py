@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from jax.sharding import PartitionSpec
 
-from jaxlake.config import ConfigError
+from llm.model.errors import ModelConfigError as ConfigError
 from llm.model import sharding as shd
 
 SCRIPT = textwrap.dedent(

@@ -1,13 +1,22 @@
-"""The layering README's Layout section states, checked against the code.
+"""The house's import rules (README "Layout"), checked on every import statement of both packages,
+including the ones inside functions, so no rule can hide behind a lazy import.
 
-* The simulator (every module of ``jaxlake/`` except the orchestration modules) imports nothing
-  from ``llm`` nor the language-model stack (transformers, torch, tokenizers, optax, orbax,
-  flax's ``nnx`` / ``linen``): checked statically on every import statement, including the
-  ones inside functions, and at run time in a fresh interpreter.
-* The orchestration modules are exactly the ones README names: the modules of ``jaxlake/``
-  that reach ``llm`` through their imports are ``pipeline``, ``run`` and ``study``, no more
-  (a new one must be named in README) and no fewer (a stale name must leave it).
-* README's Layout block lists every module of both packages and every config group.
+``jaxlake``
+  * the simulator (every module outside the orchestration room ``jaxlake/pipeline/`` and its
+    three command-line names ``run``, ``study``, ``report``) imports nothing from ``llm`` nor
+    the language-model stack (transformers, torch, tokenizers, optax, orbax, flax's ``nnx`` /
+    ``linen``), statically and at run time in a fresh interpreter;
+  * only the room's modules import ``llm``; the command-line names reach it through the room.
+
+``llm``, a stack of layers, lowest first (:data:`LLM_LAYERS`)
+  * a module imports ``llm`` modules of its own layer or of lower layers only;
+  * ``model``, ``generation`` and ``rl`` import nothing of ``jaxlake`` (they are language-model
+    machinery, not the game);
+  * no import cycle among all ``llm`` modules;
+  * the top level holds only the public face (``__init__``) and the command-line names
+    ``memory`` and ``evaluate``.
+
+README's Layout block lists every module, subpackage and config group.
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import jaxlake
 import llm
 from jaxlake.conf import CONF_DIR
@@ -26,35 +37,51 @@ JAXLAKE = Path(jaxlake.__file__).resolve().parent
 LLM = Path(llm.__file__).resolve().parent
 README = Path(__file__).resolve().parents[1] / "README.md"
 
-#: jaxlake modules that wire the policy (llm/) to the simulator; README names these.
-ORCHESTRATION = {"jaxlake.pipeline.stages", "jaxlake.run", "jaxlake.pipeline.study"}
+#: jaxlake's orchestration room, the one place that imports llm.
+ROOM = "jaxlake.pipeline"
+#: ``python -m`` names of the room's commands; they import the room, nothing else of llm.
+COMMANDS = {"jaxlake.run", "jaxlake.study", "jaxlake.report"}
+#: llm's subpackages, lowest layer first: each may import its own and the ones before it.
+LLM_LAYERS = ("model", "generation", "rl", "game", "training", "engineer", "benchmark")
+#: layers that know nothing of the game (import no jaxlake).
+GAME_FREE = {"model", "generation", "rl"}
+#: llm's top-level modules: the public face and two command-line names.
+LLM_TOP = {"llm", "llm.memory", "llm.evaluate"}
 #: Top-level packages the simulator never imports.
 FORBIDDEN = {"llm", "transformers", "torch", "tokenizers", "optax", "orbax"}
 #: flax is used for ``flax.struct`` pytree dataclasses only (and its version string).
 FORBIDDEN_FLAX = {"flax.nnx", "flax.linen"}
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(JAXLAKE.parent).with_suffix("")
+def _module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
     parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
     return ".".join(parts)
 
 
-MODULES = {_module_name(p): p for p in sorted(JAXLAKE.rglob("*.py")) if "__pycache__" not in p.parts}
+def _modules(root: Path) -> dict[str, Path]:
+    found = {_module_name(p, root): p for p in sorted(root.rglob("*.py")) if "__pycache__" not in p.parts}
+    if root == JAXLAKE:  # the configs install as jaxlake.conf (pyproject's package-dir)
+        found["jaxlake.conf"] = CONF_DIR / "__init__.py"
+    return found
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module an import statement of ``path`` names (``from a import b`` gives a and a.b)."""
+JAXLAKE_MODULES = _modules(JAXLAKE)
+LLM_MODULES = _modules(LLM)
+ALL = {**JAXLAKE_MODULES, **LLM_MODULES}
+
+
+def imports(path: Path, name: str) -> set[str]:
+    """Every module an import statement of ``path`` (module ``name``) names: ``from a import b``
+    gives ``a`` and ``a.b``; relative imports are resolved."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    package = _module_name(path)
-    if path.name != "__init__.py":
-        package = package.rpartition(".")[0]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative import
+            if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
@@ -64,56 +91,101 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
+def own_imports(name: str) -> set[str]:
+    """The project modules ``name`` imports (``llm.x.y`` also runs ``llm/__init__`` and
+    ``llm/x/__init__``, counted as edges to them)."""
+    found = {n for n in imports(ALL[name], name) if n in ALL}
+    return found - {name}
+
+
 def _forbidden(name: str) -> bool:
     return name.split(".")[0] in FORBIDDEN or any(name == f or name.startswith(f + ".") for f in FORBIDDEN_FLAX)
 
 
-def test_module_scan_sees_the_package():
-    assert {"jaxlake", "jaxlake.env", "jaxlake.generator", "jaxlake.conf", "jaxlake.peers.runner"} <= set(MODULES)
-    assert ORCHESTRATION <= set(MODULES)
-    # the scanner does see lazy imports inside functions
-    assert "llm.training.stage" in _imports(MODULES["jaxlake.pipeline.stages"])
+def in_room(name: str) -> bool:
+    return name == ROOM or name.startswith(ROOM + ".")
 
 
+def layer_of(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LLM_LAYERS else None
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as ``[a, b, ..., a]``, or ``None`` (depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+# ------------------------------------------------------------------------------- the scanner
+def test_scan_sees_both_packages_and_lazy_imports():
+    assert {"jaxlake", "jaxlake.env", "jaxlake.conf", "jaxlake.peers.runner", "jaxlake.pipeline.stages"} <= set(ALL)
+    assert {"llm.model.qwen3", "llm.generation.decode", "llm.rl.grpo", "llm.game.prompts",
+            "llm.training.stage", "llm.engineer.local", "llm.benchmark.cli"} <= set(ALL)
+    # lazy imports inside functions are seen
+    assert "llm.training.stage" in own_imports("jaxlake.pipeline.stages")
+    assert "llm.model.hf_io" in own_imports("llm.training.policy")
+
+
+def test_cycle_finder_finds_cycles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"x": {"y"}, "y": {"y2"}, "y2": {"y"}}) == ["y", "y2", "y"]
+
+
+def test_layer_rule_catches_an_upward_import(tmp_path):
+    """The rule itself: a model module importing the trainer is reported."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from llm.training.stage import train_stage\n")
+    names = {n for n in imports(bad, "llm.model.bad") if n in ALL}
+    assert [n for n in names if LLM_LAYERS.index(layer_of(n)) > LLM_LAYERS.index("model")]
+
+
+# ------------------------------------------------------------------------------------ jaxlake
 def test_simulator_modules_import_no_language_model_code():
     bad = {}
-    for name, path in MODULES.items():
-        if name in ORCHESTRATION:
+    for name, path in JAXLAKE_MODULES.items():
+        if in_room(name) or name in COMMANDS:
             continue
-        found = sorted(n for n in _imports(path) if _forbidden(n))
+        found = sorted(n for n in imports(path, name) if _forbidden(n) or in_room(n) or n in COMMANDS)
         if found:
             bad[name] = found
-    assert not bad, f"simulator modules importing the LLM stack (README's Layout says they do not): {bad}"
+    assert not bad, f"simulator modules importing the LLM stack or the orchestration room: {bad}"
 
 
-def test_orchestration_modules_are_the_ones_that_reach_llm():
-    edges = {}
-    for name, path in MODULES.items():
-        edges[name] = {n for n in _imports(path) if n in MODULES or n.split(".")[0] == "llm"}
-        # importing jaxlake.x runs jaxlake/__init__.py first
-        edges[name] |= {"jaxlake"} if name != "jaxlake" else set()
-    reaches: dict[str, bool] = {}
-
-    def reach(name: str, seen: frozenset = frozenset()) -> bool:
-        if name.split(".")[0] == "llm":
-            return True
-        if name in reaches:
-            return reaches[name]
-        if name in seen or name not in edges:
-            return False
-        out = any(reach(n, seen | {name}) for n in edges[name])
-        if not seen:
-            reaches[name] = out
-        return out
-
-    wired = {name for name in MODULES if reach(name)}
-    assert wired == ORCHESTRATION, (
-        f"modules of jaxlake/ that import llm (directly or through other modules): {sorted(wired)}; "
-        f"README's Layout names {sorted(ORCHESTRATION)} as the only ones")
+def test_only_the_room_imports_llm():
+    direct = {name for name, path in JAXLAKE_MODULES.items()
+              if any(n.split(".")[0] == "llm" for n in imports(path, name))}
+    assert direct and all(in_room(n) for n in direct), sorted(direct)
+    for name in COMMANDS:
+        mods = own_imports(name)
+        assert any(in_room(m) for m in mods), f"{name} should call into {ROOM}"
+        assert not any(m.split(".")[0] == "llm" for m in imports(JAXLAKE_MODULES[name], name)), name
 
 
 def test_importing_the_simulator_loads_no_language_model_code():
-    simulator = sorted(n for n in MODULES if n not in ORCHESTRATION)
+    simulator = sorted(n for n in JAXLAKE_MODULES if not in_room(n) and n not in COMMANDS)
     code = (
         "import importlib, sys\n"
         f"for name in {simulator!r}:\n"
@@ -127,30 +199,69 @@ def test_importing_the_simulator_loads_no_language_model_code():
     assert out.returncode == 0, f"importing the simulator loaded {out.stdout.strip()}\n{out.stderr[-3000:]}"
 
 
-def _layout_block() -> str:
-    text = README.read_text()
-    section = text.split("\n## Layout", 1)[1].split("\n## ", 1)[0]
-    return section
+# ---------------------------------------------------------------------------------------- llm
+def test_llm_top_level_is_the_public_face_and_commands():
+    top = {n for n in LLM_MODULES if layer_of(n) is None}
+    assert top == LLM_TOP, f"llm/ top level holds {sorted(top)}; new modules belong in a layer {LLM_LAYERS}"
+    assert {p.name for p in LLM.iterdir() if (p / "__init__.py").is_file()} == set(LLM_LAYERS)
+
+
+@pytest.mark.parametrize("layer", LLM_LAYERS)
+def test_llm_layers_import_downwards_only(layer):
+    rank = LLM_LAYERS.index(layer)
+    bad = {}
+    for name in LLM_MODULES:
+        if layer_of(name) != layer:
+            continue
+        up = sorted(n for n in own_imports(name) if n.split(".")[0] == "llm"
+                    and (layer_of(n) is None and n != "llm" or layer_of(n) and LLM_LAYERS.index(layer_of(n)) > rank))
+        if "llm" in own_imports(name):  # `import llm` / `from llm import X` runs the public face
+            up.append("llm")
+        if layer in GAME_FREE:
+            up += sorted(n for n in imports(LLM_MODULES[name], name) if n.split(".")[0] == "jaxlake")
+        if up:
+            bad[name] = up
+    assert not bad, f"llm.{layer} may import only {LLM_LAYERS[:rank + 1]}" + (
+        " and no jaxlake" if layer in GAME_FREE else "") + f"; found {bad}"
+
+
+def test_llm_modules_have_no_import_cycle():
+    graph = {m: {n for n in own_imports(m) if n.split(".")[0] == "llm" and n != "llm"} for m in LLM_MODULES}
+    cycle = find_cycle(graph)
+    assert cycle is None, f"import cycle among llm modules: {' -> '.join(cycle)}"
+
+
+def test_every_module_imports_in_a_fresh_interpreter():
+    names = sorted(n for n in ALL if not n.endswith("__main__"))
+    code = "import importlib\n" f"for name in {names!r}:\n" "    importlib.import_module(name)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=str(LLM.parent))
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------------------- README
+def _layout_block() -> tuple[str, str]:
+    section = README.read_text().split("\n## Layout", 1)[1].split("\n## ", 1)[0]
+    return section, re.search(r"```text\n(.*?)```", section, re.S).group(1)
 
 
 def test_readme_layout_lists_the_tree():
-    section = _layout_block()
-    block = re.search(r"```text\n(.*?)```", section, re.S).group(1)
+    section, block = _layout_block()
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", block))
     missing = []
-    for pkg in (JAXLAKE, LLM):
-        for p in sorted(pkg.glob("*.py")):
-            if p.stem != "__init__" and p.stem not in words:
-                missing.append(f"{pkg.name}/{p.name}")
-        for d in sorted(q for q in pkg.iterdir() if (q / "__init__.py").is_file()):
-            if f"{d.name}/" not in block:
-                missing.append(f"{pkg.name}/{d.name}/")
+    for name, path in ALL.items():
+        if name == "jaxlake.conf":
+            continue
+        if path.name == "__init__.py":
+            if f"{path.parent.name}/" not in block:
+                missing.append(name)
+        elif path.stem not in words:
+            missing.append(name)
     assert "conf/" in block
     for group in sorted(q for q in CONF_DIR.iterdir() if q.is_dir() and q.name != "__pycache__"):
         if f"{group.name}/" not in block:
             missing.append(f"conf/{group.name}/")
     assert not missing, f"README's Layout block does not list {missing}"
-    # the layering paragraph names the orchestration modules this test enforces
-    for name in sorted(ORCHESTRATION):
-        assert f"`{name.split('.')[-1]}`" in section or f"`{name}`" in section, name
     assert "test_layering.py" in section
+    for layer in LLM_LAYERS:
+        assert f"`{layer}`" in section, layer

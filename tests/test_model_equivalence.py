@@ -20,7 +20,7 @@ torch = pytest.importorskip(
     "torch", reason="the live PyTorch checks need the `torch` extra: pip install -e \".[dev,torch]\" (a CPU-only machine: README, Development)")
 transformers = pytest.importorskip("transformers")
 
-from jaxlake.config import ConfigError  # noqa: E402
+from llm.model.errors import ModelConfigError as ConfigError  # noqa: E402
 from llm.model.hf_io import model_from_hf_tensors  # noqa: E402
 from llm.model.qwen3 import KVCache, Qwen3Config, Qwen3ForCausalLM, count_params  # noqa: E402
 from jaxlake.conf import CONF_DIR

@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from jaxlake.pipeline.report import build_report, find_runs, main, mean_ci, score_table, load_run
+from jaxlake.pipeline.report import build_report, find_runs, main, score_table, load_run
+from jaxlake.stats import mean_ci
 
 
 def test_mean_ci_hand_computed():

@@ -580,7 +580,14 @@ def run_pipeline(cfg: Any) -> list:
 
 
 def main(cfg: Any) -> Any:
-    """What ``python -m jaxlake.run`` does: ``+stage=K`` runs stage K alone, else all stages."""
+    """What ``python -m jaxlake.run`` does: ``+stage=K`` runs stage K alone, else all stages.
+
+    ``train.distributed.enabled=true`` (or ``JAXLAKE_DISTRIBUTED=1``) first calls
+    ``jax.distributed.initialize``, before anything else touches JAX.
+    """
+    from llm.model.sharding import initialize_distributed
+
+    initialize_distributed(to_plain(cfg_get(cfg_get(cfg, "train"), "distributed") or {}))
     stage = cfg_get(cfg, "stage")
     if stage is None:
         return run_pipeline(cfg)

@@ -92,7 +92,7 @@ def write_analysis(model: Any, tokenizer: Any, text: str, thinking_tokens: int, 
     """
     from llm.generation import reasoning
     from llm.generation.decode import GenerationConfig, pad_prompts
-    from llm.game.tokenizer import eos_and_pad
+    from llm.generation.stops import eos_and_pad
 
     eos, pad = eos_and_pad(tokenizer)
     close = reasoning.close_token_id(tokenizer)

@@ -42,9 +42,10 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 from jaxlake.config import FIELD_BOUNDS, LakeConfig
 from jaxlake.text import FROZEN_SYMBOL, HOLE_SYMBOL
 from jaxlake.types import ACTION_LETTERS, STATUS_NAMES
+from llm.generation import stops
 
 #: End of text / padding, start of a chat turn, end of a chat turn (the chat EOS).
-ENDOFTEXT = "<|endoftext|>"
+ENDOFTEXT = stops.ENDOFTEXT
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)
@@ -282,21 +283,3 @@ def load_tokenizer(path: str | os.PathLike):
     if not os.path.isdir(path):
         raise FileNotFoundError(f"tokenizer folder {str(path)!r} does not exist")
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-
-
-def eos_and_pad(tokenizer: Any) -> tuple[tuple[int, ...], int]:
-    """The ids that end a completion and the pad id of a ``transformers`` tokenizer.
-
-    End ids: the EOS (end of turn), ``<|endoftext|>`` and the pad token, those that exist,
-    sorted. Pad: the tokenizer's pad id, else its EOS id, else 0. ``None`` (token-id prompts
-    without a tokenizer) gives ``((), 0)``.
-    """
-    if tokenizer is None:
-        return (), 0
-    eos_id = getattr(tokenizer, "eos_token_id", None)
-    pad = getattr(tokenizer, "pad_token_id", None)
-    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
-    ends = {int(i) for i in (eos_id, pad, vocab.get(ENDOFTEXT)) if i is not None}
-    if pad is None:
-        pad = eos_id if eos_id is not None else 0
-    return tuple(sorted(ends)), int(pad)

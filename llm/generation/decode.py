@@ -57,7 +57,7 @@ import numpy as np
 from flax import nnx
 
 from llm.generation import sampling
-from llm.game.tokenizer import eos_and_pad
+from llm.generation.stops import eos_and_pad
 from llm.generation.sampling import validate_sampling
 
 __all__ = [

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxlake.config import ConfigError
+from llm.model.errors import ModelConfigError
 from llm.model.attention import ATTENTION_IMPLS, causal_attention, grouped_attention
 
 #: Supported parameter / compute dtypes, by name.
@@ -105,27 +105,27 @@ class Qwen3Config:
         for name in _INT_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name}={value!r} must be an integer >= 1")
+                raise ModelConfigError(f"{name}={value!r} must be an integer >= 1")
         if self.num_attention_heads % self.num_key_value_heads:
-            raise ConfigError(
+            raise ModelConfigError(
                 f"num_attention_heads={self.num_attention_heads} must be a multiple of "
                 f"num_key_value_heads={self.num_key_value_heads}"
             )
         if self.head_dim % 2:
-            raise ConfigError(f"head_dim={self.head_dim} must be even (RoPE rotates pairs)")
+            raise ModelConfigError(f"head_dim={self.head_dim} must be even (RoPE rotates pairs)")
         if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
-            raise ConfigError(f"rope_theta={self.rope_theta!r} must be a number > 0")
+            raise ModelConfigError(f"rope_theta={self.rope_theta!r} must be a number > 0")
         if not (isinstance(self.rms_norm_eps, (int, float)) and 0 < self.rms_norm_eps < 1):
-            raise ConfigError(f"rms_norm_eps={self.rms_norm_eps!r} must be in (0, 1)")
+            raise ModelConfigError(f"rms_norm_eps={self.rms_norm_eps!r} must be in (0, 1)")
         for name in ("param_dtype", "dtype"):
             if getattr(self, name) not in DTYPES:
-                raise ConfigError(f"{name}={getattr(self, name)!r} not in {sorted(DTYPES)}")
+                raise ModelConfigError(f"{name}={getattr(self, name)!r} not in {sorted(DTYPES)}")
         for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ConfigError(f"{name}={value!r} must be None or an integer >= 0")
+                raise ModelConfigError(f"{name}={value!r} must be None or an integer >= 0")
         if self.attention_impl not in ATTENTION_IMPLS:
-            raise ConfigError(f"attention_impl={self.attention_impl!r} not in {ATTENTION_IMPLS}")
+            raise ModelConfigError(f"attention_impl={self.attention_impl!r} not in {ATTENTION_IMPLS}")
 
     # ----------------------------------------------------------------- derived values
     @property
@@ -152,14 +152,14 @@ class Qwen3Config:
     def from_dict(cls, d: Mapping[str, Any]) -> "Qwen3Config":
         """Build from a plain mapping of this class's fields (e.g. a ``conf/model`` preset).
 
-        Unknown keys raise :class:`ConfigError` naming them; ``_target_``-style Hydra keys
+        Unknown keys raise :class:`ModelConfigError` naming them; ``_target_``-style Hydra keys
         (leading underscore) are ignored.
         """
         names = {f.name for f in dataclasses.fields(cls)}
         d = {k: v for k, v in dict(d).items() if not str(k).startswith("_")}
         unknown = sorted(set(d) - names)
         if unknown:
-            raise ConfigError(f"unknown Qwen3Config field(s) {unknown}; allowed: {sorted(names)}")
+            raise ModelConfigError(f"unknown Qwen3Config field(s) {unknown}; allowed: {sorted(names)}")
         d = dict(d)
         for name in ("rope_theta", "rms_norm_eps"):
             if name in d and isinstance(d[name], (int, str)) and not isinstance(d[name], bool):
@@ -174,7 +174,7 @@ class Qwen3Config:
         with open(path, encoding="utf-8") as fh:
             d = yaml.safe_load(fh)
         if not isinstance(d, Mapping):
-            raise ConfigError(f"{path}: expected a mapping of Qwen3Config fields, got {type(d).__name__}")
+            raise ModelConfigError(f"{path}: expected a mapping of Qwen3Config fields, got {type(d).__name__}")
         return cls.from_dict(d)
 
     @classmethod
@@ -185,18 +185,18 @@ class Qwen3Config:
         ``rope_theta`` (older files). The weights' dtype (``dtype`` or ``torch_dtype``) becomes
         both ``param_dtype`` and ``dtype``: float32 and bfloat16 are kept, anything else
         (float16, missing) becomes float32. Features this implementation does not have
-        (attention bias, sliding windows, scaled RoPE, other activations) raise ``ConfigError``.
+        (attention bias, sliding windows, scaled RoPE, other activations) raise ``ModelConfigError``.
         """
         archs = d.get("architectures")
         model_type = d.get("model_type")
         if archs is not None:
             if "Qwen3ForCausalLM" not in archs:
-                raise ConfigError(
+                raise ModelConfigError(
                     f"unsupported architecture {list(archs)} (model_type={model_type!r}); "
                     "only Qwen3ForCausalLM is supported"
                 )
         elif model_type != "qwen3":
-            raise ConfigError(
+            raise ModelConfigError(
                 f"unsupported model_type={model_type!r}; only Qwen3ForCausalLM (model_type 'qwen3') "
                 "is supported"
             )
@@ -204,17 +204,17 @@ class Qwen3Config:
         scaling = d.get("rope_scaling") or {}
         rope_type = rope.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
         if rope_type != "default":
-            raise ConfigError(f"rope_type={rope_type!r} is not supported; only 'default' RoPE")
+            raise ModelConfigError(f"rope_type={rope_type!r} is not supported; only 'default' RoPE")
         theta = rope.get("rope_theta", d.get("rope_theta", 10_000.0))
         if d.get("attention_bias", False):
-            raise ConfigError("attention_bias=true is not supported (Qwen3 has no attention bias)")
+            raise ModelConfigError("attention_bias=true is not supported (Qwen3 has no attention bias)")
         if d.get("use_sliding_window", False):
-            raise ConfigError("use_sliding_window=true is not supported")
+            raise ModelConfigError("use_sliding_window=true is not supported")
         if d.get("hidden_act", "silu") != "silu":
-            raise ConfigError(f"hidden_act={d.get('hidden_act')!r} is not supported; only 'silu'")
+            raise ModelConfigError(f"hidden_act={d.get('hidden_act')!r} is not supported; only 'silu'")
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
             if name not in d:
-                raise ConfigError(f"config.json lacks the required field {name!r}")
+                raise ModelConfigError(f"config.json lacks the required field {name!r}")
         heads = int(d["num_attention_heads"])
         weights_dtype = d.get("dtype", d.get("torch_dtype"))
         dtype = weights_dtype if weights_dtype in DTYPES else "float32"

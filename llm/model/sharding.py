@@ -47,7 +47,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxlake.config import ConfigError
+from llm.model.errors import ModelConfigError
 
 DATA_AXIS = "data"
 FSDP_AXIS = "fsdp"
@@ -119,9 +119,9 @@ class MeshConfig:
         for name in MESH_AXES:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
-                raise ConfigError(f"mesh.{name}={value!r} must be an integer >= 1 or -1 (the remaining devices)")
+                raise ModelConfigError(f"mesh.{name}={value!r} must be an integer >= 1 or -1 (the remaining devices)")
         if self.data == -1 and self.fsdp == -1:
-            raise ConfigError("mesh.data and mesh.fsdp cannot both be -1: give one of them a size")
+            raise ModelConfigError("mesh.data and mesh.fsdp cannot both be -1: give one of them a size")
 
     @classmethod
     def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "MeshConfig":
@@ -129,22 +129,22 @@ class MeshConfig:
         d = {} if d is None else dict(d)
         unknown = sorted(set(d) - set(MESH_AXES))
         if unknown:
-            raise ConfigError(f"unknown mesh field(s) {unknown}; allowed: {list(MESH_AXES)}")
+            raise ModelConfigError(f"unknown mesh field(s) {unknown}; allowed: {list(MESH_AXES)}")
         return cls(**d)
 
     def resolve(self, num_devices: int) -> tuple[int, int]:
-        """``(data, fsdp)`` sizes for ``num_devices`` devices; ``ConfigError`` if they do not fit."""
+        """``(data, fsdp)`` sizes for ``num_devices`` devices; ``ModelConfigError`` if they do not fit."""
         data, fsdp = self.data, self.fsdp
         if data == -1:
             if num_devices % fsdp:
-                raise ConfigError(f"mesh.fsdp={fsdp} does not divide the {num_devices} devices")
+                raise ModelConfigError(f"mesh.fsdp={fsdp} does not divide the {num_devices} devices")
             data = num_devices // fsdp
         elif fsdp == -1:
             if num_devices % data:
-                raise ConfigError(f"mesh.data={data} does not divide the {num_devices} devices")
+                raise ModelConfigError(f"mesh.data={data} does not divide the {num_devices} devices")
             fsdp = num_devices // data
         if data * fsdp != num_devices:
-            raise ConfigError(
+            raise ModelConfigError(
                 f"mesh data={data} x fsdp={fsdp} = {data * fsdp} devices, but there are {num_devices}; "
                 "set one axis to -1 to use the rest"
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -9,7 +10,31 @@ import optax
 
 from llm.model import sharding as shd
 
-from llm.training.config import OptimConfig
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with linear warmup then cosine decay to ``lr * min_lr_ratio``; grad clipping."""
+
+    lr: float = 1e-3
+    warmup_steps: int = 10
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    b1: float = 0.9
+    b2: float = 0.99
+    eps: float = 1e-8
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ValueError(f"optim.lr={self.lr} must be > 0")
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"optim.warmup_steps={self.warmup_steps!r} must be an integer >= 0")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"optim.min_lr_ratio={self.min_lr_ratio} not in [0, 1]")
+        if not self.max_grad_norm > 0:
+            raise ValueError(f"optim.max_grad_norm={self.max_grad_norm} must be > 0")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"optim.weight_decay={self.weight_decay} must be >= 0")
 
 
 def make_optimizer(config: OptimConfig, total_updates: int) -> optax.GradientTransformation:

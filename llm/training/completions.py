@@ -18,7 +18,7 @@ from llm.generation.decode import GenerationConfig, generate_ids
 from llm.training.policy import Policy
 from llm.generation.reasoning import ReasoningConfig
 from llm.model.sharding import to_host
-from llm.game.tokenizer import eos_and_pad
+from llm.generation.stops import eos_and_pad
 
 
 def sample_completions(policy: Policy, ids: np.ndarray, mask: np.ndarray, key: jax.Array,

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional
 from jaxlake.config import cfg_get, to_plain
 from jaxlake.metrics import LoggerConfig
 from llm.rl.grpo import GRPOLossConfig
+from llm.rl.optim import OptimConfig
 from llm.model.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
 from llm.model.qwen3 import DTYPES, REMAT_POLICIES, Qwen3Config
 from llm.game.prompts import PromptConfig
@@ -37,31 +38,6 @@ def _from_mapping(cls, values: Optional[Mapping[str, Any]], where: str):
 def _positive_int(where: str, value: Any, low: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{where}={value!r} must be an integer >= {low}")
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimConfig:
-    """AdamW with linear warmup then cosine decay to ``lr * min_lr_ratio``; grad clipping."""
-
-    lr: float = 1e-3
-    warmup_steps: int = 10
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    b1: float = 0.9
-    b2: float = 0.99
-    eps: float = 1e-8
-
-    def __post_init__(self) -> None:
-        if not self.lr > 0:
-            raise ValueError(f"optim.lr={self.lr} must be > 0")
-        _positive_int("optim.warmup_steps", self.warmup_steps, 0)
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(f"optim.min_lr_ratio={self.min_lr_ratio} not in [0, 1]")
-        if not self.max_grad_norm > 0:
-            raise ValueError(f"optim.max_grad_norm={self.max_grad_norm} must be > 0")
-        if not self.weight_decay >= 0:
-            raise ValueError(f"optim.weight_decay={self.weight_decay} must be >= 0")
 
 
 @dataclasses.dataclass(frozen=True)

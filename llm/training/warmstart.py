@@ -41,7 +41,7 @@ from llm.rl.optim import apply_gradients, make_optimizer, schedule_value
 from llm.training.phase import Checkpoints, PhaseResult, progress_bar
 from llm.training.policy import Policy
 from llm.game.prompter import Prompter
-from llm.game.tokenizer import eos_and_pad
+from llm.generation.stops import eos_and_pad
 from llm.training.config import TrainConfig
 from llm.rl.updates import accumulate_gradients, completion_forward
 
