@@ -49,21 +49,24 @@ __version__ = "0.1.0"
 
 
 def _find_source_conf() -> None:
-    """Make ``jaxlake.conf`` importable from a source checkout that is not installed.
+    """In a source checkout, ``jaxlake.conf`` is the checkout's own top-level ``conf/``.
 
-    The configs live at the repository's top level (``conf/``); an installed wheel or an
-    editable install maps them to the package ``jaxlake.conf`` (pyproject's ``package-dir``).
-    A checkout that is only on ``PYTHONPATH`` has no such mapping, so the folder beside this
-    package is registered under that name. Installed copies never take this path.
+    A wheel carries the configs inside the package (pyproject's ``package-dir`` maps ``conf/``
+    to ``jaxlake.conf``), and an editable install maps them to the same folder. A checkout that
+    is only on ``PYTHONPATH`` (or a second work tree beside an editable install) has no mapping
+    of its own, so the ``conf/`` beside this package is registered under that name: the code and
+    the configs always come from the same tree. Recognised by ``pyproject.toml`` and
+    ``conf/config.yaml`` beside the package; an installed wheel never takes this path.
     """
     import importlib.machinery
     import importlib.util
     import sys
     from pathlib import Path
 
-    if "jaxlake.conf" in sys.modules or importlib.util.find_spec("jaxlake.conf") is not None:
+    root = Path(__file__).resolve().parents[1]
+    if "jaxlake.conf" in sys.modules or not ((root / "pyproject.toml").is_file() and (root / "conf" / "config.yaml").is_file()):
         return
-    spec = importlib.machinery.PathFinder.find_spec("jaxlake.conf", [str(Path(__file__).resolve().parents[1])])
+    spec = importlib.machinery.PathFinder.find_spec("jaxlake.conf", [str(root)])
     if spec is None:
         return
     module = importlib.util.module_from_spec(spec)

@@ -117,7 +117,7 @@ RESULT_FILES = ("bench.json", "bench.csv", "bench.png")
 _ENV_FIELDS = ("height", "width", "num_agents", "max_agents", "hole_density", "conflict_density",
                "slip_prob", "max_steps")
 
-# Documented JSON fields (module docstring); tests/test_bench.py checks a real run has them.
+# Documented JSON fields (module docstring); tests/jaxlake/test_bench.py checks a real run has them.
 TOP_FIELDS = ("schema", "meta", "config", "results", "peers", "ratios", "autoreset_overhead", "files")
 META_FIELDS = ("device_kind", "platform", "device_count", "local_device_count", "process_count",
                "versions", "git_commit", "git_dirty", "hostname", "cpu_count", "time_utc",

@@ -7,7 +7,7 @@ Simulation batches are embarrassingly parallel along their leading axis, so one 
 ``shard_map`` needed; keep outputs sharded with :func:`constrain_batch`). Random numbers drawn
 inside the jitted function for a ``[B, ...]`` shape are the same sharded or not (JAX's
 partitionable threefry, the default), so a sharded rollout ends in the same states as the
-unsharded one (``tests/test_sharding.py`` checks it on 4 forced host devices).
+unsharded one (``tests/jaxlake/test_sharding.py`` checks it on 4 forced host devices).
 
 Used by ``jaxlake.bench`` and reusable by GRPO.
 """

@@ -15,10 +15,12 @@ import pytest  # noqa: E402
 #: and the short files after them is the classic list schedule: the two workers finish close
 #: together. A stale order only costs balance, never correctness.
 SLOWEST_FIRST = (
-    "test_notebooks.py", "test_pipeline.py", "test_train.py", "test_study.py", "test_install.py",
-    "test_reasoning_pipeline.py", "test_paper_recipe.py", "test_run_stage.py", "test_bench.py",
-    "test_logprobs.py", "test_fsdp.py", "test_precision.py", "test_autoreset.py", "test_grpo_sampling.py",
-    "test_step_properties.py", "test_llm_engineer.py", "test_examples.py", "test_viewer.py",
+    "test_notebooks.py", "jaxlake/pipeline/test_stages.py", "llm/training/test_train.py",
+    "jaxlake/pipeline/test_study.py", "test_install.py", "jaxlake/pipeline/test_reasoning_pipeline.py",
+    "jaxlake/pipeline/test_paper_recipe.py", "jaxlake/pipeline/test_run_stage.py", "jaxlake/test_bench.py",
+    "llm/model/test_logprobs.py", "llm/model/test_fsdp.py", "llm/model/test_precision.py",
+    "jaxlake/test_autoreset.py", "llm/training/test_grpo_sampling.py", "jaxlake/test_step_properties.py",
+    "llm/engineer/test_local.py", "llm/training/test_examples.py", "jaxlake/test_viewer.py",
 )
 
 
@@ -26,7 +28,8 @@ def pytest_collection_modifyitems(config, items):
     """Put the files of :data:`SLOWEST_FIRST` first, in that order (a stable sort: every other
     file, and the tests within a file, keep pytest's order)."""
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))
+    here = Path(__file__).resolve().parent
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).resolve().relative_to(here).as_posix(), len(rank)))
 
 
 @pytest.fixture(scope="session")
@@ -73,40 +76,3 @@ def qwen_shaped_model(tmp_path_factory):
     path = tmp_path_factory.mktemp("qwen_shaped") / "model"
     save_pretrained(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0)), tok, path)
     return path
-
-
-def tiny_run_overrides(micro):
-    """Hydra overrides that make a pipeline stage take seconds: the micro model, a tiny suite,
-    one or two optimisation steps, lake counts equal to the trainer's (2) and the suite's (16)
-    so that no extra generator compiles happen."""
-    return [
-        "eval=tiny", f"+model.path={micro}",
-        "train.warmstart.steps=1", "train.warmstart.batch_size=4", "train.warmstart.checkpoint_every=1",
-        "train.grpo.steps=2", "train.grpo.lakes_per_step=2", "train.grpo.group_size=2",
-        "train.grpo.max_new_tokens=16", "train.grpo.checkpoint_every=1", "train.eval.num_lakes=2",
-        "train.eval.batch_size=2", "train.progress=false", "train.plot=false",
-        "eval.current_env_lakes=2", "eval.summary.env_stats_lakes=2", "eval.batch_size=16",
-        "eval.sampled.num_samples=1", "eval.max_new_tokens=16",
-    ]
-
-
-def run_cli(monkeypatch, args):
-    """``python -m jaxlake.run <args>`` in this process; returns the SystemExit code (None: ok)."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    import jaxlake.run as entry
-
-    GlobalHydra.instance().clear()
-    # resolve config_path="conf" from jaxlake/run.py as `python -m jaxlake.run` does
-    monkeypatch.setenv("HYDRA_MAIN_MODULE", "__main__")
-    # Hydra's logging set-up (dictConfig) closes existing handlers, and absl's handler closes
-    # its stream (pytest's capture) when that is not the current sys.stderr: leave logging be
-    quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
-    monkeypatch.setattr(sys, "argv", [str(Path(__file__).resolve().parents[1] / "jaxlake" / "run.py"), *args, *quiet])
-    try:
-        entry.main()
-    except SystemExit as err:
-        return err.code
-    finally:
-        GlobalHydra.instance().clear()
-    return None

@@ -41,7 +41,7 @@ CI = REPO / ".ci" / "run"
 
 #: Modules allowed to use ``__file__``, and why.
 FILE_USERS = {
-    "conf/__init__.py": "CONF_DIR: the package's own config folder",
+    "jaxlake/__init__.py": "an uninstalled source checkout finds conf/ beside the package",
     "jaxlake/bench.py": "git commit of the benchmarked code, only when it is a checkout",
     "jaxlake/peers/gymnasium_frozenlake.py": "runs its own peer script",
     "jaxlake/peers/gymnasium_frozenlake_vector.py": "runs its own peer script",

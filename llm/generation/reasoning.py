@@ -179,7 +179,7 @@ def _answer_problems(answer: str, empty_problem: str, problems: list) -> tuple[b
 def split_completion(text: Any) -> ThinkParse:
     """Split a reasoning-mode completion into thinking and answer. Never raises.
 
-    Cases (each tested in ``tests/test_reasoning.py``):
+    Cases (each tested in ``tests/llm/generation/test_reasoning.py``):
 
     * ``<think> t </think> plan``: thinking ``t``, answer ``plan``, no flag;
     * ``<think> t`` (never closed): answer empty, ``answer_empty``, not ``closed``;

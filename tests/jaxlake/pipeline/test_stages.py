@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_cli, tiny_run_overrides
+from tests.support import run_cli, tiny_run_overrides
 from jaxlake.conf import CONF_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.slow
 

@@ -34,7 +34,7 @@ from jaxlake.types import (
     UP,
     State,
 )
-from test_step_rules import MAX_AGENTS, lake_from_rows
+from tests.jaxlake.test_step_rules import MAX_AGENTS, lake_from_rows
 
 T = 8
 A = MAX_AGENTS

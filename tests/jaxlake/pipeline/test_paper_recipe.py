@@ -11,7 +11,7 @@ import math
 
 import pytest
 import yaml
-from conftest import run_cli
+from tests.support import run_cli
 
 from jaxlake.conf import CONF_DIR
 

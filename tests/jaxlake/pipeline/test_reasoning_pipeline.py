@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli, tiny_run_overrides
+from tests.support import run_cli, tiny_run_overrides
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.slow
 

@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import tiny_run_overrides
+from tests.support import tiny_run_overrides
 
 from jaxlake.pipeline import study
 from jaxlake.pipeline.stages import stage1_key
 from jaxlake.conf import CONF_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_study_config_composes_the_promised_sweep():

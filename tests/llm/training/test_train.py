@@ -135,7 +135,7 @@ def test_gradient_accumulation_equals_full_batch(policy):
     assert float(outs[0][1]["kl"]) > 0
 
 
-# The update on 4 host devices (data parallel and FSDP meshes): tests/test_fsdp.py.
+# The update on 4 host devices (data parallel and FSDP meshes): tests/llm/model/test_fsdp.py.
 
 
 # ----------------------------------------------------------------------------- warm start

@@ -1,6 +1,6 @@
 """``python -m jaxlake.run`` as a user runs it: a real subprocess, tiny overrides.
 
-The in-process pipeline tests (tests/test_pipeline.py) cover stages, resume and sweeps; this
+The in-process pipeline tests (tests/jaxlake/pipeline/test_stages.py) cover stages, resume and sweeps; this
 file checks the module entry point itself: the per-stage table on stdout, the stage folder's
 files, a finished run rerun as a no-op, and a clear error for a stage out of range.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 TINY = [
     # a 3x3 one-agent lake and a one-layer model keep compiles short

@@ -10,7 +10,7 @@ import pytest
 
 from jaxlake.env import pad_plan, reset, rollout, step
 from jaxlake.types import ACTION_LETTERS, ACTIVE, ARRIVED, FELL, STAY, TIMED_OUT
-from test_step_rules import MAX_AGENTS, lake_from_rows
+from tests.jaxlake.test_step_rules import MAX_AGENTS, lake_from_rows
 
 A = MAX_AGENTS
 T = 6

@@ -2,7 +2,7 @@
 their resume semantics, the logger config and the pipeline's per-stage rows. TensorBoard event
 files are read back with TensorBoard's own EventAccumulator. The tiny real training run whose
 event files must equal its ``metrics.jsonl`` (after a kill and resume) is
-tests/test_train.py::test_end_to_end_stage_and_kill_resume."""
+tests/llm/training/test_train.py::test_end_to_end_stage_and_kill_resume."""
 
 import math
 import sys

@@ -11,7 +11,7 @@ from jaxlake.engineers import build_engineer
 from jaxlake.pipeline.stages import PipelineError, read_json, write_run_info
 from jaxlake.conf import CONF_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _write(tmp_path, *overrides):

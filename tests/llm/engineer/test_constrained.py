@@ -1,7 +1,7 @@
 """Constrained decoding chooses values without length bias (issue 13 item 1): the choice rule
 on hand-built tries; an indifferent model (every token equally likely) reaches every allowed
 value of every field uniformly (chi-square); a model that prefers multi-token values writes
-them greedily. (tests/test_llm_engineer.py: the same rule on a real tiny model.)"""
+them greedily. (tests/llm/engineer/test_local.py: the same rule on a real tiny model.)"""
 
 import json
 import math

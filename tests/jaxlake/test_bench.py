@@ -16,7 +16,7 @@ from jaxlake import bench, bench_report
 from jaxlake.config import ConfigError
 from jaxlake.peers import measure_peer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -180,7 +180,7 @@ def fsdp_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp")
     script = tmp / "fsdp_checks.py"
     script.write_text(SCRIPT)
-    root = str(Path(__file__).parents[1])
+    root = str(Path(__file__).parents[3])
     # optimisation level 0: compiles ~40 % faster; the tiny model runs fast either way
     flags = "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0"
     env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu",

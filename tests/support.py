@@ -1,0 +1,43 @@
+"""Helpers shared by the end-to-end tests of the pipeline (imported as ``tests.support``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def tiny_run_overrides(micro):
+    """Hydra overrides that make a pipeline stage take seconds: the micro model, a tiny suite,
+    one or two optimisation steps, lake counts equal to the trainer's (2) and the suite's (16)
+    so that no extra generator compiles happen."""
+    return [
+        "eval=tiny", f"+model.path={micro}",
+        "train.warmstart.steps=1", "train.warmstart.batch_size=4", "train.warmstart.checkpoint_every=1",
+        "train.grpo.steps=2", "train.grpo.lakes_per_step=2", "train.grpo.group_size=2",
+        "train.grpo.max_new_tokens=16", "train.grpo.checkpoint_every=1", "train.eval.num_lakes=2",
+        "train.eval.batch_size=2", "train.progress=false", "train.plot=false",
+        "eval.current_env_lakes=2", "eval.summary.env_stats_lakes=2", "eval.batch_size=16",
+        "eval.sampled.num_samples=1", "eval.max_new_tokens=16",
+    ]
+
+
+def run_cli(monkeypatch, args):
+    """``python -m jaxlake.run <args>`` in this process; returns the SystemExit code (None: ok)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    import jaxlake.run as entry
+
+    GlobalHydra.instance().clear()
+    # resolve config_path="conf" from jaxlake/run.py as `python -m jaxlake.run` does
+    monkeypatch.setenv("HYDRA_MAIN_MODULE", "__main__")
+    # Hydra's logging set-up (dictConfig) closes existing handlers, and absl's handler closes
+    # its stream (pytest's capture) when that is not the current sys.stderr: leave logging be
+    quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
+    monkeypatch.setattr(sys, "argv", [str(Path(__file__).resolve().parents[1] / "jaxlake" / "run.py"), *args, *quiet])
+    try:
+        entry.main()
+    except SystemExit as err:
+        return err.code
+    finally:
+        GlobalHydra.instance().clear()
+    return None
