@@ -304,6 +304,12 @@ class WandbWriter(MetricsWriter):
         if self._run is not None:
             self._run.finish()
             self._run = None
+            # wandb >= 0.31 keeps an offline run's records in its service process until that
+            # process ends; tearing it down writes the run file now, so the folder is complete
+            # when close() returns (a later writer starts a new service).
+            import wandb
+
+            wandb.teardown()
 
 
 class MultiWriter(MetricsWriter):

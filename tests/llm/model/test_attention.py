@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxlake.config import ConfigError
+from llm.model.errors import ModelConfigError as ConfigError
 from llm.model import attention as att
 from llm.generation.decode import left_pad_positions
 from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM

@@ -17,7 +17,7 @@ torch = pytest.importorskip(
 transformers = pytest.importorskip("transformers")
 
 import llm  # noqa: E402
-from jaxlake.config import ConfigError  # noqa: E402
+from llm.model.errors import ModelConfigError as ConfigError  # noqa: E402
 from llm.model.hf_io import (  # noqa: E402
     INDEX_FILE,
     WEIGHTS_FILE,
