@@ -40,7 +40,36 @@ def floors(pyproject: Path) -> dict[str, str]:
     return out
 
 
+def check(pyproject: Path, names: list[str]) -> list[str]:
+    """The packages of ``names`` whose installed version is not their floor (local labels such as
+    torch's ``+cpu`` aside): what the lowest-versions step must not run with."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+
+    want = floors(pyproject)
+    bad = []
+    for name in names:
+        try:
+            got = version(name)
+        except PackageNotFoundError:
+            bad.append(f"{name}: not installed (floor {want[name]})")
+            continue
+        if Version(Version(got).public) != Version(want[name]):
+            bad.append(f"{name}: {got} installed, floor {want[name]}")
+        print(f"  {name}=={got}")
+    return bad
+
+
 if __name__ == "__main__":
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "pyproject.toml"
-    for name, version in sorted(floors(path).items()):
-        print(f"{name}=={version}")
+    # floors.py [pyproject.toml]          -> the constraints, one `name==floor` a line
+    # floors.py --check NAME... (python)  -> exit 1 unless each NAME is installed at its floor
+    root = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    if sys.argv[1:2] == ["--check"]:
+        bad = check(root, sys.argv[2:])
+        if bad:
+            raise SystemExit("not at the floor of pyproject.toml:\n  " + "\n  ".join(bad))
+    else:
+        path = Path(sys.argv[1]) if len(sys.argv) > 1 else root
+        for name, version in sorted(floors(path).items()):
+            print(f"{name}=={version}")
