@@ -1,6 +1,7 @@
 """The package installs anywhere and its entry points run from any folder.
 
-* README starts with two commands (the main job, the tests); the test one is exactly what ``.ci/run`` runs.
+* README starts with two commands (the main job, the tests); the test one is exactly what ``.ci/run`` runs
+  first (then ``.ci/lowest``, the lowest allowed versions).
 * A folder of one's own adds configs beside the package's (README, "Your own configs"): the
   README block runs from an empty folder.
 * No module finds its inputs or places its outputs relative to the source tree.
@@ -72,7 +73,8 @@ def test_readme_first_commands_are_what_ci_runs():
     assert run.startswith("pip install -e ") and run.endswith("&& python -m jaxlake.run"), run
     assert test.startswith("pip install -e ") and test.endswith("&& python -m pytest -q"), test
     assert run.split(" && ")[0] == test.split(" && ")[0], "both README commands install the same extras"
-    assert ci == [test], f"README's test command {test!r} differs from .ci/run's {ci}"
+    assert ci[:1] == [test], f"README's test command {test!r} differs from .ci/run's first {ci}"
+    assert ci[1:] == ["bash .ci/lowest"], f".ci/run runs the lowest-versions step after it, and nothing else: {ci}"
 
 
 def _own_configs_block() -> str:

@@ -35,7 +35,9 @@ MODEL_CONF_DIR = CONF_DIR / "model"
 #: Seed of the default model's random initialisation.
 DEFAULT_SEED = 0
 #: Bump when the folder layout or the way it is built changes.
-FORMAT_VERSION = 1
+#: 2: config.json has the top-level rope_theta, tokenizer_config.json the special tokens as
+#: transformers 4.57 reads them (llm.model.hf_io.portable_tokenizer_config).
+FORMAT_VERSION = 2
 #: Environment variable overriding the cache root.
 CACHE_ENV = "JAXLAKE_CACHE"
 

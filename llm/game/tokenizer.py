@@ -261,8 +261,12 @@ def save_game_tokenizer(path: str | os.PathLike, vocab_size: int = DEFAULT_VOCAB
     """Build the game tokenizer and save it as a Hugging Face tokenizer folder at ``path``.
 
     Returns the ``transformers`` tokenizer. ``tokenizer_config.json`` names the generic
-    ``PreTrainedTokenizerFast`` so ``AutoTokenizer`` uses ``tokenizer.json`` as is.
+    ``PreTrainedTokenizerFast`` so ``AutoTokenizer`` uses ``tokenizer.json`` as is, and lists the
+    special tokens under ``additional_special_tokens``
+    (:func:`llm.model.hf_io.portable_tokenizer_config`): transformers 4.57 and 5 read it alike.
     """
+    from llm.model.hf_io import portable_tokenizer_config
+
     hf = to_hf_tokenizer(build_game_tokenizer(vocab_size=vocab_size, seed=seed))
     os.makedirs(path, exist_ok=True)
     hf.save_pretrained(str(path))
@@ -271,6 +275,7 @@ def save_game_tokenizer(path: str | os.PathLike, vocab_size: int = DEFAULT_VOCAB
         cfg = json.load(f)
     cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
     cfg["padding_side"] = "left"
+    cfg = portable_tokenizer_config(cfg)  # the special tokens as transformers 4.57 reads them too
     with open(cfg_path, "w") as f:
         json.dump(cfg, f, indent=2, ensure_ascii=False)
     return hf

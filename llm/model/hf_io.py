@@ -8,7 +8,10 @@ ignored).
 
 Public entry points: :func:`from_pretrained`, :func:`save_pretrained`; the pieces they are
 built from (:func:`load_config`, :func:`load_model`, :func:`hf_tensor_shapes`,
-:func:`model_to_hf_tensors`) are public too.
+:func:`model_to_hf_tensors`, :func:`portable_tokenizer_config`,
+:func:`make_tokenizer_folder_portable`) are public too. What is written reads the same in
+transformers 4.57 and 5 (``config.json`` carries both RoPE spellings, ``tokenizer_config.json``
+the class name and special-token list both know).
 
 Sharded (FSDP) layout: ``from_pretrained(..., mesh=mesh)`` builds every parameter with
 ``jax.make_array_from_callback`` in its :func:`llm.model.sharding.state_shardings` layout; each
@@ -302,16 +305,72 @@ def load_model(path: str | os.PathLike, *, dtype: str | None = None, param_dtype
     return model_from_hf_tensors(config, reader.get, mesh=mesh, get_part=reader.get_part)
 
 
+#: ``tokenizer_class`` that transformers 5 writes for a tokenizer without a model-specific class;
+#: transformers 4.x knows it as ``PreTrainedTokenizerFast`` (the same ``tokenizer.json`` wrapper).
+_V5_GENERIC_TOKENIZER = "TokenizersBackend"
+_GENERIC_TOKENIZER = "PreTrainedTokenizerFast"
+
+
+def portable_tokenizer_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``tokenizer_config.json`` mapping that transformers 4.57 and 5 both read the same way.
+
+    transformers 5 writes the generic class as ``TokenizersBackend`` (4.x has no such class) and
+    the extra special tokens as a list under ``extra_special_tokens`` (4.x reads that key as a
+    mapping of named tokens and fails on a list). Both read ``PreTrainedTokenizerFast`` and the
+    list under ``additional_special_tokens``, so those are written instead; a mapping under
+    ``extra_special_tokens`` (named tokens, the form both read) is kept.
+    """
+    out = dict(cfg)
+    if out.get("tokenizer_class") == _V5_GENERIC_TOKENIZER:
+        out["tokenizer_class"] = _GENERIC_TOKENIZER
+    extra = out.get("extra_special_tokens")
+    if isinstance(extra, (list, tuple)):
+        merged = list(out.get("additional_special_tokens") or [])
+        merged += [t for t in extra if t not in merged]
+        out["additional_special_tokens"] = merged
+        del out["extra_special_tokens"]
+    return out
+
+
+def make_tokenizer_folder_portable(path: str | os.PathLike) -> None:
+    """Rewrite ``<path>/tokenizer_config.json`` with :func:`portable_tokenizer_config` (if present)."""
+    p = Path(path) / "tokenizer_config.json"
+    if not p.is_file():
+        return
+    cfg = json.loads(p.read_text(encoding="utf-8"))
+    new = portable_tokenizer_config(cfg)
+    if new != cfg:
+        p.write_text(json.dumps(new, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def load_tokenizer(path: str | os.PathLike) -> Any:
-    """``transformers.AutoTokenizer`` from the folder's tokenizer files, offline."""
+    """``transformers.AutoTokenizer`` from the folder's tokenizer files, offline.
+
+    Under transformers 4.x a folder written by transformers 5 (this project's older exports:
+    ``TokenizersBackend``, ``extra_special_tokens`` as a list) is read as
+    :func:`portable_tokenizer_config` describes, without changing the folder.
+    """
     root = _require_dir(path)
     if not any((root / f).is_file() for f in TOKENIZER_FILES):
         raise FileNotFoundError(
             f"no tokenizer files ({', '.join(TOKENIZER_FILES)}) in {str(root)!r}; "
             "pass tokenizer=False to load the model alone"
         )
+    import transformers
     from transformers import AutoTokenizer
 
+    cfg_file = root / "tokenizer_config.json"
+    if int(transformers.__version__.split(".")[0]) < 5 and cfg_file.is_file():
+        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+        fixed = portable_tokenizer_config(cfg)
+        if fixed != cfg:
+            overrides = {k: fixed[k] for k in ("additional_special_tokens",) if k in fixed}
+            if "extra_special_tokens" in cfg and "extra_special_tokens" not in fixed:
+                overrides["extra_special_tokens"] = {}
+            if cfg.get("tokenizer_class") == _V5_GENERIC_TOKENIZER:
+                return transformers.PreTrainedTokenizerFast.from_pretrained(str(root), local_files_only=True,
+                                                                           **overrides)
+            return AutoTokenizer.from_pretrained(str(root), local_files_only=True, **overrides)
     return AutoTokenizer.from_pretrained(str(root), local_files_only=True)
 
 
@@ -428,7 +487,8 @@ def save_pretrained(
 
     Writes ``config.json``, ``generation_config.json``, the weights (``model.safetensors``,
     or shards of at most ``max_shard_bytes`` plus ``model.safetensors.index.json``) and the
-    tokenizer files (``tokenizer.save_pretrained``). Everything is written to a temporary
+    tokenizer files (``tokenizer.save_pretrained``, then :func:`make_tokenizer_folder_portable`
+    so that transformers 4.57 reads them too). Everything is written to a temporary
     sibling folder that is renamed into place at the end, so a failure leaves no
     half-written folder (and an existing folder at ``path`` is only replaced on success).
     Returns the folder path.
@@ -446,6 +506,7 @@ def save_pretrained(
         _write_weights(dict(model_to_hf_tensors(model)), tmp, max_shard_bytes)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
+            make_tokenizer_folder_portable(tmp)
         _default_permissions(tmp)
         _replace_dir(tmp, target)
     except BaseException:

@@ -241,7 +241,8 @@ class Qwen3Config:
         )
 
     def to_hf_dict(self) -> dict[str, Any]:
-        """The ``config.json`` mapping transformers 5.24 writes for this architecture."""
+        """The ``config.json`` mapping transformers 5.24 writes for this architecture, plus the
+        keys transformers 4.57 reads (top-level ``rope_theta`` and ``rope_scaling``)."""
         try:
             from importlib.metadata import version
 
@@ -269,7 +270,11 @@ class Qwen3Config:
             "num_key_value_heads": self.num_key_value_heads,
             "pad_token_id": self.pad_token_id,
             "rms_norm_eps": self.rms_norm_eps,
+            # transformers 5 reads the RoPE base from rope_parameters, 4.x from the top-level
+            # rope_theta / rope_scaling (without them it takes 10000): write both.
             "rope_parameters": {"rope_theta": float(self.rope_theta), "rope_type": "default"},
+            "rope_scaling": None,
+            "rope_theta": float(self.rope_theta),
             "sliding_window": None,
             "tie_word_embeddings": self.tie_word_embeddings,
             "transformers_version": tf_version,

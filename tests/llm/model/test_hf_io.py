@@ -17,7 +17,7 @@ torch = pytest.importorskip(
 transformers = pytest.importorskip("transformers")
 
 import llm  # noqa: E402
-from llm.model.errors import ModelConfigError as ConfigError  # noqa: E402
+from llm.model.errors import ModelConfigError  # noqa: E402
 from llm.model.hf_io import (  # noqa: E402
     INDEX_FILE,
     WEIGHTS_FILE,
@@ -34,7 +34,9 @@ def make_torch_model(seed: int, tied: bool):
     cfg = transformers.Qwen3Config(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=tied,
-        rope_parameters={"rope_type": "default", "rope_theta": 2000.0}, eos_token_id=1, bos_token_id=None,
+        # rope_parameters for transformers 5, rope_theta for 4.x (which ignores rope_parameters)
+        rope_parameters={"rope_type": "default", "rope_theta": 2000.0}, rope_theta=2000.0,
+        eos_token_id=1, bos_token_id=None,
     )
     torch.manual_seed(seed)
     model = transformers.Qwen3ForCausalLM(cfg).eval()
@@ -192,7 +194,7 @@ def test_bfloat16_checkpoint_and_dtype_choice(hf_dirs, tmp_path):
     # and it exports as bf16 that transformers reads back
     out = llm.save_pretrained(m, None, tmp_path / "bf16_out")
     assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
-    back = transformers.AutoModelForCausalLM.from_pretrained(out)
+    back = transformers.AutoModelForCausalLM.from_pretrained(out, dtype="auto")  # 5's default, 4.x's is fp32
     assert back.model.embed_tokens.weight.dtype == torch.bfloat16
     for k, v in tm16.state_dict().items():
         torch.testing.assert_close(back.state_dict()[k], v, atol=0, rtol=0)
@@ -251,7 +253,7 @@ def test_unsupported_architecture_is_named(hf_dirs, tmp_path):
     cfg = json.loads((c / "config.json").read_text())
     cfg.update(architectures=["LlamaForCausalLM"], model_type="llama")
     (c / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ConfigError, match="LlamaForCausalLM.*Qwen3ForCausalLM"):
+    with pytest.raises(ModelConfigError, match="LlamaForCausalLM.*Qwen3ForCausalLM"):
         llm.from_pretrained(c)
 
 

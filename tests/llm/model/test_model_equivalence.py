@@ -44,7 +44,9 @@ def make_torch_model(seed: int, *, theta: float, **kw):
         hidden_size=32,
         intermediate_size=48,
         num_hidden_layers=2,
+        # rope_parameters for transformers 5, rope_theta for 4.x (which ignores rope_parameters)
         rope_parameters={"rope_type": "default", "rope_theta": theta},
+        rope_theta=theta,
         rms_norm_eps=1e-6,
         **kw,
     )
@@ -346,7 +348,8 @@ def test_hf_dict_round_trip_and_rope_theta_locations():
                          tie_word_embeddings=False, eos_token_id=3, bos_token_id=1)
     d = config.to_hf_dict()
     assert d["rope_parameters"] == {"rope_theta": 1234.0, "rope_type": "default"}
-    assert "rope_theta" not in d
+    # transformers 4.x reads only the top-level keys (without them: theta 10000)
+    assert d["rope_theta"] == 1234.0 and d["rope_scaling"] is None
     assert Qwen3Config.from_hf_dict(d) == config
     # transformers reads our dict and writes back the same values
     hf = transformers.Qwen3Config(**{k: v for k, v in d.items() if k not in ("transformers_version", "model_type")})
