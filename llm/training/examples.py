@@ -160,7 +160,7 @@ def policy_examples(policy: Any, lakes: Lake, key: jax.Array, *, prompt_config: 
     gen = GenerationConfig(max_new_tokens=int(max_new_tokens), temperature=float(temperature))
     out = sample_completions(policy, ids, mask, k_gen, gen, None)
     texts = prompt_lib.render_prompts(lakes, policy.tokenizer, config)
-    return play_texts(lakes, out["texts"], k_play, horizon=horizon, prompts=texts)
+    return play_texts(lakes, out.texts, k_play, horizon=horizon, prompts=texts)
 
 
 def failure_rates(examples: Sequence[Example]) -> dict[str, float]:
