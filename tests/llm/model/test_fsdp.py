@@ -118,8 +118,8 @@ SCRIPT = textwrap.dedent(
     toks = []
     for mesh in (None, meshes["1x4"]):
         state = runs["single"][0] if mesh is None else runs["1x4"][0]
-        ids, pm = (batch["prompt_ids"], batch["prompt_mask"]) if mesh is None else \\
-            shd.shard_batch((batch["prompt_ids"], batch["prompt_mask"]), mesh)
+        ids, pm = (batch.prompt_ids, batch.prompt_mask) if mesh is None else \\
+            shd.shard_batch((batch.prompt_ids, batch.prompt_mask), mesh)
         out = generate_ids((graphdef, state), ids, pm, None, gen, eos_token_ids=(), pad_token_id=0)
         toks.append(np.asarray(out[0]))
     res["same_tokens"] = bool(np.array_equal(toks[0], toks[1]))
