@@ -26,7 +26,9 @@ orbax checkpoint. :func:`run_stage` runs one stage; stage ``k > 1`` reads stage 
 ``next_env.yaml`` and trained policy and, without them, fails with a message naming the
 missing file and the command that makes it. Every file is written atomically.
 
-Config keys used (``conf/config.yaml``): ``env`` (stage 1's environment), ``engineer``
+The config is read once, at :func:`main`, into :class:`jaxlake.pipeline.settings.RunSettings`;
+every step below takes those typed settings, not the raw config. Config keys used
+(``conf/config.yaml``): ``env`` (stage 1's environment), ``engineer``
 (``conf/engineer/<name>.yaml``), ``eval`` (``conf/eval/<name>.yaml``), ``stages``,
 ``experiment``, ``runs_dir``, ``seed`` (run seed: training, engineer and environment
 statistics randomness; the suite's seeds are fixed by ``eval``), ``model``, ``train``,
