@@ -295,7 +295,7 @@ def _play(lakes: Lake, plans: jax.Array, keys: jax.Array, horizon: int) -> dict:
     """Vmapped rollouts plus what the records need; every output has leading axis ``B``."""
 
     def one(lake, plan, key):
-        roll = lake_env.rollout(lake, plan, key, horizon=horizon)
+        roll = lake_env.rollout(key, lake, plan, horizon=horizon)
         out, traj = roll.outcome, roll.trajectory
         info = traj.info
         present = lake.agent_mask

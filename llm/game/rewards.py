@@ -128,7 +128,7 @@ def reference_costs(lakes: Lake, **solve_kwargs: Any) -> np.ndarray:
 def _rollout_terms(lakes: Lake, plans: jax.Array, keys: jax.Array, malformed: jax.Array,
                    ref_soc: jax.Array, horizon: int) -> dict[str, jax.Array]:
     """Device part: vmapped rollouts and unweighted terms, all ``[B]``."""
-    roll = jax.vmap(functools.partial(lake_env.rollout, horizon=horizon))(lakes, plans, keys)
+    roll = jax.vmap(functools.partial(lake_env.rollout, horizon=horizon))(keys, lakes, plans)
     out = roll.outcome
     n = jnp.maximum(lakes.num_agents.astype(jnp.float32), 1.0)
     in_play = lakes.agent_mask

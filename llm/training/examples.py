@@ -91,7 +91,7 @@ def outcome_text(example: Example) -> str:
 @functools.lru_cache(maxsize=None)
 def _runner(horizon: int):
     """``jit(vmap(rollout))`` for one horizon (compiled once per batch shape)."""
-    return jax.jit(jax.vmap(lambda lake, plan, k: rollout(lake, plan, k, horizon=horizon)))
+    return jax.jit(jax.vmap(lambda lake, plan, k: rollout(k, lake, plan, horizon=horizon)))
 
 
 def play_texts(lakes: Lake, texts: Sequence[str], key: jax.Array, *, horizon: Optional[int] = None,
