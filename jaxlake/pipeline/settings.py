@@ -71,7 +71,8 @@ class EvalSettings:
 
     @property
     def name(self) -> str:
-        return str(self.node.get("name", ""))
+        name = self.node.get("name")
+        return "" if name is None else str(name)
 
     @classmethod
     def from_node(cls, node: Any) -> "EvalSettings":
@@ -84,7 +85,7 @@ class EvalSettings:
             raise PipelineError(f"eval.summary must be a mapping, got {type(summary).__name__}")
         return cls(
             suite=SuiteSpec.from_conf(plain),
-            planner=bool(plain.get("planner", True)),
+            planner=True if plain.get("planner") is None else bool(plain["planner"]),  # null: the default
             summary_mode=str(summary.get("mode", "greedy")),
             k_failures=_int("eval.summary.k_failures", summary.get("k_failures", 6), 0),
             env_stats_lakes=_int("eval.summary.env_stats_lakes", summary.get("env_stats_lakes", 64), 1),
