@@ -65,7 +65,7 @@ def conflicts_figure() -> None:
         n = int(lake.num_agents)
         actions = np.zeros((4, 1), np.int32)
         actions[:n] = parse_plan(plan, n, 1)[0]
-        out = rollout(lake, actions, jax.random.PRNGKey(0))
+        out = rollout(jax.random.PRNGKey(0), lake, actions)
         plot_lake(lake, out.final_state, trajectory=out.trajectory, ax=ax, title=title + "\n" + plan.replace("\n", "  "))
     fig.tight_layout()
     fig.savefig(OUT / "conflicts.png", dpi=90)
@@ -83,7 +83,7 @@ def main() -> None:
     for i in range(int(lake.num_agents)):
         naive[i] = alone_plan(LAKE, "ABCDEFGH"[i], int(lake.max_steps))
     for ax, plan, title in ((axes[0], naive, "each agent's own shortest path"), (axes[1], np.asarray(sol.actions), "reference planner")):
-        out = rollout(lake, plan, key)
+        out = rollout(key, lake, plan)
         plot_lake(lake, out.final_state, trajectory=out.trajectory, ax=ax,
                   title=f"{title}: success {bool(out.outcome.success)}")
     fig.tight_layout()

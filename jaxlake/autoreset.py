@@ -117,9 +117,10 @@ def observe(pool: Lake, ar: AutoResetState) -> State:
     return _select(ar.pending, env.reset(current_lakes(pool, ar)), ar.state)
 
 
-def step(pool: Lake, ar: AutoResetState, actions: jax.Array, key: jax.Array,
+def step(key: jax.Array, pool: Lake, ar: AutoResetState, actions: jax.Array,
          **step_kwargs: Any) -> tuple[AutoResetState, StepInfo]:
-    """One auto-resetting step of one instance (``vmap`` over ``ar``, ``actions``, ``key``).
+    """One auto-resetting step of one instance (``vmap`` over ``key``, ``ar``, ``actions``);
+    the key first, as :func:`jaxlake.env.step`.
 
     Plays pool lake ``pool_idx`` with :func:`jaxlake.env.step` from :func:`observe`'s state.
     When the episode is done afterwards, ``pool_idx`` moves to ``(idx + 1) % P``,
@@ -132,7 +133,7 @@ def step(pool: Lake, ar: AutoResetState, actions: jax.Array, key: jax.Array,
 def step_from_uniforms(pool: Lake, ar: AutoResetState, actions: jax.Array, u: jax.Array,
                        **step_kwargs: Any) -> tuple[AutoResetState, StepInfo]:
     """:func:`step` with the slip noise ``u`` (``[A]`` uniforms) given, as
-    :func:`jaxlake.env.step_from_uniforms`; ``step(pool, ar, a, key)`` equals
+    :func:`jaxlake.env.step_from_uniforms`; ``step(key, pool, ar, a)`` equals
     ``step_from_uniforms(pool, ar, a, jax.random.uniform(key, [A]))``."""
     P = pool_size(pool)
     lake = _take(pool, ar.pool_idx)
@@ -144,11 +145,11 @@ def step_from_uniforms(pool: Lake, ar: AutoResetState, actions: jax.Array, u: ja
                           pending=done), info
 
 
-def step_batch(pool: Lake, ar: AutoResetState, actions: jax.Array, keys: jax.Array,
+def step_batch(keys: jax.Array, pool: Lake, ar: AutoResetState, actions: jax.Array,
                **step_kwargs: Any) -> tuple[AutoResetState, StepInfo]:
-    """:func:`step` over a batch: ``ar`` ``[B]``, ``actions`` ``[B, A]``, ``keys`` ``[B]``."""
+    """:func:`step` over a batch: ``keys`` ``[B]``, ``ar`` ``[B]``, ``actions`` ``[B, A]``."""
     chex.assert_rank(ar.pool_idx, 1)
-    return jax.vmap(lambda a, x, k: step(pool, a, x, k, **step_kwargs))(ar, actions, keys)
+    return jax.vmap(lambda k, a, x: step(k, pool, a, x, **step_kwargs))(keys, ar, actions)
 
 
 def step_batch_from_uniforms(pool: Lake, ar: AutoResetState, actions: jax.Array, u: jax.Array,

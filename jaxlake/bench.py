@@ -282,10 +282,19 @@ def keyed_actions(key: jax.Array, batch: int, num_slots: int, mesh=None) -> tupl
     return constrain_batch(actions, mesh), constrain_batch(jax.random.split(k_step, batch), mesh)
 
 
-#: ``bench.rng`` -> (draw actions and noise, batched env step, batched auto-reset step).
+def _keyed_env_step(lakes: Lake, state, actions, keys):
+    return jax.vmap(env.step)(keys, lakes, state, actions)
+
+
+def _keyed_autoreset_step(pool: Lake, ar, actions, keys):
+    return autoreset.step_batch(keys, pool, ar, actions)
+
+
+#: ``bench.rng`` -> (draw actions and noise, batched env step, batched auto-reset step); the
+#: steps take the noise (uniforms or per-instance keys) last: ``step(lakes, state, actions, noise)``.
 _RNG = {
     "bits": (random_actions, jax.vmap(env.step_from_uniforms), autoreset.step_batch_from_uniforms),
-    "keys": (keyed_actions, jax.vmap(env.step), autoreset.step_batch),
+    "keys": (keyed_actions, _keyed_env_step, _keyed_autoreset_step),
 }
 
 

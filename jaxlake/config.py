@@ -34,6 +34,29 @@ class ConfigError(ValueError):
     """A configuration value is out of its allowed range."""
 
 
+def unknown_message(section: str, unknown: Iterable[Any], allowed: Iterable[Any]) -> str:
+    """The one-line message of unknown keys: ``unknown <section> field(s) [...]; allowed: [...]``.
+
+    Both lists are sorted (as strings), so the message does not depend on mapping order. The
+    model layer (``llm.model.errors``, which imports nothing of jaxlake) builds the same form.
+    """
+    return f"unknown {section} field(s) {sorted(unknown, key=str)}; allowed: {sorted(allowed, key=str)}"
+
+
+def reject_unknown(section: str, given: Iterable[Any], allowed: Iterable[Any],
+                   error: type[Exception] = ConfigError) -> None:
+    """Raise ``error`` naming ``section``, the keys of ``given`` not in ``allowed``, and the
+    allowed ones (:func:`unknown_message`); nothing when every key is allowed.
+
+    ``given`` is a mapping (its keys) or an iterable of names; ``section`` is the config path a
+    user would edit (``train.grpo``, ``eval.base``, ``LakeConfig``).
+    """
+    allowed = set(allowed)
+    unknown = [k for k in given if k not in allowed]
+    if unknown:
+        raise error(unknown_message(section, unknown, allowed))
+
+
 #: Hard limits of the static canvas.
 MAX_CANVAS = 64
 
@@ -177,10 +200,7 @@ class LakeConfig:
         """Build from a mapping (a Hydra/OmegaConf node, JSON); unknown keys are an error."""
         values = dict(values)
         values.pop("_target_", None)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"unknown LakeConfig field(s) {unknown}; known: {sorted(known)}")
+        reject_unknown("LakeConfig", values, (f.name for f in dataclasses.fields(cls)))
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:

@@ -138,22 +138,25 @@ def cell_codes(lake: Lake) -> jax.Array:
 
 
 def step(
+    key: jax.Array,
     lake: Lake,
     state: State,
     actions: jax.Array,
-    key: jax.Array,
     *,
     arrive_reward: float = 1.0,
     fall_reward: float = -1.0,
 ) -> tuple[State, StepInfo]:
     """Advance one lake by one joint step (docs/rules.md#one-step; see the module docstring).
 
+    The PRNG key comes first, as in ``jax.random.*(key, ...)`` (and gymnasium-style JAX
+    environments' ``step(key, state, action, params)``).
+
     Args:
+      key: a PRNG key for the slips (one uniform draw per agent slot).
       lake: an unbatched :class:`Lake` (``vmap`` for batches).
       state: the current :class:`State`.
       actions: ``[A]`` integer actions (``STAY UP DOWN LEFT RIGHT`` = ``0..4``); entries of
         non-ACTIVE agents are ignored, out-of-range entries mean STAY.
-      key: a PRNG key for the slips (one uniform draw per agent slot).
       arrive_reward: reward of an agent on the step it arrives.
       fall_reward: reward of an agent on the step it falls.
 
@@ -182,7 +185,7 @@ def step_from_uniforms(
 ) -> tuple[State, StepInfo]:
     """:func:`step` with the per-agent slip noise ``u`` (``[A]`` float in ``[0, 1)``) given.
 
-    ``step(lake, state, actions, key)`` equals
+    ``step(key, lake, state, actions)`` equals
     ``step_from_uniforms(lake, state, actions, jax.random.uniform(key, [A]))``.
     """
     _check_lake(lake)
@@ -366,9 +369,9 @@ def pad_plan(plan: jax.Array, horizon: int) -> jax.Array:
 
 
 def rollout(
+    key: jax.Array,
     lake: Lake,
     plan: jax.Array,
-    key: jax.Array,
     *,
     arrive_reward: float = 1.0,
     fall_reward: float = -1.0,
@@ -381,9 +384,9 @@ def rollout(
     :func:`step` by hand with those keys. Steps after the episode is done change nothing.
 
     Args:
-      lake: an unbatched lake (``jax.vmap`` over lakes, plans and keys for batches).
+      key: PRNG key for the slips (first, as in :func:`step`).
+      lake: an unbatched lake (``jax.vmap`` over keys, lakes and plans for batches).
       plan: ``[A, T]`` integer actions; row ``i`` is agent ``i``'s plan.
-      key: PRNG key for the slips.
       arrive_reward / fall_reward: as in :func:`step`.
       horizon: static; if given, the plan is padded with STAY or cut to ``horizon`` steps
         (:func:`pad_plan`). Choose ``horizon >= max_steps`` to make every episode end: a plan
@@ -410,7 +413,7 @@ def rollout(
     def body(state, xs):
         actions, k = xs
         nxt, info = step(
-            lake, state, actions, k, arrive_reward=arrive_reward, fall_reward=fall_reward
+            k, lake, state, actions, arrive_reward=arrive_reward, fall_reward=fall_reward
         )
         return nxt, (nxt.pos, nxt.status, nxt.t, info)
 

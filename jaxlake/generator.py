@@ -49,6 +49,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 from jax.custom_batching import custom_vmap
 
 from jaxlake.config import (
@@ -87,6 +88,41 @@ class _Static:
     proposals: int
     attempts: int
     chunk: int  # lakes per chunk under vmap; 0: the whole batch at once
+
+
+@struct.dataclass
+class KernelConfig:
+    """The dynamic settings the generator kernel reads, one ``[B]`` array per lake of the batch.
+
+    A pytree (``flax.struct``) of :data:`jaxlake.config.DYNAMIC_FIELDS`, in that order; the
+    static ones (canvas, agent slots, pool size, proposals, attempts, chunk) are the kernel's
+    static arguments (:class:`_Static`), fixed per compilation.
+
+    Attributes:
+      height / width: ``[B]`` int32, the region's size.
+      num_agents: ``[B]`` int32, agents placed.
+      hole_density / conflict_density: ``[B]`` float32 targets.
+      slip_prob: ``[B]`` float32, copied to the lake.
+      max_steps: ``[B]`` int32, copied to the lake.
+      min_dist / max_dist: ``[B]`` int32, the start-goal distance bounds.
+      on_goal: ``[B]`` int32 code (``types.ON_GOAL_VANISH`` / ``ON_GOAL_STAY``), copied to the lake.
+    """
+
+    height: jax.Array
+    width: jax.Array
+    num_agents: jax.Array
+    hole_density: jax.Array
+    conflict_density: jax.Array
+    slip_prob: jax.Array
+    max_steps: jax.Array
+    min_dist: jax.Array
+    max_dist: jax.Array
+    on_goal: jax.Array
+
+    @classmethod
+    def from_leaves(cls, leaves: Sequence[jax.Array]) -> "KernelConfig":
+        """From a :class:`LakeConfig`'s leaves (:data:`DYNAMIC_FIELDS` order)."""
+        return cls(**dict(zip(DYNAMIC_FIELDS, leaves, strict=True)))
 
 
 @chex.dataclass
@@ -158,13 +194,13 @@ def _nth_true(cum: jax.Array, n: jax.Array, axis: int) -> jax.Array:
     return jnp.sum(cum <= jnp.expand_dims(n, axis), axis=axis, dtype=jnp.int32)
 
 
-def _attempt(st: _Static, keys: jax.Array, cfg: dict, attempt: jax.Array, hole_free: jax.Array) -> _Attempt:
+def _attempt(st: _Static, keys: jax.Array, cfg: KernelConfig, attempt: jax.Array, hole_free: jax.Array) -> _Attempt:
     """One attempt for every lake of the batch (see the module docstring); batch axis last."""
     h, w, a, k_pool, p = st.h, st.w, st.a, st.pool, st.proposals
     n = h * w
     nw = num_words(n)
     b = keys.shape[0]
-    height, width, num_agents = cfg["height"], cfg["width"], cfg["num_agents"]
+    height, width, num_agents = cfg.height, cfg.width, cfg.num_agents
     cells = height * width
 
     words = _random_words(st, keys, attempt, n + 1 + a * 2 * p)
@@ -173,7 +209,7 @@ def _attempt(st: _Static, keys: jax.Array, cfg: dict, attempt: jax.Array, hole_f
     # ---- holes and pool: selection sampling over the cells in row-major order
     flat = jnp.arange(n, dtype=jnp.int32)
     region = ((flat // w)[:, None] < height) & ((flat % w)[:, None] < width)  # [N, B]
-    n_holes = (_fixed(cfg["hole_density"]) * cells + (round_word >> 16).astype(jnp.int32)) >> 16
+    n_holes = (_fixed(cfg.hole_density) * cells + (round_word >> 16).astype(jnp.int32)) >> 16
     n_holes = jnp.where(hole_free, 0, jnp.clip(n_holes, 0, cells - 2 * num_agents))
     slots = jnp.arange(k_pool, dtype=jnp.int32)[:, None]
 
@@ -205,10 +241,10 @@ def _attempt(st: _Static, keys: jax.Array, cfg: dict, attempt: jax.Array, hole_f
     pair = jnp.sum(at_pool(planes).astype(jnp.int32) * digit, axis=0)  # [K, K, B]
     distinct = ~jnp.eye(k_pool, dtype=bool)[:, :, None]
     reach = (at_pool(visited) != 0) & filled[None] & distinct
-    in_bounds = reach & (pair >= cfg["min_dist"]) & (pair <= cfg["max_dist"])
+    in_bounds = reach & (pair >= cfg.min_dist) & (pair <= cfg.max_dist)
     # conflicting pairs this lake aims at: stochastic rounding of conflict_density * pairs
     pairs = num_agents * (num_agents - 1) // 2
-    aim = (_fixed(cfg["conflict_density"]) * pairs + (round_word & jnp.uint32(0xFFFF)).astype(jnp.int32)) >> 16
+    aim = (_fixed(cfg.conflict_density) * pairs + (round_word & jnp.uint32(0xFFFF)).astype(jnp.int32)) >> 16
     narrow = 2 * aim < pairs  # break ties toward narrow shortest-path sets
 
     def place(carry, x):
@@ -281,9 +317,8 @@ def _attempt(st: _Static, keys: jax.Array, cfg: dict, attempt: jax.Array, hole_f
 
 
 # ============================================================================ batch with retries
-def _generate_many(st: _Static, keys: jax.Array, leaves: Sequence[jax.Array]) -> Lake:
-    """Generate ``B`` lakes: ``keys [B, ...]`` key data, config ``leaves`` each ``[B]``."""
-    cfg = dict(zip(DYNAMIC_FIELDS, leaves))
+def _generate_many(st: _Static, keys: jax.Array, cfg: KernelConfig) -> Lake:
+    """Generate ``B`` lakes: ``keys [B, ...]`` key data, ``cfg`` each field ``[B]``."""
     b = keys.shape[0]
     h, w, a = st.h, st.w, st.a
     last = st.attempts - 1
@@ -319,7 +354,7 @@ def _generate_many(st: _Static, keys: jax.Array, leaves: Sequence[jax.Array]) ->
     zero = jnp.zeros((), jnp.int32)
     _, best, used = jax.lax.while_loop(cond, body, (zero, none, jnp.zeros((b,), jnp.int32)))
 
-    height, width, num_agents = cfg["height"], cfg["width"], cfg["num_agents"]
+    height, width, num_agents = cfg.height, cfg.width, cfg.num_agents
     cells = height * width
     pairs = num_agents * (num_agents - 1) // 2
     region = (jnp.arange(h)[None, :, None] < height[:, None, None]) & (jnp.arange(w)[None, None, :] < width[:, None, None])
@@ -336,9 +371,9 @@ def _generate_many(st: _Static, keys: jax.Array, leaves: Sequence[jax.Array]) ->
         starts=jnp.transpose(best.starts, (2, 0, 1)),
         goals=jnp.transpose(best.goals, (2, 0, 1)),
         num_agents=num_agents.astype(jnp.int32),
-        slip_prob=cfg["slip_prob"].astype(jnp.float32),
-        max_steps=cfg["max_steps"].astype(jnp.int32),
-        on_goal=cfg["on_goal"].astype(jnp.int32),
+        slip_prob=cfg.slip_prob.astype(jnp.float32),
+        max_steps=cfg.max_steps.astype(jnp.int32),
+        on_goal=cfg.on_goal.astype(jnp.int32),
         stats=stats,
     )
 
@@ -360,11 +395,11 @@ def default_chunk_size(max_height: int, max_width: int, max_agents: int, backend
     return int(max(64, min(chunk, _CHUNK_BYTES // plane_bytes)))
 
 
-def _generate_chunked(st: _Static, keys: jax.Array, leaves: Sequence[jax.Array], size: int) -> Lake:
+def _generate_chunked(st: _Static, keys: jax.Array, cfg: KernelConfig, size: int) -> Lake:
     """:func:`_generate_many` over chunks of ``st.chunk`` lakes (``lax.map``)."""
     chunk = st.chunk
     if chunk <= 0 or size <= chunk:
-        return _generate_many(st, keys, leaves)
+        return _generate_many(st, keys, cfg)
     chunks = -(-size // chunk)
     pad = chunks * chunk - size
 
@@ -372,17 +407,20 @@ def _generate_chunked(st: _Static, keys: jax.Array, leaves: Sequence[jax.Array],
         x = jnp.concatenate([x, jnp.broadcast_to(x[:1], (pad,) + x.shape[1:])]) if pad else x
         return x.reshape((chunks, chunk) + x.shape[1:])
 
-    out = jax.lax.map(lambda args: _generate_many(st, args[0], args[1]), (split(keys), [split(x) for x in leaves]))
+    out = jax.lax.map(lambda args: _generate_many(st, args[0], args[1]),
+                      (split(keys), jax.tree_util.tree_map(split, cfg)))
     return jax.tree_util.tree_map(lambda x: x.reshape((chunks * chunk,) + x.shape[2:])[:size], out)
 
 
 @functools.lru_cache(maxsize=None)
 def _generator(st: _Static):
-    """The ``custom_vmap`` generator for one static setting."""
+    """The ``custom_vmap`` generator for one static setting ``st`` (the static arguments);
+    its array arguments are the key data and the config's leaves, which the kernel reads as a
+    :class:`KernelConfig`."""
 
     @custom_vmap
     def gen(key_data, *leaves):
-        lake = _generate_many(st, key_data[None], [x[None] for x in leaves])
+        lake = _generate_many(st, key_data[None], KernelConfig.from_leaves([x[None] for x in leaves]))
         return jax.tree_util.tree_map(lambda x: x[0], lake)
 
     @gen.def_vmap
@@ -391,7 +429,7 @@ def _generator(st: _Static):
             x if batched else jnp.broadcast_to(x, (axis_size,) + x.shape)
             for x, batched in zip((key_data,) + leaves, in_batched)
         ]
-        lake = _generate_chunked(st, args[0], args[1:], axis_size)
+        lake = _generate_chunked(st, args[0], KernelConfig.from_leaves(args[1:]), axis_size)
         return lake, jax.tree_util.tree_map(lambda _: True, lake)
 
     return jax.jit(gen)

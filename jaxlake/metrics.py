@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from jaxlake.config import ConfigError, cfg_get, to_plain
+from jaxlake.config import ConfigError, cfg_get, reject_unknown, to_plain
 from jaxlake.io import jsonable, write_text
 
 __all__ = [
@@ -409,9 +409,7 @@ class LoggerConfig:
         raw = to_plain(cfg_get(cfg, "logger", ["jsonl"]))
         backends = (raw,) if isinstance(raw, str) else tuple(str(b) for b in raw)
         wb = to_plain(cfg_get(cfg, "wandb", {})) or {}
-        unknown = set(wb) - {"project", "entity", "mode", "group", "tags"}
-        if unknown:
-            raise ConfigError(f"wandb: unknown keys {sorted(unknown)}; allowed: entity, group, mode, project, tags")
+        reject_unknown("wandb", wb, ("project", "entity", "mode", "group", "tags"))
         return cls(backends=backends, wandb_project=str(wb.get("project") or "jaxlake"), wandb_entity=wb.get("entity"),
                    wandb_mode=str(wb.get("mode") or "offline"), wandb_group=wb.get("group"),
                    wandb_tags=tuple(wb.get("tags") or ()))

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
-from jaxlake.config import ConfigError, LakeConfig, to_plain
+from jaxlake.config import ConfigError, LakeConfig, reject_unknown, to_plain
 
 #: Static capacity fields: every component of an engineer's proposal keeps the run's.
 CAPACITY_FIELDS = ("max_height", "max_width", "max_agents")
@@ -161,10 +161,7 @@ def mixture_to_yaml(mixture: Sequence[Any]) -> str:
 def _config_from_fields(values: Any, base: LakeConfig, where: str) -> LakeConfig:
     if not isinstance(values, Mapping):
         raise MixtureError(f"{where} must be a JSON object of config fields, got {type(values).__name__}")
-    known = {f.name for f in dataclasses.fields(LakeConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise MixtureError(f"{where}: unknown config field(s) {unknown}; known: {sorted(known)}")
+    reject_unknown(where, values, (f.name for f in dataclasses.fields(LakeConfig)), MixtureError)
     for cap in CAPACITY_FIELDS:
         if cap in values and values[cap] != getattr(base, cap):
             raise MixtureError(

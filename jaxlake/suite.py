@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlake import env as lake_env
-from jaxlake.config import ConfigError, LakeConfig, stack_configs, to_plain
+from jaxlake.config import ConfigError, LakeConfig, reject_unknown, stack_configs, to_plain
 from jaxlake.text import format_plan, parse_plan_detailed, render_text
 from jaxlake.types import ACTION_LETTERS, Lake
 from jaxlake.conf import CONF_DIR
@@ -109,9 +109,8 @@ class SuiteSpec:
             raise SuiteError("eval.grid must map dimensions to lists of values")
         known = {f.name for f in dataclasses.fields(LakeConfig)} | {"size"}
         items = []
+        reject_unknown("eval.grid", grid, known, SuiteError)
         for dim, values in grid.items():
-            if dim not in known:
-                raise SuiteError(f"eval.grid.{dim}: unknown dimension; use a LakeConfig field or 'size'")
             if not isinstance(values, (list, tuple)) or not values:
                 raise SuiteError(f"eval.grid.{dim} must be a non-empty list")
             items.append((dim, tuple(values)))
@@ -119,9 +118,7 @@ class SuiteSpec:
         if "size" in dims and ({"height", "width"} & set(dims)):
             raise SuiteError("eval.grid: use either size or height/width, not both")
         base = dict(node.get("base") or {})
-        unknown = sorted(set(base) - (known - {"size"}))
-        if unknown:
-            raise SuiteError(f"eval.base: unknown LakeConfig field(s) {unknown}")
+        reject_unknown("eval.base", base, known - {"size"}, SuiteError)
         return cls(
             name=str(node.get("name", "suite")),
             seed=int(node["seed"]),
@@ -298,7 +295,7 @@ def _play(lakes: Lake, plans: jax.Array, keys: jax.Array, horizon: int) -> dict:
     """Vmapped rollouts plus what the records need; every output has leading axis ``B``."""
 
     def one(lake, plan, key):
-        roll = lake_env.rollout(lake, plan, key, horizon=horizon)
+        roll = lake_env.rollout(key, lake, plan, horizon=horizon)
         out, traj = roll.outcome, roll.trajectory
         info = traj.info
         present = lake.agent_mask

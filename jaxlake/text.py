@@ -35,7 +35,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from jaxlake.config import FIELD_BOUNDS, MAX_CANVAS, ConfigError, LakeConfig, on_goal_code
+from jaxlake.config import FIELD_BOUNDS, MAX_CANVAS, ConfigError, LakeConfig, on_goal_code, reject_unknown
 from jaxlake.types import (
     ACTION_LETTERS,
     ACTIVE,
@@ -257,9 +257,7 @@ def parse_lake(text: str, **fields: Any) -> Lake:
     """
     import jax.numpy as jnp
 
-    unknown = sorted(set(fields) - _LAKE_FIELDS)
-    if unknown:
-        raise ConfigError(f"unknown LakeConfig field(s) {unknown}; known: {sorted(_LAKE_FIELDS)}")
+    reject_unknown("LakeConfig", fields, _LAKE_FIELDS)
     if not isinstance(text, str):
         raise LakeParseError(f"lake text must be a str, got {type(text).__name__}")
     rows = _grid_rows(text)

@@ -132,7 +132,7 @@ def test_rules_step_example(name, options, before, plan, after, statuses):
     padded[:n] = actions
     state, jit_step = reset(lake), jax.jit(step)
     for k in range(steps):
-        state, _ = jit_step(lake, state, padded[:, k], jax.random.key(k))
+        state, _ = jit_step(jax.random.key(k), lake, state, padded[:, k])
     assert int(state.t) == steps
     assert render_text(lake, state) == after
     for letter, status in statuses.items():

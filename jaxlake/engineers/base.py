@@ -54,7 +54,8 @@ class EngineerContext:
       checkpoint: the stage's trained policy checkpoint (``stage_dir/checkpoint``).
       base_checkpoint: where the stage-0 (untrained) policy comes from, or None for the
         run's initial model.
-      run_cfg: the whole run config (model settings for the LLM backends).
+      run_cfg: the run's settings (``jaxlake.pipeline.settings.RunSettings`` from the pipeline:
+        ``prompt``, ``model``, ...; a raw config elsewhere) for the LLM backends.
       load_model: ``load_model(which) -> (model, tokenizer)`` with ``which`` ``"policy"``
         (this stage's checkpoint) or ``"base"`` (the stage-0 model); given by the pipeline
         for the LLM backends.

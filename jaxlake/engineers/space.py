@@ -18,7 +18,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from jaxlake.config import DYNAMIC_FIELDS, FIELD_BOUNDS, ConfigError, LakeConfig
+from jaxlake.config import DYNAMIC_FIELDS, FIELD_BOUNDS, ConfigError, LakeConfig, reject_unknown
 from jaxlake.engineers.base import ProposalError
 from jaxlake.mixture import CAPACITY_FIELDS, Mixture
 
@@ -273,9 +273,7 @@ def nearest_value(options: Sequence[Any], target: Any) -> Any:
 def space_from_conf(base: LakeConfig, node: Optional[Mapping[str, Any]]) -> ConfigSpace:
     """A :class:`ConfigSpace` from an engineer's ``space:`` node (``editable``, ``values``)."""
     node = dict(node or {})
-    unknown = sorted(set(node) - {"editable", "values"})
-    if unknown:
-        raise ConfigError(f"engineer.space: unknown key(s) {unknown}; known: ['editable', 'values']")
+    reject_unknown("engineer.space", node, ("editable", "values"))
     editable = tuple(node.get("editable") or DEFAULT_EDITABLE)
     values = {k: list(v) for k, v in dict(node.get("values") or {}).items()}
     bad = sorted(set(values) - set(editable))

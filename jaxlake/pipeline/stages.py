@@ -26,7 +26,9 @@ orbax checkpoint. :func:`run_stage` runs one stage; stage ``k > 1`` reads stage 
 ``next_env.yaml`` and trained policy and, without them, fails with a message naming the
 missing file and the command that makes it. Every file is written atomically.
 
-Config keys used (``conf/config.yaml``): ``env`` (stage 1's environment), ``engineer``
+The config is read once, at :func:`main`, into :class:`jaxlake.pipeline.settings.RunSettings`;
+every step below takes those typed settings, not the raw config. Config keys used
+(``conf/config.yaml``): ``env`` (stage 1's environment), ``engineer``
 (``conf/engineer/<name>.yaml``), ``eval`` (``conf/eval/<name>.yaml``), ``stages``,
 ``experiment``, ``runs_dir``, ``seed`` (run seed: training, engineer and environment
 statistics randomness; the suite's seeds are fixed by ``eval``), ``model``, ``train``,
@@ -49,61 +51,39 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
-import shlex
 import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
 
-from jaxlake.config import cfg_get, to_plain
 from jaxlake.engineers import EngineerContext, build_engineer
 from jaxlake.io import read_json, write_json, write_text
-from jaxlake.metrics import LoggerConfig, build_writer
-from jaxlake.mixture import Mixture, load_mixture, mixture_from_node, mixture_to_obj, mixture_to_yaml, same_mixture
+from jaxlake.metrics import build_writer
+from jaxlake.mixture import Mixture, load_mixture, mixture_to_obj, mixture_to_yaml, same_mixture
+from jaxlake.pipeline.settings import SETTINGS, PipelineError, RunSettings  # noqa: F401 (re-exported)
 
 #: Files that make a stage complete (the checkpoint is named by train.json).
 STAGE_FILES = ("env.yaml", "train.json", "eval.json", "summary.json", "engineer.json", "next_env.yaml")
 
 
-class PipelineError(RuntimeError):
-    """A stage cannot run (missing inputs, inconsistent run directory)."""
-
-
 # ============================================================================ helpers
 def run_dir(cfg: Any) -> Path:
     """The run folder: Hydra's output folder, or ``runs_dir/experiment`` outside Hydra."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return Path(HydraConfig.get().runtime.output_dir)
-    except (ValueError, ImportError):
-        return Path(cfg_get(cfg, "runs_dir", "runs")) / str(cfg_get(cfg, "experiment", "default"))
+    return RunSettings.of(cfg).run_dir
 
 
 def stage_dir(cfg: Any, k: int) -> Path:
-    return run_dir(cfg) / f"stage_{k}"
+    return RunSettings.of(cfg).stage_dir(k)
 
 
 def num_stages(cfg: Any) -> int:
-    n = cfg_get(cfg, "stages", 3)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise PipelineError(f"stages={n!r} must be an integer in [1, inf)")
-    return n
+    return RunSettings.of(cfg).stages
 
 
 def command_for_stage(cfg: Any, k: int) -> str:
     """The command line that runs stage ``k`` of this run (the current overrides kept)."""
-    overrides: list[str] = []
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        overrides = [o for o in HydraConfig.get().overrides.task]
-    except (ValueError, ImportError):
-        overrides = [f"experiment={cfg_get(cfg, 'experiment', 'default')}"]
-    kept = [o for o in overrides if not re.match(r"^\+{0,2}stage=", o)]
-    return "python -m jaxlake.run " + " ".join(shlex.quote(o) for o in [f"+stage={k}"] + kept)
+    return RunSettings.of(cfg).command_for_stage(k)
 
 
 def stage_complete(d: Path) -> bool:
@@ -112,67 +92,52 @@ def stage_complete(d: Path) -> bool:
     return all((d / f).is_file() for f in STAGE_FILES) and is_suite_eval(d / "eval.json")
 
 
-def _seed(cfg: Any) -> int:
-    return int(cfg_get(cfg, "seed", 0))
-
-
 def _log(msg: str) -> None:
     print(f"[pipeline] {msg}", file=sys.stderr, flush=True)
 
 
 # ============================================================================ stage inputs
-def initial_mixture(cfg: Any, engineer: Any) -> Mixture:
-    if cfg_get(cfg, "env") is None:
+def initial_mixture(s: RunSettings, engineer: Any) -> Mixture:
+    if s.env is None:
         raise PipelineError("the config has no `env` (stage 1's environment); select one with env=<name>")
-    return Mixture.of(engineer.initial_mixture(mixture_from_node(cfg.env)))
+    return Mixture.of(engineer.initial_mixture(s.env))
 
 
-def stage_mixture(cfg: Any, k: int, engineer: Any) -> Mixture:
+def stage_mixture(s: RunSettings, k: int, engineer: Any) -> Mixture:
     """Stage ``k``'s environment: ``env`` (via the engineer) for k = 1, else stage k-1's
     ``next_env.yaml``."""
     if k == 1:
-        return initial_mixture(cfg, engineer)
-    prev = stage_dir(cfg, k - 1) / "next_env.yaml"
+        return initial_mixture(s, engineer)
+    prev = s.stage_dir(k - 1) / "next_env.yaml"
     if not prev.is_file():
         raise PipelineError(
             f"stage {k} needs {prev}, written at the end of stage {k - 1}; it is missing. "
-            f"Run stage {k - 1} first: {command_for_stage(cfg, k - 1)}"
+            f"Run stage {k - 1} first: {s.command_for_stage(k - 1)}"
         )
     return load_mixture(prev)
 
 
-def previous_policy(cfg: Any, k: int) -> Optional[Path]:
+def previous_policy(s: RunSettings, k: int) -> Optional[Path]:
     """Where stage ``k`` starts from: stage k-1's trained policy (None for k = 1)."""
     if k == 1:
         return None
-    info = stage_dir(cfg, k - 1) / "train.json"
+    info = s.stage_dir(k - 1) / "train.json"
     if not info.is_file():
         raise PipelineError(
             f"stage {k} needs the trained policy of stage {k - 1} ({info} is missing). "
-            f"Run stage {k - 1} first: {command_for_stage(cfg, k - 1)}"
+            f"Run stage {k - 1} first: {s.command_for_stage(k - 1)}"
         )
     t = read_json(info)
     for key in ("policy_dir", "checkpoint_dir"):
         if t.get(key) and Path(t[key]).exists():
             return Path(t[key])
-    raise PipelineError(f"{info} names no existing policy folder; rerun stage {k - 1}: {command_for_stage(cfg, k - 1)}")
+    raise PipelineError(f"{info} names no existing policy folder; rerun stage {k - 1}: {s.command_for_stage(k - 1)}")
 
 
-def _train_cfg(cfg: Any, k: int) -> dict:
-    """The run config for stage ``k``'s trainer: per-stage training seed, warm start policy."""
-    c = to_plain(cfg)
-    c = dict(c)
-    train = dict(c.get("train") or {})
-    train["seed"] = int(train.get("seed", 0)) + 7919 * _seed(cfg) + (k - 1)
-    mode = str((c.get("pipeline") or {}).get("warmstart", "first"))
-    if mode not in ("first", "all"):
-        raise PipelineError(f"pipeline.warmstart={mode!r} not in ['first', 'all']")
-    if k > 1 and mode == "first":
-        ws = dict(train.get("warmstart") or {})
-        ws["enabled"] = False
-        train["warmstart"] = ws
-    c["train"] = train
-    return c
+def _require_eval(s: RunSettings):
+    if s.eval is None:
+        raise PipelineError("the config has no `eval` (the held-out suite); select one with eval=<name>")
+    return s.eval
 
 
 # ============================================================================ stage-1 sharing
@@ -184,19 +149,15 @@ _SOURCE_FILE = "shared_from.json"
 def stage1_key(cfg: Any, mixture: Mixture) -> str:
     """Hash of everything stage 1's training, evaluation and summaries depend on: the run's
     settings (:func:`run_settings`, less the warm-start policy of later stages), its seed and
-    stage 1's environment (the engineer's initial mixture, which may replace ``env``)."""
-    settings = run_settings(cfg)
+    stage 1's environment (the engineer's initial mixture, which may replace ``env``).
+    ``cfg``: the :class:`RunSettings` or a raw config."""
+    s = RunSettings.of(cfg)
+    settings = s.record()
     for later in ("env", "pipeline.warmstart"):
         settings.pop(later)
-    payload = {"settings": settings, "seed": _seed(cfg), "env": mixture_to_obj(mixture)}
+    payload = {"settings": settings, "seed": s.seed, "env": mixture_to_obj(mixture)}
     blob = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def _share_dir(cfg: Any) -> Optional[Path]:
-    node = cfg_get(cfg, "pipeline", {})
-    value = cfg_get(node, "share_stage1")
-    return Path(str(value)) if value not in (None, "", False) else None
 
 
 def _rewrite_paths(d: Path, old: str, new: str) -> None:
@@ -209,12 +170,12 @@ def _rewrite_paths(d: Path, old: str, new: str) -> None:
             write_text(f, text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1]))
 
 
-def restore_shared_stage1(cfg: Any, d: Path, mixture: Mixture) -> bool:
+def restore_shared_stage1(s: RunSettings, d: Path, mixture: Mixture) -> bool:
     """Fill stage folder ``d`` from the shared stage-1 store when it holds this run's key."""
-    share = _share_dir(cfg)
+    share = s.share_stage1
     if share is None or (d / "train.json").is_file():
         return False
-    src = share / stage1_key(cfg, mixture)
+    src = share / stage1_key(s, mixture)
     if not (src / "summary.json").is_file():
         return False
     origin = read_json(src / _SOURCE_FILE)["dir"]
@@ -232,12 +193,12 @@ def restore_shared_stage1(cfg: Any, d: Path, mixture: Mixture) -> bool:
     return True
 
 
-def store_shared_stage1(cfg: Any, d: Path, mixture: Mixture) -> None:
+def store_shared_stage1(s: RunSettings, d: Path, mixture: Mixture) -> None:
     """Copy a finished stage 1 (engineer files excluded) into the shared store, atomically."""
-    share = _share_dir(cfg)
+    share = s.share_stage1
     if share is None:
         return
-    dst = share / stage1_key(cfg, mixture)
+    dst = share / stage1_key(s, mixture)
     if dst.is_dir():
         return
     share.mkdir(parents=True, exist_ok=True)
@@ -252,17 +213,16 @@ def store_shared_stage1(cfg: Any, d: Path, mixture: Mixture) -> None:
 
 
 # ============================================================================ steps
-def step_train(cfg: Any, k: int, d: Path, mixture: Mixture) -> dict:
+def step_train(s: RunSettings, k: int, d: Path, mixture: Mixture) -> dict:
     """Train stage ``k`` (resuming from its checkpoint) unless ``train.json`` says it is done."""
     info = d / "train.json"
     if info.is_file():
         return read_json(info)
     from llm.training.stage import train_stage
-    from llm.training.config import StageConfig
 
-    init = previous_policy(cfg, k)
+    init = previous_policy(s, k)
     _log(f"stage {k}: training" + (f" from {init}" if init else ""))
-    res = train_stage(StageConfig.from_cfg(_train_cfg(cfg, k)), mixture, d, init_from=init)
+    res = train_stage(s.stage_config(k), mixture, d, init_from=init)
     if res.eval_after is None:  # the trainer stopped before the end of its schedule
         raise PipelineError(
             f"training of stage {k} stopped after {res.warmstart_steps} warm-start and {res.grpo_steps} GRPO "
@@ -283,14 +243,13 @@ def step_train(cfg: Any, k: int, d: Path, mixture: Mixture) -> dict:
     return out
 
 
-def _load(cfg: Any, path: Optional[Path]):
+def _load(s: RunSettings, path: Optional[Path]):
     from llm.training.policy import load_policy
-    from llm.training.config import ModelConfig
 
-    return load_policy(ModelConfig.from_dict(to_plain(cfg_get(cfg, "model"))), path)
+    return load_policy(s.model, path)
 
 
-def step_eval(cfg: Any, k: int, d: Path, mixture: Mixture, train: dict) -> dict:
+def step_eval(s: RunSettings, k: int, d: Path, mixture: Mixture, train: dict) -> dict:
     from llm.training.evaluate import evaluate_policy, is_suite_eval, write_eval
 
     path = d / "eval.json"
@@ -298,19 +257,20 @@ def step_eval(cfg: Any, k: int, d: Path, mixture: Mixture, train: dict) -> dict:
         return read_json(path)
     policy_path = Path(train.get("policy_dir") or train["checkpoint_dir"])
     _log(f"stage {k}: evaluating {policy_path} on the held-out suite")
-    policy = _load(cfg, policy_path)
-    result = evaluate_policy(policy, cfg.eval, cfg_get(cfg, "prompt"), current=mixture, stage=k, checkpoint=str(policy_path))
+    policy = _load(s, policy_path)
+    result = evaluate_policy(policy, _require_eval(s).node, s.prompt, current=mixture, stage=k,
+                             checkpoint=str(policy_path))
     write_eval(path, result)
     return result
 
 
-def history(cfg: Any, k: int) -> list:
+def history(s: RunSettings, k: int) -> list:
     """History entries of stages 1..k (stage k without its engineer decision yet)."""
     from jaxlake.summaries import history_entry
 
     out = []
     for j in range(1, k + 1):
-        dj = stage_dir(cfg, j)
+        dj = s.stage_dir(j)
         if not (dj / "env.yaml").is_file():
             continue
         ev = read_json(dj / "eval.json") if (dj / "eval.json").is_file() else None
@@ -324,7 +284,7 @@ def history(cfg: Any, k: int) -> list:
     return out
 
 
-def step_summary(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict) -> dict:
+def step_summary(s: RunSettings, k: int, d: Path, mixture: Mixture, ev: dict) -> dict:
     path = d / "summary.json"
     if path.is_file():
         return read_json(path)
@@ -332,11 +292,10 @@ def step_summary(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict) -> dict:
 
     from jaxlake.summaries import environment_stats, render_summary, summarize
 
-    scfg = to_plain(cfg_get(cfg.eval, "summary", {})) or {}
-    n = int(scfg.get("env_stats_lakes", 64))
+    e = _require_eval(s)
     _log(f"stage {k}: summarizing")
-    stats = environment_stats(mixture, n, jax.random.PRNGKey(1_000 * _seed(cfg) + k), solve=bool(cfg_get(cfg.eval, "planner", True)))
-    summary = summarize(ev, stats, history(cfg, k), int(scfg.get("k_failures", 6)), str(scfg.get("mode", "greedy")))
+    stats = environment_stats(mixture, e.env_stats_lakes, jax.random.PRNGKey(1_000 * s.seed + k), solve=e.planner)
+    summary = summarize(ev, stats, history(s, k), e.k_failures, e.summary_mode)
     write_text(d / "summary.txt", render_summary(summary) + "\n")
     write_json(path, summary)
     return summary
@@ -346,39 +305,42 @@ def engineer_context(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summ
                      engineer: Any) -> EngineerContext:
     """What the engineer of stage ``k`` gets: the stage's environment, evaluation, summary and
     history, the previous decision's state, and a loader for the trained (``"policy"``) or
-    stage-0 (``"base"``) model. Notebook 03 calls it to replay a decision."""
+    stage-0 (``"base"``) model. Notebook 03 calls it to replay a decision. ``cfg``: the
+    :class:`RunSettings` or a raw config (the context's ``run_cfg`` is the settings)."""
+    s = RunSettings.of(cfg)
     prev_state = {}
-    if k > 1 and (stage_dir(cfg, k - 1) / "engineer.json").is_file():
-        prev_state = read_json(stage_dir(cfg, k - 1) / "engineer.json").get("state") or {}
+    if k > 1 and (s.stage_dir(k - 1) / "engineer.json").is_file():
+        prev_state = read_json(s.stage_dir(k - 1) / "engineer.json").get("state") or {}
 
     def load_model(which: str):
         path = Path(train.get("policy_dir") or train["checkpoint_dir"]) if which == "policy" else None
-        policy = _load(cfg, path)
+        policy = _load(s, path)
         return policy.module(), policy.tokenizer
 
     return EngineerContext(
         stage=k,
         current=mixture,
-        initial=initial_mixture(cfg, engineer),
+        initial=initial_mixture(s, engineer),
         eval_result=ev,
         summary=summary,
         history=summary.get("history", []),
         state=prev_state,
-        seed=_seed(cfg),
+        seed=s.seed,
         stage_dir=d,
         checkpoint=Path(train["checkpoint_dir"]),
         base_checkpoint=None,
-        run_cfg=cfg,
+        run_cfg=s,
         load_model=load_model,
     )
 
 
-def step_engineer(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summary: dict, train: dict, engineer: Any) -> dict:
+def step_engineer(s: RunSettings, k: int, d: Path, mixture: Mixture, ev: dict, summary: dict, train: dict,
+                  engineer: Any) -> dict:
     done = d / "engineer.json"
     nxt = d / "next_env.yaml"
     if done.is_file() and nxt.is_file():
         return read_json(done)
-    ctx = engineer_context(cfg, k, d, mixture, ev, summary, train, engineer)
+    ctx = engineer_context(s, k, d, mixture, ev, summary, train, engineer)
     _log(f"stage {k}: engineer {engineer.name} proposes stage {k + 1}'s environment")
     t0 = time.perf_counter()
     proposal = engineer.propose(ctx)
@@ -392,17 +354,20 @@ def step_engineer(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summary
 
 # ============================================================================ entry points
 def write_run_info(cfg: Any, engineer: Any) -> None:
-    d = run_dir(cfg)
+    """Write ``run.json``; refuse a run folder made with another engineer, seed or settings.
+    ``cfg``: the :class:`RunSettings` or a raw config."""
+    s = RunSettings.of(cfg)
+    d = s.run_dir
     d.mkdir(parents=True, exist_ok=True)
     info = {
-        "experiment": str(cfg_get(cfg, "experiment", "default")),
+        "experiment": s.experiment,
         "engineer": engineer.name,
-        "seed": _seed(cfg),
-        "stages": num_stages(cfg),
-        "eval": str(cfg_get(cfg.eval, "name", "")),
+        "seed": s.seed,
+        "stages": s.stages,
+        "eval": _require_eval(s).name,
         "run_dir": str(d.resolve()),
     }
-    info["settings"] = run_settings(cfg)
+    info["settings"] = s.record()
     path = d / "run.json"
     if path.is_file():
         old = read_json(path)
@@ -423,23 +388,10 @@ def write_run_info(cfg: Any, engineer: Any) -> None:
     write_json(path, info)
 
 
-#: Config groups a run's results depend on; a run folder refuses to resume under others.
-SETTINGS = ("env", "model", "train", "reward", "prompt", "eval")
-#: Keys inside them that only change how a run reports or where it runs, not what it computes
-#: (``mesh``: the same results up to float rounding, and checkpoints restore onto any mesh).
-_COSMETIC = {"train": ("progress", "plot", "distributed", "mesh")}
-
-
 def run_settings(cfg: Any) -> dict:
-    """The settings that fix a run's results (``SETTINGS`` groups and the warm-start policy)."""
-    out = {}
-    for group in SETTINGS:
-        node = to_plain(cfg_get(cfg, group, {}))
-        if isinstance(node, dict):
-            node = {k: v for k, v in node.items() if k not in _COSMETIC.get(group, ())}
-        out[group] = node
-    out["pipeline.warmstart"] = str(cfg_get(cfg_get(cfg, "pipeline", {}), "warmstart", "first"))
-    return json.loads(json.dumps(out, default=str))
+    """The settings that fix a run's results (``SETTINGS`` groups and the warm-start policy):
+    :attr:`RunSettings.settings`, a fresh copy."""
+    return RunSettings.of(cfg).record()
 
 
 def _diff(old: Any, new: Any, prefix: str = "") -> list:
@@ -454,17 +406,18 @@ def _diff(old: Any, new: Any, prefix: str = "") -> list:
 
 def run_stage(cfg: Any, k: int, engineer: Any = None) -> dict:
     """Run (or finish) stage ``k``: train, evaluate, summarize, engineer. Returns the
-    stage's record (``stage``, ``dir``, ``scores``, ``decision``)."""
+    stage's record (``stage``, ``dir``, ``scores``, ``decision``). ``cfg``: the
+    :class:`RunSettings` or a raw config (resolved here: a bad setting fails before any work)."""
+    s = RunSettings.of(cfg)
     k = int(k)
-    if not 1 <= k <= num_stages(cfg):
-        raise PipelineError(f"stage={k} not in [1, stages={num_stages(cfg)}]")
-    LoggerConfig.from_cfg(cfg)  # a bad logger / wandb setting fails before any work
-    engineer = engineer or build_engineer(cfg.engineer)
-    write_run_info(cfg, engineer)
-    d = stage_dir(cfg, k)
+    if not 1 <= k <= s.stages:
+        raise PipelineError(f"stage={k} not in [1, stages={s.stages}]")
+    engineer = engineer or build_engineer(s.engineer)
+    write_run_info(s, engineer)
+    d = s.stage_dir(k)
     was_complete = stage_complete(d)
-    mixture = stage_mixture(cfg, k, engineer)
-    previous_policy(cfg, k)  # fail early, before any work, when stage k-1 is missing
+    mixture = stage_mixture(s, k, engineer)
+    previous_policy(s, k)  # fail early, before any work, when stage k-1 is missing
     d.mkdir(parents=True, exist_ok=True)
     env_file = d / "env.yaml"
     if env_file.is_file():
@@ -476,16 +429,16 @@ def run_stage(cfg: Any, k: int, engineer: Any = None) -> dict:
     else:
         write_text(env_file, mixture_to_yaml(mixture))
     if k == 1:
-        restore_shared_stage1(cfg, d, mixture)
-    train = step_train(cfg, k, d, mixture)
-    ev = step_eval(cfg, k, d, mixture, train)
-    summary = step_summary(cfg, k, d, mixture, ev)
+        restore_shared_stage1(s, d, mixture)
+    train = step_train(s, k, d, mixture)
+    ev = step_eval(s, k, d, mixture, train)
+    summary = step_summary(s, k, d, mixture, ev)
     if k == 1:
-        store_shared_stage1(cfg, d, mixture)
-    decision = step_engineer(cfg, k, d, mixture, ev, summary, train, engineer)
+        store_shared_stage1(s, d, mixture)
+    decision = step_engineer(s, k, d, mixture, ev, summary, train, engineer)
     record = stage_record(d, k)
     if not was_complete:
-        log_stage(cfg, record, decision)
+        log_stage(s, record, decision)
     return record
 
 
@@ -505,11 +458,12 @@ def stage_metrics(record: dict, decision: dict) -> dict:
 def log_stage(cfg: Any, record: dict, decision: dict) -> None:
     """Log :func:`stage_metrics` to the run's back ends (``logger``): ``<run dir>/stages.jsonl``,
     ``<run dir>/tb/stage/``, the run folder's W&B run. Stage ``k``'s row replaces any row of
-    stage ``k`` or later from an earlier attempt (``truncate("stage", k - 1)``)."""
+    stage ``k`` or later from an earlier attempt (``truncate("stage", k - 1)``). ``cfg``: the
+    :class:`RunSettings` or a raw config."""
+    s = RunSettings.of(cfg)
     k = int(record["stage"])
-    name = str(cfg_get(cfg, "experiment", "default"))
-    with build_writer(LoggerConfig.from_cfg(cfg), run_dir(cfg), jsonl_name="stages.jsonl", phases=("stage",),
-                      name=name, run_config=run_settings(cfg)) as writer:
+    with build_writer(s.logger, s.run_dir, jsonl_name="stages.jsonl", phases=("stage",),
+                      name=s.experiment, run_config=s.record()) as writer:
         writer.truncate("stage", k - 1)
         writer.append(stage_metrics(record, decision))
 
@@ -557,40 +511,44 @@ def stage_table(records: list) -> str:
 
 
 def run_pipeline(cfg: Any) -> list:
-    """Run every stage, skipping complete ones; print and return the per-stage records."""
-    engineer = build_engineer(cfg.engineer)
-    write_run_info(cfg, engineer)
+    """Run every stage, skipping complete ones; print and return the per-stage records.
+    ``cfg``: the :class:`RunSettings` or a raw config."""
+    s = RunSettings.of(cfg)
+    engineer = build_engineer(s.engineer)
+    write_run_info(s, engineer)
     records = []
-    for k in range(1, num_stages(cfg) + 1):
-        d = stage_dir(cfg, k)
+    for k in range(1, s.stages + 1):
+        d = s.stage_dir(k)
         if stage_complete(d):
             _log(f"stage {k}: complete, skipped ({d})")
         else:
-            run_stage(cfg, k, engineer)
+            run_stage(s, k, engineer)
         records.append(stage_record(d, k))
     table = stage_table(records)
     try:
         from jaxlake.pipeline.report import build_report
 
-        build_report(run_dir(cfg), plots=True)
+        build_report(s.run_dir, plots=True)
     except Exception as err:  # noqa: BLE001 - the report is a convenience; the run is done
         _log(f"report not written: {err}")
-    print(f"\n{run_dir(cfg)}: engineer={engineer.name} seed={_seed(cfg)}\n{table}\n", flush=True)
+    print(f"\n{s.run_dir}: engineer={engineer.name} seed={s.seed}\n{table}\n", flush=True)
     return records
 
 
 def main(cfg: Any) -> Any:
     """What ``python -m jaxlake.run`` does: ``+stage=K`` runs stage K alone, else all stages.
 
-    ``train.distributed.enabled=true`` (or ``JAXLAKE_DISTRIBUTED=1``) first calls
-    ``jax.distributed.initialize``, before anything else touches JAX.
+    The Hydra config is resolved once, here, into :class:`RunSettings`, which every step gets.
+    ``train.distributed.enabled=true`` (or ``JAXLAKE_DISTRIBUTED=1``) then calls
+    ``jax.distributed.initialize``, before anything touches JAX (resolving the settings
+    builds Python records only).
     """
     from llm.model.sharding import initialize_distributed
 
-    initialize_distributed(to_plain(cfg_get(cfg_get(cfg, "train"), "distributed") or {}))
-    stage = cfg_get(cfg, "stage")
-    if stage is None:
-        return run_pipeline(cfg)
-    record = run_stage(cfg, int(stage))
+    s = RunSettings.from_cfg(cfg)
+    initialize_distributed(dict(s.distributed))
+    if s.stage is None:
+        return run_pipeline(s)
+    record = run_stage(s, s.stage)
     print(stage_table([record]), flush=True)
     return record

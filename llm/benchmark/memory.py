@@ -62,22 +62,22 @@ def abstract_update_args(model_config, optimizer, rows: int, prompt: int, comple
     from flax import nnx
 
     from llm.model.qwen3 import Qwen3ForCausalLM
+    from llm.rl.batches import GRPOBatch
 
     abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(model_config, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
     opt_state = jax.eval_shape(optimizer.init, state)
     sds = jax.ShapeDtypeStruct
-    batch = {
-        "prompt_ids": sds((rows, prompt), jnp.int32),
-        "prompt_mask": sds((rows, prompt), jnp.bool_),
-        "tokens": sds((rows, completion), jnp.int32),
-        "mask": sds((rows, completion), jnp.bool_),
-        "old_logp": sds((rows, completion), jnp.float32),
-        "advantages": sds((rows,), jnp.float32),
-        "weights": sds((rows, completion), jnp.float32),
-    }
-    if beta > 0:
-        batch["ref_logp"] = sds((rows, completion), jnp.float32)
+    batch = GRPOBatch(
+        prompt_ids=sds((rows, prompt), jnp.int32),
+        prompt_mask=sds((rows, prompt), jnp.bool_),
+        tokens=sds((rows, completion), jnp.int32),
+        mask=sds((rows, completion), jnp.bool_),
+        weights=sds((rows, completion), jnp.float32),
+        advantages=sds((rows,), jnp.float32),
+        old_logp=sds((rows, completion), jnp.float32),
+        ref_logp=sds((rows, completion), jnp.float32) if beta > 0 else None,
+    )
     return graphdef, state, opt_state, batch
 
 

@@ -115,6 +115,7 @@ def bench_train(name: str, *, rows: int, prompt_len: int, completion_len: int, m
     from llm.rl import grpo
     from llm.rl.grpo import GRPOLossConfig
     from llm.model.qwen3 import REMAT_POLICIES
+    from llm.rl.batches import GRPOBatch
     from llm.rl.updates import make_grpo_update
 
     _check_positive(rows=rows, prompt_len=prompt_len, completion_len=completion_len, micro_batches=micro_batches,
@@ -129,12 +130,15 @@ def bench_train(name: str, *, rows: int, prompt_len: int, completion_len: int, m
     opt_state = optimizer.init(state)
     rng = np.random.RandomState(seed)
     host = _random_batch(rng, config.vocab_size, rows, prompt_len, completion_len)
-    batch = {k: jnp.asarray(v) for k, v in host.items()}
+    seq = {k: jnp.asarray(v) for k, v in host.items()}
     loss_config = GRPOLossConfig()
-    batch["weights"] = grpo.token_weights(batch["mask"], jnp.ones((rows,), bool), loss_config.aggregation)
-    batch["advantages"] = jnp.asarray(rng.randn(rows).astype(np.float32))
-    # the values do not change the work; a uniform-policy guess keeps the ratios moderate
-    batch["old_logp"] = jnp.full((rows, completion_len), -float(np.log(config.vocab_size)), jnp.float32)
+    batch = GRPOBatch(
+        **seq,
+        weights=grpo.token_weights(seq["mask"], jnp.ones((rows,), bool), loss_config.aggregation),
+        advantages=jnp.asarray(rng.randn(rows).astype(np.float32)),
+        # the values do not change the work; a uniform-policy guess keeps the ratios moderate
+        old_logp=jnp.full((rows, completion_len), -float(np.log(config.vocab_size)), jnp.float32),
+    )
     update = make_grpo_update(graphdef, optimizer, loss_config, micro_batches=micro_batches,
                               compute_entropy=entropy, logprob_chunk=logprob_chunk, remat=remat)
     t0 = time.perf_counter()
@@ -228,6 +232,7 @@ def bench_grpo_step(name: str, *, lakes: int, group_size: int, prompt_len: int, 
     from llm.rl.grpo import GRPOLossConfig
     from llm.model.qwen3 import REMAT_POLICIES
     from llm.training.policy import copy_state
+    from llm.rl.batches import GRPOBatch
     from llm.rl.updates import make_grpo_update, make_logprob_fn
 
     _check_positive(lakes=lakes, group_size=group_size, prompt_len=prompt_len, new_tokens=new_tokens,
@@ -265,14 +270,14 @@ def bench_grpo_step(name: str, *, lakes: int, group_size: int, prompt_len: int, 
         tokens, cmask, _, _, _ = sync(generate_ids((graphdef, state), ids, pmask, jax.random.fold_in(key, i), gen))
         t1 = time.perf_counter()
         seq = (ids, pmask, tokens, cmask)
-        batch = {"prompt_ids": ids, "prompt_mask": pmask, "tokens": tokens, "mask": cmask,
-                 "old_logp": sync(logprob_fn(state, *seq))}
+        old_logp = sync(logprob_fn(state, *seq))
         t2 = time.perf_counter()
-        if ref_state is not None:
-            batch["ref_logp"] = sync(logprob_fn(ref_state, *seq))
+        ref_logp = sync(logprob_fn(ref_state, *seq)) if ref_state is not None else None
         t3 = time.perf_counter()
-        batch["advantages"] = jnp.asarray(rng.randn(rows).astype(np.float32))
-        batch["weights"] = grpo.token_weights(cmask, jnp.ones((rows,), bool), loss_config.aggregation)
+        batch = GRPOBatch(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=cmask,
+                          weights=grpo.token_weights(cmask, jnp.ones((rows,), bool), loss_config.aggregation),
+                          advantages=jnp.asarray(rng.randn(rows).astype(np.float32)), old_logp=old_logp,
+                          ref_logp=ref_logp)
         metrics = None
         for _ in range(mu):
             state, opt_state, metrics = update(state, opt_state, batch)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Optional, Sequence
 
-from jaxlake.config import ConfigError
+from jaxlake.config import ConfigError, reject_unknown
 from jaxlake.engineers import Engineer, EngineerContext, Proposal, propose_with_retries, space_from_conf
 from jaxlake.summaries import PARTS
 from llm.engineer.constrained import DEFAULT_WEIGHTS, ChoiceScorer, constrained_json
@@ -50,9 +50,7 @@ def reasoning_settings(node: Optional[Mapping[str, Any]]) -> dict[str, Any]:
     (>= 1), ``temperature`` (>= 0; 0 greedy) and ``close_text`` (forced at the budget)."""
     out: dict[str, Any] = {"enabled": "auto", "thinking_tokens": 256, "temperature": 0.0, "close_text": "\n</think>\n\n"}
     node = dict(node or {})
-    unknown = sorted(set(node) - set(_REASONING_KEYS))
-    if unknown:
-        raise ConfigError(f"engineer.reasoning: unknown key(s) {unknown}; known: {list(_REASONING_KEYS)}")
+    reject_unknown("engineer.reasoning", node, _REASONING_KEYS)
     out.update(node)
     if out["enabled"] not in ("auto", True, False):
         raise ConfigError(f"engineer.reasoning.enabled={out['enabled']!r} not in ['auto', true, false]")

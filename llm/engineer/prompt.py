@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from jaxlake.config import ConfigError
+from jaxlake.config import ConfigError, reject_unknown
 from jaxlake.engineers import ConfigSpace, EngineerContext, format_value
 from jaxlake.mixture import mixture_to_obj
 from jaxlake.summaries import PARTS, render_summary
@@ -59,9 +59,9 @@ REASONING_SYSTEM = (
 def context_flags(context: Optional[Mapping[str, Any]]) -> dict[str, bool]:
     """``engineer.context`` as ``{part: shown}`` (every part shown unless switched off)."""
     flags = {p: True for p in PARTS}
-    for k, v in dict(context or {}).items():
-        if k not in flags:
-            raise ConfigError(f"engineer.context.{k}: unknown part; choose from {list(PARTS)}")
+    context = dict(context or {})
+    reject_unknown("engineer.context", context, PARTS)
+    for k, v in context.items():
         flags[k] = bool(v)
     return flags
 

@@ -26,6 +26,7 @@ from typing import Any, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
+from jaxlake.config import reject_unknown
 from jaxlake.text import format_plan, render_text
 from jaxlake.types import Lake
 from jaxlake.conf import CONF_DIR
@@ -82,10 +83,7 @@ class PromptConfig:
     def from_dict(cls, values: Mapping[str, Any]) -> "PromptConfig":
         """From a mapping (a Hydra node or parsed YAML); unknown keys are an error."""
         values = dict(values)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise PromptError(f"unknown prompt field(s) {unknown}; known: {sorted(known)}")
+        reject_unknown("prompt", values, (f.name for f in dataclasses.fields(cls)), PromptError)
         if "chat_template_kwargs" in values and values["chat_template_kwargs"] is not None:
             values["chat_template_kwargs"] = dict(values["chat_template_kwargs"])
         elif "chat_template_kwargs" in values:

@@ -51,6 +51,7 @@ import numpy as np
 
 from jaxlake import env as lake_env
 from jaxlake import planner
+from jaxlake.config import reject_unknown
 from jaxlake.text import parse_plan_batch
 from jaxlake.types import Lake
 from llm.generation.reasoning import split_completion
@@ -80,9 +81,7 @@ class RewardConfig:
     def from_dict(cls, values: Mapping[str, Any]) -> "RewardConfig":
         """From a mapping (Hydra node); unknown keys are an error naming them."""
         values = dict(values)
-        unknown = sorted(set(values) - set(ALL_TERMS))
-        if unknown:
-            raise ValueError(f"unknown reward term(s) {unknown}; known: {list(ALL_TERMS)}")
+        reject_unknown("reward", values, ALL_TERMS, ValueError)
         for k, v in values.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise ValueError(f"reward.{k}={v!r} must be a number")
@@ -129,7 +128,7 @@ def reference_costs(lakes: Lake, **solve_kwargs: Any) -> np.ndarray:
 def _rollout_terms(lakes: Lake, plans: jax.Array, keys: jax.Array, malformed: jax.Array,
                    ref_soc: jax.Array, horizon: int) -> dict[str, jax.Array]:
     """Device part: vmapped rollouts and unweighted terms, all ``[B]``."""
-    roll = jax.vmap(functools.partial(lake_env.rollout, horizon=horizon))(lakes, plans, keys)
+    roll = jax.vmap(functools.partial(lake_env.rollout, horizon=horizon))(keys, lakes, plans)
     out = roll.outcome
     n = jnp.maximum(lakes.num_agents.astype(jnp.float32), 1.0)
     in_play = lakes.agent_mask

@@ -48,6 +48,7 @@ import jax
 import numpy as np
 
 from llm.model import sharding
+from llm.model.errors import reject_unknown
 
 if TYPE_CHECKING:  # llm.generation.decode imports llm.game.prompts, which imports this module
     from llm.generation.decode import GenerationConfig
@@ -123,10 +124,7 @@ class ReasoningConfig:
             return value
         if not isinstance(value, Mapping):
             raise ReasoningError(f"prompt.reasoning must be a mapping, got {type(value).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise ReasoningError(f"unknown prompt.reasoning field(s) {unknown}; known: {sorted(known)}")
+        reject_unknown("prompt.reasoning", value, (f.name for f in dataclasses.fields(cls)), ReasoningError)
         return cls(**dict(value))
 
 

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from llm.model.errors import ModelConfigError
+from llm.model.errors import ModelConfigError, reject_unknown
 from llm.model.attention import ATTENTION_IMPLS, causal_attention, grouped_attention
 
 #: Supported parameter / compute dtypes, by name.
@@ -157,9 +157,7 @@ class Qwen3Config:
         """
         names = {f.name for f in dataclasses.fields(cls)}
         d = {k: v for k, v in dict(d).items() if not str(k).startswith("_")}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ModelConfigError(f"unknown Qwen3Config field(s) {unknown}; allowed: {sorted(names)}")
+        reject_unknown("Qwen3Config", d, names)
         d = dict(d)
         for name in ("rope_theta", "rms_norm_eps"):
             if name in d and isinstance(d[name], (int, str)) and not isinstance(d[name], bool):

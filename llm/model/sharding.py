@@ -47,7 +47,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from llm.model.errors import ModelConfigError
+from llm.model.errors import ModelConfigError, reject_unknown
 
 DATA_AXIS = "data"
 FSDP_AXIS = "fsdp"
@@ -127,9 +127,7 @@ class MeshConfig:
     def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "MeshConfig":
         """From a mapping with keys ``data`` / ``fsdp`` (``None`` or missing: the defaults)."""
         d = {} if d is None else dict(d)
-        unknown = sorted(set(d) - set(MESH_AXES))
-        if unknown:
-            raise ModelConfigError(f"unknown mesh field(s) {unknown}; allowed: {list(MESH_AXES)}")
+        reject_unknown("mesh", d, MESH_AXES)
         return cls(**d)
 
     def resolve(self, num_devices: int) -> tuple[int, int]:

@@ -5,14 +5,15 @@
 * :func:`accumulate_gradients`: loss, metrics and gradients summed over micro-batches in a
   ``lax.scan`` (gradient accumulation; the warm start's update uses it too);
 * :func:`make_grpo_update`: the GRPO update ``(state, opt_state, batch) -> (state, opt_state,
-  metrics)``, and :func:`make_logprob_fn`, the behaviour / reference log-probs of a batch.
+  metrics)`` of a :class:`llm.rl.batches.GRPOBatch`, and :func:`make_logprob_fn`, the
+  behaviour / reference log-probs of a batch.
 
 Shapes are fixed for a whole stage, so each update compiles once (:func:`trace_counts`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,7 @@ import optax
 from flax import nnx
 
 from llm.rl import grpo
+from llm.rl.batches import GRPOBatch
 from llm.model import logprobs as logprobs_mod
 from llm.model import sharding as shd
 from llm.generation.decode import left_pad_positions
@@ -99,8 +101,12 @@ def _constrain_micro(tree: Any, mesh) -> Any:
     return jax.tree_util.tree_map(lambda x: jax.lax.with_sharding_constraint(x, spec), tree)
 
 
-def accumulate_gradients(loss_fn: Callable, state: Any, batch: Mapping[str, jax.Array], micro: int, mesh):
+def accumulate_gradients(loss_fn: Callable, state: Any, batch: Any, micro: int, mesh):
     """Sum of loss, metrics and gradients over ``micro`` micro-batches (a ``lax.scan``).
+
+    ``batch``: a pytree of ``[B, ...]`` arrays (a :class:`llm.rl.batches.TokenBatch` or
+    :class:`~llm.rl.batches.GRPOBatch`); ``loss_fn(state, micro_batch)`` gets the same record
+    with ``B / micro`` rows.
 
     One micro-batch takes the gradient directly: no zero-initialised accumulator, which would
     hold a second parameter-sized gradient buffer (15 GiB for a 4B model in float32).
@@ -110,9 +116,9 @@ def accumulate_gradients(loss_fn: Callable, state: Any, batch: Mapping[str, jax.
     all-reducing whole gradients.
     """
     if micro == 1:
-        (loss, msum), grads = jax.value_and_grad(loss_fn, has_aux=True)(state, dict(batch))
+        (loss, msum), grads = jax.value_and_grad(loss_fn, has_aux=True)(state, batch)
         return loss, msum, shd.constrain_state(grads, mesh)
-    mbs = _constrain_micro(jax.tree_util.tree_map(lambda x: _micro_split(x, micro), dict(batch)), mesh)
+    mbs = _constrain_micro(jax.tree_util.tree_map(lambda x: _micro_split(x, micro), batch), mesh)
     first = jax.tree_util.tree_map(lambda x: x[0], mbs)
     _, metric_shapes = jax.eval_shape(loss_fn, state, first)
     zeros_m = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
@@ -129,9 +135,6 @@ def accumulate_gradients(loss_fn: Callable, state: Any, batch: Mapping[str, jax.
     return loss, msum, shd.constrain_state(grads, mesh)
 
 
-GRPO_BATCH_KEYS = ("prompt_ids", "prompt_mask", "tokens", "mask", "old_logp", "advantages", "weights")
-
-
 def make_grpo_update(
     graphdef: Any,
     optimizer: optax.GradientTransformation,
@@ -146,8 +149,8 @@ def make_grpo_update(
 ) -> Callable:
     """The jitted GRPO update ``(state, opt_state, batch) -> (state, opt_state, metrics)``.
 
-    ``batch`` holds ``[B, ...]`` arrays :data:`GRPO_BATCH_KEYS` (plus ``ref_logp`` when
-    ``loss_config.beta > 0``); ``weights`` are the global aggregation weights
+    ``batch``: a :class:`llm.rl.batches.GRPOBatch` (``ref_logp`` given when
+    ``loss_config.beta > 0``); its ``weights`` are the global aggregation weights
     (:func:`llm.rl.grpo.token_weights`), so the ``micro_batches`` accumulated gradients sum
     to the full-batch gradient. Metrics are weighted means plus ``loss`` and ``grad_norm``
     (before clipping). Parameters and optimizer state are donated.
@@ -159,14 +162,15 @@ def make_grpo_update(
     ``"full"``): see :func:`completion_forward`.
     """
 
-    def loss_fn(state, mb):
-        logp, ent, _ = completion_forward(graphdef, state, mb["prompt_ids"], mb["prompt_mask"], mb["tokens"],
-                                          mb["mask"], entropy=compute_entropy, temperature=temperature,
-                                          chunk=logprob_chunk, remat=remat)
-        return grpo.grpo_loss(logp, mb["old_logp"], mb["advantages"], mb["weights"], loss_config,
-                              ref_logp=mb.get("ref_logp"), entropy=ent)
+    def loss_fn(state, mb: GRPOBatch):
+        logp, ent, _ = completion_forward(graphdef, state, *mb.sequences, entropy=compute_entropy,
+                                          temperature=temperature, chunk=logprob_chunk, remat=remat)
+        return grpo.grpo_loss(logp, mb.old_logp, mb.advantages, mb.weights, loss_config, ref_logp=mb.ref_logp,
+                              entropy=ent)
 
-    def update(state, opt_state, batch):
+    def update(state, opt_state, batch: GRPOBatch):
+        if not isinstance(batch, GRPOBatch):
+            raise TypeError(f"the GRPO update takes a llm.rl.batches.GRPOBatch, got {type(batch).__name__}")
         _TRACES["grpo_update"] += 1
         loss, msum, grads = accumulate_gradients(loss_fn, state, batch, micro_batches, mesh)
         state, opt_state, gnorm = apply_gradients(optimizer, state, opt_state, grads, mesh)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Optional
 
-from jaxlake.config import cfg_get, to_plain
+from jaxlake.config import cfg_get, reject_unknown, to_plain
 from jaxlake.metrics import LoggerConfig
 from llm.rl.grpo import GRPOLossConfig
 from llm.rl.optim import OptimConfig
@@ -28,10 +28,7 @@ from llm.model.sharding import MeshConfig
 def _from_mapping(cls, values: Optional[Mapping[str, Any]], where: str):
     """Build a dataclass from a mapping; unknown keys raise naming the section."""
     values = dict(values or {})
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"unknown {where} field(s) {unknown}; known: {sorted(known)}")
+    reject_unknown(where, values, (f.name for f in dataclasses.fields(cls)), ValueError)
     return cls(**values)
 
 
@@ -216,9 +213,7 @@ class ModelConfig:
             if value is not None and value not in DTYPES:
                 raise ValueError(f"model.{name}={value!r} not in {sorted(DTYPES)}")
         fields = {f.name for f in dataclasses.fields(Qwen3Config)} - {"dtype", "param_dtype"}
-        unknown = sorted(set(self.architecture) - fields)
-        if unknown:
-            raise ValueError(f"model.architecture: unknown Qwen3Config field(s) {unknown}")
+        reject_unknown("model.architecture", self.architecture, fields, ValueError)
 
     @classmethod
     def from_dict(cls, model: Optional[Mapping[str, Any]]) -> "ModelConfig":
@@ -226,9 +221,7 @@ class ModelConfig:
         naming them."""
         values = {k: v for k, v in dict(model or {}).items() if v is not None}
         known = set(MODEL_SOURCE_FIELDS) | {f.name for f in dataclasses.fields(Qwen3Config)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown model field(s) {unknown}; known: {sorted(known)}")
+        reject_unknown("model", values, known, ValueError)
         path = values.pop("path", None)
         dtype, param_dtype = values.pop("dtype", None), values.pop("param_dtype", None)
         return cls(path=str(path) if path else None, dtype=str(dtype) if dtype else None,

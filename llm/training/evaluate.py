@@ -80,7 +80,7 @@ def complete(policy, prompter, lakes, *, temperature: float, top_k: int, top_p: 
         idx = np.concatenate([rows, pad])
         out = sample_completions(policy, ids[idx], mask[idx], jax.random.fold_in(key, start), gen, mesh,
                                  reasoning=prompter.config.reasoning)
-        texts.extend(out.get("answers", out["texts"])[: len(rows)])  # reasoning mode: the plan after </think>
+        texts.extend(out.plans[: len(rows)])  # reasoning mode: the plan after </think>
     return texts
 
 

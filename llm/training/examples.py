@@ -91,7 +91,7 @@ def outcome_text(example: Example) -> str:
 @functools.lru_cache(maxsize=None)
 def _runner(horizon: int):
     """``jit(vmap(rollout))`` for one horizon (compiled once per batch shape)."""
-    return jax.jit(jax.vmap(lambda lake, plan, k: rollout(lake, plan, k, horizon=horizon)))
+    return jax.jit(jax.vmap(lambda lake, plan, k: rollout(k, lake, plan, horizon=horizon)))
 
 
 def play_texts(lakes: Lake, texts: Sequence[str], key: jax.Array, *, horizon: Optional[int] = None,
@@ -160,7 +160,7 @@ def policy_examples(policy: Any, lakes: Lake, key: jax.Array, *, prompt_config: 
     gen = GenerationConfig(max_new_tokens=int(max_new_tokens), temperature=float(temperature))
     out = sample_completions(policy, ids, mask, k_gen, gen, None)
     texts = prompt_lib.render_prompts(lakes, policy.tokenizer, config)
-    return play_texts(lakes, out["texts"], k_play, horizon=horizon, prompts=texts)
+    return play_texts(lakes, out.texts, k_play, horizon=horizon, prompts=texts)
 
 
 def failure_rates(examples: Sequence[Example]) -> dict[str, float]:

@@ -40,6 +40,7 @@ import numpy as np
 from jaxlake.metrics import MetricsWriter
 from jaxlake.mixture import Mixture
 from llm.rl import grpo
+from llm.rl.batches import GRPOBatch
 from llm.game import rewards
 from llm.generation import reasoning as reasoning_mod
 from llm.model import sharding as shd
@@ -122,33 +123,31 @@ def run_grpo(
         out = sample_completions(policy, ids, pmask, jax.random.fold_in(sample_key, step), gen, mesh,
                                  reasoning=reasoning)
         t_rew = time.perf_counter()
-        res = rewards.compute_rewards(rewards.repeat_lakes(lakes, g), out["texts"], jax.random.fold_in(reward_key, step),
+        res = rewards.compute_rewards(rewards.repeat_lakes(lakes, g), out.texts, jax.random.fold_in(reward_key, step),
                                       config.reward, ref_soc=np.repeat(ref_soc, g), horizon=horizon,
                                       reasoning=reasoning.enabled,
-                                      forced_close=out["thinking"].hit_budget if reasoning.enabled else None)
+                                      forced_close=out.thinking.hit_budget if reasoning.enabled else None)
         grouped = jnp.asarray(res.reward).reshape(n, g)
         adv = grpo.group_advantages(grouped, lc.advantage, lc.std_eps).reshape(-1)
-        truncated = ~out["hit_eos"]
+        truncated = ~out.hit_eos
         if reasoning.enabled:  # a forced close is a cut by the thinking budget
-            truncated = truncated | out["thinking"].hit_budget
+            truncated = truncated | out.thinking.hit_budget
         seq_mask = grpo.sequence_mask(grouped, jnp.asarray(truncated), dynamic_sampling=lc.dynamic_sampling,
                                       overlong_mask=lc.overlong_mask)
-        cmask = out["mask"]
+        cmask = out.mask
         # forced tokens (reasoning mode) are attended to but take no policy-gradient loss
-        weights = grpo.token_weights(jnp.asarray(to_host(out.get("loss_mask", cmask))), seq_mask, lc.aggregation,
+        weights = grpo.token_weights(jnp.asarray(to_host(out.train_mask)), seq_mask, lc.aggregation,
                                      lc.max_len)
-        host_batch = {"advantages": np.asarray(adv), "weights": np.asarray(weights)}
-        batch = {"prompt_ids": ids, "prompt_mask": pmask, "tokens": out["tokens_np"], "mask": to_host(cmask),
-                 **host_batch}
+        # old_logp is a placeholder until the policy's forward below fills it in
+        batch = GRPOBatch(prompt_ids=ids, prompt_mask=pmask, tokens=out.tokens_np, mask=to_host(cmask),
+                          weights=np.asarray(weights), advantages=np.asarray(adv), old_logp=None)
         if mesh is not None:
             batch = shd.shard_batch(batch, mesh)
         else:
-            batch = {k: jnp.asarray(v) for k, v in batch.items()}
-        seq = (batch["prompt_ids"], batch["prompt_mask"], batch["tokens"], batch["mask"])
+            batch = jax.tree_util.tree_map(jnp.asarray, batch)
         # recomputed, not the sampler's: same forward and temperature as the update (ratio 1 at first)
-        batch["old_logp"] = logprob_fn(state, *seq)
-        if lc.use_reference:
-            batch["ref_logp"] = logprob_fn(ref_state, *seq)
+        batch = batch.replace(old_logp=logprob_fn(state, *batch.sequences),
+                              ref_logp=logprob_fn(ref_state, *batch.sequences) if lc.use_reference else None)
         t_upd = time.perf_counter()
         inner = []
         for _ in range(gc.mu):
@@ -158,7 +157,7 @@ def run_grpo(
         policy = Policy(policy.graphdef, state, policy.tokenizer)
         t_end = time.perf_counter()
 
-        lengths = out["lengths"]
+        lengths = out.lengths
         completion_tokens = int(lengths.sum())
         processed = int(pmask.sum()) + completion_tokens
         row: dict[str, Any] = {"phase": "grpo", "step": step + 1}
@@ -169,11 +168,11 @@ def run_grpo(
         zero = np.asarray(grpo.zero_variance_groups(grouped))
         row["zero_adv_share"] = float(zero.mean())
         row["kept_share"] = float(np.mean(np.asarray(seq_mask)))
-        row["truncated_rate"] = float(np.mean(~out["hit_eos"]))
+        row["truncated_rate"] = float(np.mean(~out.hit_eos))
         row["completion_len"] = float(lengths.mean())
         row["completion_len_max"] = int(lengths.max())
         if reasoning.enabled:
-            row.update(reasoning_mod.thinking_metrics(out["thinking"]))
+            row.update(reasoning_mod.thinking_metrics(out.thinking))
         row["reward_std"] = float(np.std(res.reward))
         row["lr"] = schedule_value(gc.optim, total_updates, step * gc.mu)
         row["time/step_s"] = t_end - t0

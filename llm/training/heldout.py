@@ -41,10 +41,10 @@ def evaluate_heldout(policy: Policy, prompter: Prompter, lakes, ref_soc: np.ndar
         ids, mask = prompter.encode(sub)
         out = sample_completions(policy, ids, mask, key, gen, mesh, reasoning=prompter.config.reasoning)
         keep = min(batch_size, n - start)
-        texts += out["texts"][:keep]
-        lengths += out["lengths"][:keep].tolist()
-        if "thinking" in out:
-            forced += out["thinking"].hit_budget[:keep].tolist()
+        texts += out.texts[:keep]
+        lengths += out.lengths[:keep].tolist()
+        if out.thinking is not None:
+            forced += out.thinking.hit_budget[:keep].tolist()
     thinking = prompter.config.reasoning.enabled
     res = rewards.compute_rewards(lakes, texts, key, reward_config, ref_soc=ref_soc, horizon=horizon,
                                   reasoning=thinking, forced_close=np.asarray(forced, bool) if thinking else None)

@@ -43,6 +43,7 @@ from llm.training.policy import Policy
 from llm.game.prompter import Prompter
 from llm.generation.stops import eos_and_pad
 from llm.training.config import TrainConfig
+from llm.rl.batches import TokenBatch
 from llm.rl.updates import accumulate_gradients, completion_forward
 
 
@@ -143,18 +144,19 @@ def make_sft_update(graphdef: Any, optimizer: optax.GradientTransformation, *, m
                     mesh=None) -> Callable:
     """Jitted ``(state, opt_state, batch) -> (state, opt_state, metrics)`` for the warm start.
 
-    ``batch``: ``prompt_ids, prompt_mask, tokens, mask, weights`` (``[B, ...]``; weights =
-    ``mask / total tokens`` over the global batch). Metrics: ``nll`` (token mean),
+    ``batch``: a :class:`llm.rl.batches.TokenBatch` (weights = ``mask / total tokens`` over the
+    global batch). Metrics: ``nll`` (token mean),
     ``token_acc`` (arg-max == target), ``loss``, ``grad_norm``.
     """
 
-    def loss_fn(state, mb):
-        logp, _, match = completion_forward(graphdef, state, mb["prompt_ids"], mb["prompt_mask"], mb["tokens"], mb["mask"])
-        w = mb["weights"]
-        loss = -jnp.sum(logp * w)
-        return loss, {"token_acc": jnp.sum(match * w)}
+    def loss_fn(state, mb: TokenBatch):
+        logp, _, match = completion_forward(graphdef, state, *mb.sequences)
+        loss = -jnp.sum(logp * mb.weights)
+        return loss, {"token_acc": jnp.sum(match * mb.weights)}
 
-    def update(state, opt_state, batch):
+    def update(state, opt_state, batch: TokenBatch):
+        if not isinstance(batch, TokenBatch):
+            raise TypeError(f"the warm-start update takes a llm.rl.batches.TokenBatch, got {type(batch).__name__}")
         loss, msum, grads = accumulate_gradients(loss_fn, state, batch, micro_batches, mesh)
         state, opt_state, gnorm = apply_gradients(optimizer, state, opt_state, grads, mesh)
         return state, opt_state, {"nll": loss, "loss": loss, "token_acc": msum["token_acc"], "grad_norm": gnorm}
@@ -198,9 +200,9 @@ def run_warmstart(
         tokens, mask, solved, _ = plan_targets(lakes, policy.tokenizer, completion_len, thinking_tokens)
         ids, pmask = prompter.encode(lakes)
         weights = mask / max(mask.sum(), 1)
-        batch = {"prompt_ids": ids, "prompt_mask": pmask, "tokens": tokens, "mask": mask,
-                 "weights": weights.astype(np.float32)}
-        batch = shd.shard_batch(batch, mesh) if mesh is not None else {k: jnp.asarray(v) for k, v in batch.items()}
+        batch = TokenBatch(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask,
+                           weights=weights.astype(np.float32))
+        batch = shd.shard_batch(batch, mesh) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, batch)
         t_upd = time.perf_counter()
         state, opt_state, m = update(state, opt_state, batch)
         m = jax.device_get(m)

@@ -75,7 +75,7 @@ def run(pool, ar, actions, keys):
 
     def body(ar, xs):
         a, k = xs
-        ar, info = autoreset.step_batch(pool, ar, a, k)
+        ar, info = autoreset.step_batch(k, pool, ar, a)
         return ar, (autoreset.observe(pool, ar), ar.pool_idx, info)
 
     return jax.lax.scan(body, ar, (actions, keys))
@@ -105,7 +105,7 @@ def test_hand_computed_restart_and_wraparound():
     key = jax.random.split(jax.random.key(0), 2)
 
     # Step 1: instance 0 arrives (episode over), instance 1 moves UP onto (0, 0).
-    ar, info = step_batch(pool, ar, jnp.array([[RIGHT], [UP]]), key)
+    ar, info = step_batch(key, pool, ar, jnp.array([[RIGHT], [UP]]))
     np.testing.assert_array_equal(info.done, [True, False])
     np.testing.assert_array_equal(info.reward[:, 0], [1.0, 0.0])
     np.testing.assert_array_equal(ar.pending, [True, False])
@@ -120,14 +120,14 @@ def test_hand_computed_restart_and_wraparound():
     np.testing.assert_array_equal(seen.t, [0, 1])
 
     # Step 2: instance 0 plays lake 1 from its start: DOWN arrives -> lake 2 next.
-    ar, info = step_batch(pool, ar, jnp.array([[DOWN], [STAY]]), key)
+    ar, info = step_batch(key, pool, ar, jnp.array([[DOWN], [STAY]]))
     np.testing.assert_array_equal(info.done, [True, False])
     np.testing.assert_array_equal(ar.pool_idx, [2, 1])
     np.testing.assert_array_equal(ar.episodes, [2, 0])
     np.testing.assert_array_equal(ar.state.t, [1, 2])
 
     # Step 3: instance 0 on lake 2 falls (UP into the hole) -> wraps around to lake 0.
-    ar, info = step_batch(pool, ar, jnp.array([[UP], [LEFT]]), key)
+    ar, info = step_batch(key, pool, ar, jnp.array([[UP], [LEFT]]))
     np.testing.assert_array_equal(info.reward[:, 0], [-1.0, 0.0])
     np.testing.assert_array_equal(ar.pool_idx, [0, 1])
     np.testing.assert_array_equal(ar.episodes, [3, 0])
@@ -150,7 +150,7 @@ def test_matches_an_eager_reset_loop_per_instance(seed):
         state = env.reset(take(pool, idx))
         episodes = 0
         for t in range(T):
-            state, info = plain_step(take(pool, idx), state, actions[t, i], keys[t, i])
+            state, info = plain_step(keys[t, i], take(pool, idx), state, actions[t, i])
             assert_tree_equal(take(infos, (t, i)), info, f"instance {i} step {t} info")
             if bool(state.done):
                 idx, episodes = (idx + 1) % P, episodes + 1
@@ -172,8 +172,8 @@ def test_restarts_exactly_the_finished_lakes(seed):
     a, k = actions[0], keys[0]
     start = observe(pool, ar)
     lakes = autoreset.current_lakes(pool, ar)
-    ref_state, ref_info = jax.vmap(env.step)(lakes, start, a, k)
-    new, info = step_batch(pool, ar, a, k)
+    ref_state, ref_info = jax.vmap(env.step)(k, lakes, start, a)
+    new, info = step_batch(k, pool, ar, a)
     done = np.asarray(ref_state.done)
     assert_tree_equal(info, ref_info, "info")
     assert_tree_equal(new.state, ref_state, "state")
@@ -193,4 +193,4 @@ def test_uniforms_variant_equals_keyed_step():
     a = jnp.asarray(np.random.default_rng(0).integers(0, 5, size=(B, A)), jnp.int32)
     keys = jax.random.split(jax.random.key(1), B)
     u = jax.vmap(lambda k: jax.random.uniform(k, (A,)))(keys)
-    assert_tree_equal(autoreset.step_batch_from_uniforms(pool, ar, a, u), step_batch(pool, ar, a, keys))
+    assert_tree_equal(autoreset.step_batch_from_uniforms(pool, ar, a, u), step_batch(keys, pool, ar, a))

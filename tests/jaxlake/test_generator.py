@@ -339,3 +339,28 @@ def test_bad_options_are_rejected():
         generate(jax.random.key(0), config, max_attempts=1)
     with pytest.raises(TypeError, match="unknown generator option"):
         generate_many(jax.random.split(jax.random.key(0), 2), stack_configs([config] * 2), bogus=1)
+
+
+def test_the_kernel_reads_a_typed_config_of_the_dynamic_fields():
+    """The kernel's config is a pytree record of exactly the dynamic fields, in leaf order;
+    the static capacity and options are its static arguments."""
+    import dataclasses
+
+    from jaxlake.config import DYNAMIC_FIELDS, config_arrays
+    from jaxlake.generator import KernelConfig, _generate_many, _static_for
+
+    assert tuple(f.name for f in dataclasses.fields(KernelConfig)) == DYNAMIC_FIELDS
+    cfg = LakeConfig(height=4, width=5, num_agents=2, hole_density=0.2, max_steps=9, max_height=6, max_width=6,
+                     max_agents=3, on_goal="stay")
+    leaves = jax.tree_util.tree_leaves(config_arrays(cfg))
+    kc = KernelConfig.from_leaves(leaves)
+    assert int(kc.width) == 5 and float(kc.hole_density) == pytest.approx(0.2) and len(jax.tree_util.tree_leaves(kc)) == 10
+    with pytest.raises(ValueError):
+        KernelConfig.from_leaves(leaves[:-1])
+    st_, key_data = _static_for(cfg, jax.random.PRNGKey(3), 6, None, 12, 0)
+    batch = jax.tree_util.tree_map(lambda x: x[None], kc)
+    lake = jax.tree_util.tree_map(lambda x: x[0], _generate_many(st_, key_data[None], batch))
+    alone = generate(jax.random.PRNGKey(3), cfg)
+    for a, b in zip(jax.tree_util.tree_leaves(lake), jax.tree_util.tree_leaves(alone)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert int(lake.max_steps) == 9 and int(lake.num_agents) == 2

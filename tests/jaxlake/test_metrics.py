@@ -53,7 +53,7 @@ def test_logger_config_validation_names_the_field():
         LoggerConfig.from_cfg({"logger": ["jsonl", "jsonl"]})
     with pytest.raises(ConfigError, match=r"wandb.mode='cloud'"):
         LoggerConfig.from_cfg({"wandb": {"mode": "cloud"}})
-    with pytest.raises(ConfigError, match=r"wandb: unknown keys \['projet'\]"):
+    with pytest.raises(ConfigError, match=r"unknown wandb field\(s\) \['projet'\]; allowed: \['entity', 'group', 'mode', 'project', 'tags'\]"):
         LoggerConfig.from_cfg({"wandb": {"projet": "x"}})
 
 

@@ -29,7 +29,7 @@ def lake_of(text, on_goal="vanish", **fields):
 def execute(lake, sol):
     """Roll the plan out with slip 0 and check it ran exactly as planned."""
     assert sol.actions.shape == (4, 12) and sol.actions.dtype == np.int32
-    out = _rollout(lake, sol.actions, KEY).outcome
+    out = _rollout(KEY, lake, sol.actions).outcome
     n = int(lake.num_agents)
     assert bool(out.success), format_plan(sol.actions, n)
     np.testing.assert_array_equal(np.asarray(out.steps)[:n], sol.path_len[:n])
@@ -186,7 +186,7 @@ def test_generated_lakes_succeed_under_rollout():
     lakes = jax.jit(jax.vmap(generator.generate))(keys, stacked)
     batch = solve_batch(lakes)
     assert batch.actions.shape == (per * len(configs), 4, 16)
-    outcome = jax.jit(jax.vmap(rollout, in_axes=(0, 0, None)))(lakes, batch.actions, KEY).outcome
+    outcome = jax.jit(jax.vmap(rollout, in_axes=(None, 0, 0)))(KEY, lakes, batch.actions).outcome
     found = batch.found
     success = np.asarray(outcome.success)
     assert success[found].all()

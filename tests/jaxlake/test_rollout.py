@@ -18,10 +18,10 @@ _ROLLOUT = jax.jit(rollout, static_argnames=("horizon",))
 STEP = jax.jit(step)
 
 
-def ROLLOUT(lake, plan, key, *, arrive_reward=1.0, fall_reward=-1.0, horizon=None, init_state=None):
+def ROLLOUT(key, lake, plan, *, arrive_reward=1.0, fall_reward=-1.0, horizon=None, init_state=None):
     """Jitted ``rollout`` called with one argument signature, so each shape compiles once."""
     init_state = reset(lake) if init_state is None else init_state
-    return _ROLLOUT(lake, plan, key, arrive_reward=arrive_reward, fall_reward=fall_reward,
+    return _ROLLOUT(key, lake, plan, arrive_reward=arrive_reward, fall_reward=fall_reward,
                     horizon=horizon, init_state=init_state)
 
 
@@ -52,10 +52,10 @@ def random_plan(seed: int) -> jnp.ndarray:
 @pytest.mark.parametrize("index", range(len(LAKES)))
 def test_scan_equals_stepping_by_hand(index):
     lake, plan, key = LAKES[index], random_plan(index), jax.random.key(10 + index)
-    out = ROLLOUT(lake, plan, key)
+    out = ROLLOUT(key, lake, plan)
     state = reset(lake)
     for k, step_key in enumerate(jax.random.split(key, T)):
-        state, info = STEP(lake, state, plan[:, k], step_key)
+        state, info = STEP(step_key, lake, state, plan[:, k])
         assert_trees_equal(jax.tree.map(lambda x: x[k], out.trajectory.info), info)
         np.testing.assert_array_equal(out.trajectory.pos[k], state.pos)
         np.testing.assert_array_equal(out.trajectory.status[k], state.status)
@@ -67,17 +67,17 @@ def test_vmap_over_lakes_and_plans_equals_one_by_one():
     lakes = jax.tree.map(lambda *xs: jnp.stack(xs), *LAKES)
     plans = jnp.stack([random_plan(100 + i) for i in range(len(LAKES))])
     keys = jax.random.split(jax.random.key(5), len(LAKES))
-    batched = jax.jit(jax.vmap(rollout))(lakes, plans, keys)
+    batched = jax.jit(jax.vmap(rollout))(keys, lakes, plans)
     assert batched.trajectory.pos.shape == (len(LAKES), T, A, 2)
     assert batched.outcome.success.shape == (len(LAKES),)
     for i, lake in enumerate(LAKES):
-        single = ROLLOUT(lake, plans[i], keys[i])
+        single = ROLLOUT(keys[i], lake, plans[i])
         assert_trees_equal(jax.tree.map(lambda x: x[i], batched), single)
 
 
 def test_outcome_arrive_and_fall():
     lake = lake_from_rows(["A . a", "B ~ .", "b . ."], max_steps=10)
-    out = ROLLOUT(lake, plan_of("R R", "R"), jax.random.key(0))
+    out = ROLLOUT(jax.random.key(0), lake, plan_of("R R", "R"))
     o = out.outcome
     assert o.arrived[:2].tolist() == [True, False]
     assert o.fell[:2].tolist() == [False, True]
@@ -94,7 +94,7 @@ def test_outcome_success_with_custom_rewards_and_event_counts():
     lake = lake_from_rows(["A B .", ". . .", "a b ."], max_steps=10)
     # Step 1: A bumps the top wall. Step 2: A and B try to swap. Then both walk to their goals.
     plan = plan_of("U R D D", "S L S D D")
-    out = ROLLOUT(lake, plan, jax.random.key(0), arrive_reward=2.0, fall_reward=-5.0)
+    out = ROLLOUT(jax.random.key(0), lake, plan, arrive_reward=2.0, fall_reward=-5.0)
     o = out.outcome
     assert o.arrived[:2].tolist() == [True, True] and bool(o.success)
     assert o.wall_bumps[:2].tolist() == [1, 0]
@@ -107,7 +107,7 @@ def test_outcome_success_with_custom_rewards_and_event_counts():
 
 def test_conflict_counts_accumulate_and_unfinished_agents_stay_active():
     lake = lake_from_rows(["a b c d", ". . . B", "D C A .", ". . . ."], max_steps=20)
-    out = ROLLOUT(lake, plan_of("R R R", "D D D", "R R R", "R R R"), jax.random.key(0))
+    out = ROLLOUT(jax.random.key(0), lake, plan_of("R R R", "D D D", "R R R", "R R R"))
     o = out.outcome
     assert o.vertex_conflicts.tolist() == [3, 3, 0, 0]
     assert o.blocks.tolist() == [0, 0, 3, 3]
@@ -119,10 +119,10 @@ def test_conflict_counts_accumulate_and_unfinished_agents_stay_active():
 def test_short_plan_leaves_agents_active_but_horizon_pads_to_the_end():
     lake = lake_from_rows(["A . . a", ". . . .", "b . . B"], max_steps=T + 2)
     plan = plan_of("R", "U")
-    short = ROLLOUT(lake, plan, jax.random.key(0)).outcome
+    short = ROLLOUT(jax.random.key(0), lake, plan).outcome
     assert short.still_active[:2].all() and not short.timed_out.any()
     assert short.steps[:2].tolist() == [T, T] and not bool(short.all_done)
-    full = ROLLOUT(lake, plan, jax.random.key(0), horizon=T + 3)
+    full = ROLLOUT(jax.random.key(0), lake, plan, horizon=T + 3)
     assert full.trajectory.pos.shape == (T + 3, A, 2)
     o = full.outcome
     assert o.timed_out[:2].all() and not o.still_active.any() and bool(o.all_done)
@@ -133,11 +133,11 @@ def test_short_plan_leaves_agents_active_but_horizon_pads_to_the_end():
 def test_init_state_continues_an_episode():
     lake = lake_from_rows(["A . . .", ". . ~ .", "b . . a", ". . . B"], max_steps=20)
     plan = random_plan(7)
-    first = ROLLOUT(lake, plan, jax.random.key(2))
-    second = ROLLOUT(lake, plan, jax.random.key(3), init_state=first.final_state)
+    first = ROLLOUT(jax.random.key(2), lake, plan)
+    second = ROLLOUT(jax.random.key(3), lake, plan, init_state=first.final_state)
     state = first.final_state
     for k, step_key in enumerate(jax.random.split(jax.random.key(3), T)):
-        state, _ = STEP(lake, state, plan[:, k], step_key)
+        state, _ = STEP(step_key, lake, state, plan[:, k])
         np.testing.assert_array_equal(second.trajectory.pos[k], state.pos)
     assert_trees_equal(second.final_state, state)
 
@@ -155,14 +155,14 @@ def test_pad_plan():
 def test_bad_plan_shapes_are_rejected():
     lake = LAKES[0]
     with pytest.raises(AssertionError):
-        rollout(lake, jnp.zeros((A + 1, T), jnp.int32), jax.random.key(0))
+        rollout(jax.random.key(0), lake, jnp.zeros((A + 1, T), jnp.int32))
     with pytest.raises(ValueError, match="T=0"):
-        rollout(lake, jnp.zeros((A, 0), jnp.int32), jax.random.key(0))
+        rollout(jax.random.key(0), lake, jnp.zeros((A, 0), jnp.int32))
 
 
 def test_statuses_in_trajectory_only_leave_active():
     lake = LAKES[2]
-    out = ROLLOUT(lake, random_plan(3), jax.random.key(4))
+    out = ROLLOUT(jax.random.key(4), lake, random_plan(3))
     status = np.concatenate([np.asarray(reset(lake).status)[None], np.asarray(out.trajectory.status)])
     changed = status[1:] != status[:-1]
     assert (status[:-1][changed] == ACTIVE).all()

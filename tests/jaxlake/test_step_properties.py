@@ -158,14 +158,14 @@ PROPERTY_SETTINGS = settings(max_examples=40, deadline=None, suppress_health_che
 
 # ------------------------------------------------------------------------------ tests
 EPISODES = 8  # episodes per hypothesis example (one lake, several plans and keys)
-ROLLOUTS = jax.jit(jax.vmap(rollout, in_axes=(None, 0, 0)))
+ROLLOUTS = jax.jit(jax.vmap(rollout, in_axes=(0, None, 0)))
 
 
 @PROPERTY_SETTINGS
 @given(lake=small_lakes(), plans=plans(batch=EPISODES), seed=st.integers(0, 2**31 - 1))
 def test_step_matches_reference_and_keeps_the_invariants(lake, plans, seed):
     keys = jax.random.split(jax.random.key(seed), EPISODES)
-    out = jax.tree.map(np.asarray, ROLLOUTS(lake, jnp.asarray(plans), keys))
+    out = jax.tree.map(np.asarray, ROLLOUTS(keys, lake, jnp.asarray(plans)))
     noise = UNIFORMS(keys)
     for e in range(EPISODES):
         check_episode(lake, plans[e], noise[e], jax.tree.map(lambda x: x[e], out))
@@ -248,7 +248,7 @@ def test_permuting_agent_slots_permutes_the_result(lake, plan, seed, warmup, per
 
 # --------------------------------------------------------------------------- statistics
 N_SLIP = 16000
-BATCH_STEP = jax.jit(jax.vmap(step, in_axes=(None, None, 0, 0)))
+BATCH_STEP = jax.jit(jax.vmap(step, in_axes=(0, None, None, 0)))
 
 
 def within(count, n, p, sigmas=4.0):
@@ -279,7 +279,7 @@ def test_slip_frequencies_match_slip_prob(slip_prob):
     actions = np.zeros((N_SLIP, A), np.int32)
     actions[:, 0], actions[:, 1] = moves[sample % 4], moves[(sample // 4) % 4]
     keys = jax.random.split(jax.random.key(123), N_SLIP)
-    nxt, info = BATCH_STEP(lake, state, jnp.asarray(actions), keys)
+    nxt, info = BATCH_STEP(keys, lake, state, jnp.asarray(actions))
     delta = np.asarray(nxt.pos) - np.asarray(state.pos)[None]  # [N, A, 2]
     slipped = np.asarray(info.slipped)
     assert not np.asarray(info.vertex_conflict | info.swap_conflict | info.blocked | info.wall).any()
@@ -326,8 +326,8 @@ def test_one_agent_with_slip_two_thirds_matches_gymnasium_frozenlake():
     rep = lambda x: jnp.asarray(np.repeat(x, N_GYM, axis=0))
     batch_state = State(pos=rep(pos0), status=rep(status0), t=jnp.zeros((n_cases * N_GYM,), jnp.int32))
     keys = jax.random.split(jax.random.key(2024), n_cases * N_GYM)
-    step_states = jax.jit(jax.vmap(step, in_axes=(None, 0, 0, 0)))
-    nxt, info = step_states(lake, batch_state, rep(acts), keys)
+    step_states = jax.jit(jax.vmap(step, in_axes=(0, None, 0, 0)))
+    nxt, info = step_states(keys, lake, batch_state, rep(acts))
     cell = np.asarray(nxt.pos[:, 0, 0] * 4 + nxt.pos[:, 0, 1]).reshape(n_cases, N_GYM)
     status = np.asarray(nxt.status[:, 0]).reshape(n_cases, N_GYM)
     reward = np.asarray(info.reward[:, 0]).reshape(n_cases, N_GYM)

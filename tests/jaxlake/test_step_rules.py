@@ -103,7 +103,7 @@ def run(lake: Lake, *moves: str, state: State | None = None):
     state = reset(lake) if state is None else state
     infos = []
     for k, m in enumerate(moves):
-        state, info = STEP(lake, state, acts(m), jax.random.fold_in(KEY, k))
+        state, info = STEP(jax.random.fold_in(KEY, k), lake, state, acts(m))
         infos.append(info)
     return state, infos
 
@@ -381,11 +381,11 @@ def test_falling_into_a_hole_and_the_hole_not_blocking_others():
 def test_following_an_agent_that_falls_and_configurable_rewards():
     lake = lake_from_rows(["B A ~", ". b .", "a . ."])
     state = reset(lake)
-    state, info = STEP(lake, state, acts("R R"), KEY, arrive_reward=5.0, fall_reward=-3.0)
+    state, info = STEP(KEY, lake, state, acts("R R"), arrive_reward=5.0, fall_reward=-3.0)
     assert_pos(state, [(0, 2), (0, 1)])
     assert_status(state, [FELL, ACTIVE])
     assert np.asarray(info.reward)[:2].tolist() == [-3.0, 0.0]
-    state, info = STEP(lake, state, acts("S D"), KEY, arrive_reward=5.0, fall_reward=-3.0)
+    state, info = STEP(KEY, lake, state, acts("S D"), arrive_reward=5.0, fall_reward=-3.0)
     assert_status(state, [FELL, ARRIVED])
     assert np.asarray(info.reward)[:2].tolist() == [0.0, 5.0]
 
@@ -427,7 +427,7 @@ def test_stepping_a_done_episode_changes_nothing_and_pays_nothing():
 def test_actions_of_inactive_agents_and_out_of_range_actions_are_stay():
     lake = lake_from_rows(["A . a", ". . .", "B b ."], on_goal="stay")
     state = reset(lake)
-    state, info = STEP(lake, state, jnp.asarray([-1, 5, 2, 1], jnp.int32), KEY)
+    state, info = STEP(KEY, lake, state, jnp.asarray([-1, 5, 2, 1], jnp.int32))
     assert_pos(state, [(0, 0), (2, 0)])
     assert not np.asarray(info.moved).any() and not np.asarray(info.wall).any()
     # Absent slots 2 and 3 got moves too: their status and pos stay as they were.
@@ -435,7 +435,7 @@ def test_actions_of_inactive_agents_and_out_of_range_actions_are_stay():
     np.testing.assert_array_equal(np.asarray(state.pos), np.asarray(reset(lake).pos))
     assert int(state.t) == 1
     with pytest.raises(TypeError, match="actions must be integers"):  # docs/rules.md#conventions
-        step(lake, reset(lake), jnp.asarray([1.0, 2.0, 0.0, 0.0]), KEY)
+        step(KEY, lake, reset(lake), jnp.asarray([1.0, 2.0, 0.0, 0.0]))
 
 
 # ------------------------------------------------------------------------------ slip
@@ -443,9 +443,9 @@ def test_slip_prob_one_always_goes_perpendicular_and_stay_never_slips():
     lake = lake_from_rows([". . . . .", ". . . . .", ". . A . .", ". B . . .", "a . . . b"], slip_prob=1.0)
     keys = jax.random.split(jax.random.key(7), 256)
     state = reset(lake)
-    batched = jax.jit(jax.vmap(step, in_axes=(None, None, None, 0)))
+    batched = jax.jit(jax.vmap(step, in_axes=(0, None, None, None)))
     for action, perpendicular in (("U", {(2, 1), (2, 3)}), ("L", {(1, 2), (3, 2)})):
-        nxt, info = batched(lake, state, acts(action + " S"), keys)
+        nxt, info = batched(keys, lake, state, acts(action + " S"))
         cells = {tuple(p) for p in np.asarray(nxt.pos[:, 0])}
         assert cells == perpendicular  # both perpendicular cells occur, nothing else
         assert np.asarray(info.slipped[:, 0]).all()

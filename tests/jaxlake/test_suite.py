@@ -68,7 +68,7 @@ def test_swap_conflict_recorded(scored):
 
 
 def test_spec_errors_name_the_key():
-    with pytest.raises(SuiteError, match="eval.grid.colour: unknown dimension"):
+    with pytest.raises(SuiteError, match=r"unknown eval.grid field\(s\) \['colour'\]; allowed: .*'size'"):
         SuiteSpec.from_conf({"seed": 0, "lakes_per_cell": 1, "grid": {"colour": [1]}})
     with pytest.raises(SuiteError, match="eval.lakes_per_cell=0"):
         SuiteSpec.from_conf({"seed": 0, "lakes_per_cell": 0, "grid": {"size": [3]}})

@@ -19,7 +19,7 @@ def _rollout(text, plan_text, steps=6):
     assert not malformed
     plan = np.zeros((lake.max_agents, steps), np.int32)
     plan[: acts.shape[0]] = acts
-    return lake, rollout(lake, jnp.asarray(plan), jax.random.PRNGKey(0))
+    return lake, rollout(jax.random.PRNGKey(0), lake, jnp.asarray(plan))
 
 
 def test_plot_lake_draws_board_agents_and_paths(tmp_path):

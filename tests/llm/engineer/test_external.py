@@ -131,7 +131,7 @@ def test_config_errors_and_conf_file(monkeypatch):
     monkeypatch.delenv("JAXLAKE_MISSING_KEY", raising=False)
     with pytest.raises(ConfigError, match="environment variable JAXLAKE_MISSING_KEY is not set"):
         ExternalEngineer(url="http://127.0.0.1:1/v1", model="m", api_key_env="JAXLAKE_MISSING_KEY")
-    with pytest.raises(ConfigError, match="engineer.context.gossip"):
+    with pytest.raises(ConfigError, match=r"unknown engineer.context field\(s\) \[.gossip.\]"):
         ExternalEngineer(url="http://127.0.0.1:1/v1", model="m", context={"gossip": True})
     node = OmegaConf.load(CONF)
     node.url = "http://127.0.0.1:9/v1"

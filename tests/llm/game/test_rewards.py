@@ -116,7 +116,7 @@ def test_weights_and_metrics(batch, result):
 
 def test_reward_config_validation():
     assert RewardConfig.from_dict({"fell": -2}).fell == -2.0
-    with pytest.raises(ValueError, match="unknown reward term"):
+    with pytest.raises(ValueError, match=r"unknown reward field\(s\)"):
         RewardConfig.from_dict({"speed": 1.0})
     with pytest.raises(ValueError, match="reward.fell"):
         RewardConfig.from_dict({"fell": "a lot"})

@@ -44,6 +44,7 @@ SCRIPT = textwrap.dedent(
     from llm.generation.decode import GenerationConfig, generate_ids
     from llm.rl.grpo import GRPOLossConfig
     from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+    from llm.rl.batches import GRPOBatch
     from llm.rl.updates import make_grpo_update, trace_counts
 
     tmp = Path(sys.argv[1])
@@ -62,12 +63,12 @@ SCRIPT = textwrap.dedent(
     rng = np.random.RandomState(0)
     pmask = np.arange(P)[None, :] >= rng.randint(0, P - 2, size=B)[:, None]
     cmask = np.arange(T)[None, :] < rng.randint(1, T + 1, size=B)[:, None]
-    batch = {"prompt_ids": rng.randint(3, 256, size=(B, P)).astype(np.int32), "prompt_mask": pmask,
-             "tokens": rng.randint(3, 256, size=(B, T)).astype(np.int32), "mask": cmask,
-             "old_logp": np.where(cmask, -rng.uniform(4, 8, size=(B, T)), 0).astype(np.float32),
-             "advantages": rng.randn(B).astype(np.float32),
-             "ref_logp": np.where(cmask, -rng.uniform(4, 8, size=(B, T)), 0).astype(np.float32)}
-    batch["weights"] = np.asarray(grpo.token_weights(jnp.asarray(cmask), jnp.ones(B), "token_mean"))
+    batch = GRPOBatch(prompt_ids=rng.randint(3, 256, size=(B, P)).astype(np.int32), prompt_mask=pmask,
+                      tokens=rng.randint(3, 256, size=(B, T)).astype(np.int32), mask=cmask,
+                      old_logp=np.where(cmask, -rng.uniform(4, 8, size=(B, T)), 0).astype(np.float32),
+                      advantages=rng.randn(B).astype(np.float32),
+                      ref_logp=np.where(cmask, -rng.uniform(4, 8, size=(B, T)), 0).astype(np.float32),
+                      weights=np.asarray(grpo.token_weights(jnp.asarray(cmask), jnp.ones(B), "token_mean")))
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3, weight_decay=0.01))
     loss_cfg = GRPOLossConfig(beta=0.05)
 
@@ -117,8 +118,8 @@ SCRIPT = textwrap.dedent(
     toks = []
     for mesh in (None, meshes["1x4"]):
         state = runs["single"][0] if mesh is None else runs["1x4"][0]
-        ids, pm = (batch["prompt_ids"], batch["prompt_mask"]) if mesh is None else \\
-            shd.shard_batch((batch["prompt_ids"], batch["prompt_mask"]), mesh)
+        ids, pm = (batch.prompt_ids, batch.prompt_mask) if mesh is None else \\
+            shd.shard_batch((batch.prompt_ids, batch.prompt_mask), mesh)
         out = generate_ids((graphdef, state), ids, pm, None, gen, eos_token_ids=(), pad_token_id=0)
         toks.append(np.asarray(out[0]))
     res["same_tokens"] = bool(np.array_equal(toks[0], toks[1]))

@@ -55,7 +55,7 @@ def test_grpo_at_temperature_uses_the_sampling_distribution(tmp_path, monkeypatc
         update = real(*args, **kwargs)
 
         def wrapped(state, opt_state, batch):
-            seen.append({k: np.asarray(v) for k, v in batch.items()})
+            seen.append(jax.tree_util.tree_map(np.asarray, batch))
             return update(state, opt_state, batch)
 
         return wrapped
@@ -72,13 +72,13 @@ def test_grpo_at_temperature_uses_the_sampling_distribution(tmp_path, monkeypatc
     row = metrics.rows()[-1]
     assert len(seen) == 2
     b = seen[0]
-    assert b["mask"].any()
+    assert b.mask.any()
     for state, key in ((policy.state, "old_logp"), (ref_state, "ref_logp")):
-        expected = sequence_logprobs((policy.graphdef, state), b["prompt_ids"], b["prompt_mask"], b["tokens"],
-                                     b["mask"], temperature=0.7)
-        np.testing.assert_allclose(np.where(b["mask"], b[key], 0), np.where(b["mask"], expected, 0), atol=1e-5)
-        raw = sequence_logprobs((policy.graphdef, state), b["prompt_ids"], b["prompt_mask"], b["tokens"], b["mask"])
-        assert np.abs(np.asarray(raw) - b[key])[b["mask"]].max() > 1e-3  # T=1 would differ
+        expected = sequence_logprobs((policy.graphdef, state), *b.sequences, temperature=0.7)
+        got = getattr(b, key)
+        np.testing.assert_allclose(np.where(b.mask, got, 0), np.where(b.mask, expected, 0), atol=1e-5)
+        raw = sequence_logprobs((policy.graphdef, state), *b.sequences)
+        assert np.abs(np.asarray(raw) - got)[b.mask].max() > 1e-3  # T=1 would differ
     assert abs(row["ratio_mean"] - 1.0) < 1e-5
     assert row["clip_frac"] == 0.0
     assert abs(row["last/ratio_mean"] - 1.0) > 1e-6  # the first inner update moved the policy

@@ -21,6 +21,7 @@ from llm.training.policy import Policy, copy_state, load_policy
 from llm.game.prompter import Prompter
 from llm.training.stage import MetricsLog, train_stage
 from llm.training.config import GRPOConfig, ModelConfig, OptimConfig, StageConfig, TrainConfig, WarmStartConfig
+from llm.rl.batches import GRPOBatch, TokenBatch
 from llm.rl.updates import completion_forward, make_grpo_update, trace_counts
 from llm.generation.decode import GenerationConfig, generate_ids, sequence_logprobs
 from llm.rl.grpo import GRPOLossConfig
@@ -49,25 +50,25 @@ def policy(tokenizer):
     return Policy.from_model(tiny_model(len(tokenizer)), tokenizer)
 
 
-def fake_batch(vocab: int, seed: int = 0, beta: bool = False) -> dict:
+def fake_batch(vocab: int, seed: int = 0, beta: bool = False) -> GRPOBatch:
     """A GRPO batch with random prompts/completions (left-padded prompts, right-padded completions)."""
     rng = np.random.RandomState(seed)
     plen = rng.randint(3, P + 1, size=B)
     pmask = np.arange(P)[None, :] >= (P - plen)[:, None]
     clen = rng.randint(1, T + 1, size=B)
     cmask = np.arange(T)[None, :] < clen[:, None]
-    batch = {
-        "prompt_ids": rng.randint(3, vocab, size=(B, P)).astype(np.int32),
-        "prompt_mask": pmask,
-        "tokens": rng.randint(3, vocab, size=(B, T)).astype(np.int32),
-        "mask": cmask,
-        "old_logp": np.where(cmask, -rng.uniform(4, 8, size=(B, T)), 0).astype(np.float32),
-        "advantages": rng.randn(B).astype(np.float32),
-    }
-    batch["weights"] = np.asarray(grpo.token_weights(jnp.asarray(cmask), jnp.ones(B), "token_mean"))
+    batch = GRPOBatch(
+        prompt_ids=rng.randint(3, vocab, size=(B, P)).astype(np.int32),
+        prompt_mask=pmask,
+        tokens=rng.randint(3, vocab, size=(B, T)).astype(np.int32),
+        mask=cmask,
+        old_logp=np.where(cmask, -rng.uniform(4, 8, size=(B, T)), 0).astype(np.float32),
+        advantages=rng.randn(B).astype(np.float32),
+        weights=np.asarray(grpo.token_weights(jnp.asarray(cmask), jnp.ones(B), "token_mean")),
+    )
     if beta:
-        batch["ref_logp"] = np.where(cmask, -rng.uniform(4, 8, size=(B, T)), 0).astype(np.float32)
-    return {k: jnp.asarray(v) for k, v in batch.items()}
+        batch = batch.replace(ref_logp=np.where(cmask, -rng.uniform(4, 8, size=(B, T)), 0).astype(np.float32))
+    return jax.tree_util.tree_map(jnp.asarray, batch)
 
 
 def leaves(state):
@@ -152,8 +153,8 @@ def test_warmstart_targets_and_completion_only_loss(policy, tokenizer):
     prompter = Prompter.fit(tokenizer, TrainConfig().prompt, lakes, None, 16)
     ids, pmask = prompter.encode(lakes)
     weights = (mask / mask.sum()).astype(np.float32)
-    batch = {k: jnp.asarray(v) for k, v in
-             dict(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask, weights=weights).items()}
+    batch = jax.tree_util.tree_map(jnp.asarray, TokenBatch(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask,
+                                                           weights=weights))
     opt = make_optimizer(OptimConfig(lr=1e-3, warmup_steps=0), 5)
     update = ws.make_sft_update(policy.graphdef, opt, micro_batches=2)
     state = copy_state(policy.state)

@@ -1,0 +1,242 @@
+"""Typed settings of one pipeline run, resolved once from the Hydra config.
+
+:meth:`RunSettings.from_cfg` reads every group the staged pipeline (:mod:`jaxlake.pipeline.
+stages`) uses, once, at its entry point (``stages.main``; ``run_stage`` / ``run_pipeline`` /
+``write_run_info`` also accept a raw config and resolve it on the spot), into frozen records
+that the stages pass down; nothing below reads the raw config. The pieces reuse the typed
+records of the layers below: :class:`jaxlake.mixture.Mixture` (stage 1's environment),
+:class:`jaxlake.suite.SuiteSpec` (the held-out suite), :class:`jaxlake.metrics.LoggerConfig`
+and the trainer's :class:`llm.training.config.StageConfig` (``train``, ``reward``, ``prompt``,
+``model``, ``logger`` / ``wandb``). Every value is checked when built; an error names the
+field (``stages=0 must be an integer in [1, inf)``, ``pipeline.warmstart='some' not in
+['first', 'all']``).
+
+Two views of the raw config are kept as plain data because they are written out as given:
+:attr:`RunSettings.settings` (``run.json``'s ``settings``, which a resumed run must match, and
+the stage-1 sharing key) and the ``eval`` node that ``eval.json`` records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from jaxlake.config import cfg_get, to_plain
+from jaxlake.metrics import LoggerConfig
+from jaxlake.mixture import Mixture, mixture_from_node
+from jaxlake.suite import SuiteSpec
+
+#: Config groups a run's results depend on; a run folder refuses to resume under others.
+SETTINGS = ("env", "model", "train", "reward", "prompt", "eval")
+#: Keys inside them that only change how a run reports or where it runs, not what it computes
+#: (``mesh``: the same results up to float rounding, and checkpoints restore onto any mesh).
+_COSMETIC = {"train": ("progress", "plot", "distributed", "mesh")}
+#: ``pipeline.warmstart`` values: the supervised warm start in stage 1 only, or in every stage.
+WARMSTART_MODES = ("first", "all")
+
+
+class PipelineError(RuntimeError):
+    """A stage cannot run (missing inputs, inconsistent run directory, a bad pipeline setting)."""
+
+
+def _int(where: str, value: Any, low: Optional[int] = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
+        bound = "" if low is None else f" in [{low}, inf)"
+        raise PipelineError(f"{where}={value!r} must be an integer{bound}")
+    return int(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """The ``eval`` group: the held-out suite and what the stages read around it.
+
+    Attributes:
+      suite: the suite's definition (``name seed lakes_per_cell base grid``), checked.
+      planner: the reference planner on every lake (also for the environment statistics).
+      summary_mode / k_failures / env_stats_lakes: ``eval.summary`` (:mod:`jaxlake.summaries`).
+      node: the whole group as plain data, as :func:`llm.training.evaluate.evaluate_policy`
+        takes it (decoding modes, batch size, current-environment lakes ...).
+    """
+
+    suite: SuiteSpec
+    planner: bool = True
+    summary_mode: str = "greedy"
+    k_failures: int = 6
+    env_stats_lakes: int = 64
+    node: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        name = self.node.get("name")
+        return "" if name is None else str(name)
+
+    @classmethod
+    def from_node(cls, node: Any) -> "EvalSettings":
+        plain = to_plain(node)
+        if not isinstance(plain, Mapping):
+            raise PipelineError(f"eval must be a mapping (conf/eval/<name>.yaml), got {type(plain).__name__}")
+        plain = dict(plain)
+        summary = plain.get("summary") or {}
+        if not isinstance(summary, Mapping):
+            raise PipelineError(f"eval.summary must be a mapping, got {type(summary).__name__}")
+        return cls(
+            suite=SuiteSpec.from_conf(plain),
+            planner=True if plain.get("planner") is None else bool(plain["planner"]),  # null: the default
+            summary_mode=str(summary.get("mode", "greedy")),
+            k_failures=_int("eval.summary.k_failures", summary.get("k_failures", 6), 0),
+            env_stats_lakes=_int("eval.summary.env_stats_lakes", summary.get("env_stats_lakes", 64), 1),
+            node=plain,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """Everything the staged pipeline reads from the Hydra config, typed.
+
+    Attributes:
+      experiment / runs_dir: the run's name and parent folder.
+      run_dir: the run folder (Hydra's output folder; ``runs_dir/experiment`` outside Hydra).
+      overrides: the command line's overrides (Hydra's ``overrides.task``; outside Hydra
+        ``experiment=<name>``), which :meth:`command_for_stage` repeats.
+      stages: number of stages; ``stage``: the one stage to run (``+stage=K``) or ``None``.
+      seed: the run seed (training, engineer, environment statistics).
+      env: stage 1's environment as configured (``None`` when the config has no ``env``), before
+        the engineer's :meth:`~jaxlake.engineers.Engineer.initial_mixture`.
+      engineer: the ``engineer`` node as plain data (``_target_`` + parameters, for
+        :func:`jaxlake.engineers.build_engineer`), ``None`` when absent.
+      eval: the held-out suite settings (``None`` when the config has no ``eval``).
+      train: the trainer's settings of stage 1 (:class:`llm.training.config.StageConfig`);
+        :meth:`stage_config` derives stage ``k``'s.
+      logger: the metric back ends of the per-stage rows (the same as ``train.logger``).
+      warmstart: ``pipeline.warmstart`` (``first`` | ``all``).
+      share_stage1: ``pipeline.share_stage1``, the shared stage-1 store, or ``None``.
+      distributed: ``train.distributed`` (for ``jax.distributed.initialize``).
+      settings: ``run.json``'s ``settings`` (the groups of :data:`SETTINGS` less cosmetic keys,
+        plus ``pipeline.warmstart``), plain JSON data.
+    """
+
+    experiment: str = "default"
+    runs_dir: Path = Path("runs")
+    run_dir: Path = Path("runs/default")
+    overrides: tuple[str, ...] = ("experiment=default",)
+    stages: int = 3
+    stage: Optional[int] = None
+    seed: int = 0
+    env: Optional[Mixture] = None
+    engineer: Optional[Mapping[str, Any]] = None
+    eval: Optional[EvalSettings] = None
+    train: Any = None  # llm.training.config.StageConfig (imported lazily: the simulator stays llm-free)
+    logger: LoggerConfig = LoggerConfig()
+    warmstart: str = "first"
+    share_stage1: Optional[Path] = None
+    distributed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def of(cls, cfg: Any) -> "RunSettings":
+        """``cfg`` itself when it is already a :class:`RunSettings`, else :meth:`from_cfg`."""
+        return cfg if isinstance(cfg, cls) else cls.from_cfg(cfg)
+
+    @classmethod
+    def from_cfg(cls, cfg: Any) -> "RunSettings":
+        """From a Hydra ``DictConfig`` (or a plain mapping of the same groups). The logger is
+        checked first, so a bad ``logger`` / ``wandb`` setting fails before anything else."""
+        from llm.training.config import StageConfig
+
+        logger = LoggerConfig.from_cfg(cfg)
+        experiment = str(cfg_get(cfg, "experiment", "default"))
+        runs_dir = Path(str(cfg_get(cfg, "runs_dir", "runs")))
+        run_dir, overrides = runs_dir / experiment, (f"experiment={experiment}",)
+        try:
+            from hydra.core.hydra_config import HydraConfig
+
+            hydra = HydraConfig.get()
+            run_dir, overrides = Path(hydra.runtime.output_dir), tuple(str(o) for o in hydra.overrides.task)
+        except (ValueError, ImportError):
+            pass
+        stages = _int("stages", cfg_get(cfg, "stages", 3), 1)
+        stage = cfg_get(cfg, "stage")
+        if stage is not None:
+            if isinstance(stage, str) and stage.strip().lstrip("+-").isdigit():
+                stage = int(stage)
+            stage = _int("stage", stage)
+        pipeline = cfg_get(cfg, "pipeline", {})
+        warmstart = str(cfg_get(pipeline, "warmstart", "first"))
+        if warmstart not in WARMSTART_MODES:
+            raise PipelineError(f"pipeline.warmstart={warmstart!r} not in {list(WARMSTART_MODES)}")
+        share = cfg_get(pipeline, "share_stage1")
+        env = cfg_get(cfg, "env")
+        engineer = to_plain(cfg_get(cfg, "engineer"))
+        eval_node = cfg_get(cfg, "eval")
+        return cls(
+            experiment=experiment,
+            runs_dir=runs_dir,
+            run_dir=run_dir,
+            overrides=overrides,
+            stages=stages,
+            stage=stage,
+            seed=_int("seed", cfg_get(cfg, "seed", 0)),
+            env=None if env is None else mixture_from_node(env),
+            engineer=None if engineer is None else dict(engineer),
+            eval=None if eval_node is None else EvalSettings.from_node(eval_node),
+            train=StageConfig.from_cfg(cfg),
+            logger=logger,
+            warmstart=warmstart,
+            share_stage1=Path(str(share)) if share not in (None, "", False) else None,
+            distributed=dict(to_plain(cfg_get(cfg_get(cfg, "train"), "distributed")) or {}),
+            settings=_run_settings(cfg, warmstart),
+        )
+
+    # ------------------------------------------------------------------ derived views
+    @property
+    def prompt(self) -> Any:
+        """The policy's prompt settings (:class:`llm.game.prompts.PromptConfig`)."""
+        return self.train.train.prompt
+
+    @property
+    def model(self) -> Any:
+        """Where the policy comes from (:class:`llm.training.config.ModelConfig`)."""
+        return self.train.model
+
+    def record(self) -> dict:
+        """A fresh copy of :attr:`settings` (``run.json``'s ``settings``)."""
+        return json.loads(json.dumps(self.settings))
+
+    def stage_dir(self, k: int) -> Path:
+        return self.run_dir / f"stage_{k}"
+
+    def command_for_stage(self, k: int) -> str:
+        """The command line that runs stage ``k`` of this run (the current overrides kept)."""
+        kept = [o for o in self.overrides if not re.match(r"^\+{0,2}stage=", o)]
+        return "python -m jaxlake.run " + " ".join(shlex.quote(o) for o in [f"+stage={k}"] + kept)
+
+    def stage_config(self, k: int) -> Any:
+        """The trainer's settings of stage ``k``: the training seed ``train.seed + 7919 * seed +
+        (k - 1)``, and no warm start after stage 1 unless ``pipeline.warmstart=all``."""
+        cfg = self.train
+        record = dict(cfg.record)
+        seed = int(record.get("seed", 0)) + 7919 * self.seed + (k - 1)
+        record["seed"] = seed
+        warmstart = cfg.train.warmstart
+        if k > 1 and self.warmstart == "first":
+            record["warmstart"] = {**dict(record.get("warmstart") or {}), "enabled": False}
+            warmstart = dataclasses.replace(warmstart, enabled=False)
+        train = dataclasses.replace(cfg.train, seed=seed, warmstart=warmstart)
+        return dataclasses.replace(cfg, train=train, record=record)
+
+
+def _run_settings(cfg: Any, warmstart: str) -> dict:
+    """The settings that fix a run's results (``SETTINGS`` groups and the warm-start policy)."""
+    out = {}
+    for group in SETTINGS:
+        node = to_plain(cfg_get(cfg, group, {}))
+        if isinstance(node, dict):
+            node = {k: v for k, v in node.items() if k not in _COSMETIC.get(group, ())}
+        out[group] = node
+    out["pipeline.warmstart"] = warmstart
+    return json.loads(json.dumps(out, default=str))
