@@ -1,5 +1,6 @@
 import os
-import sys
+import shutil
+import tempfile
 from pathlib import Path
 
 # Tests run on the CPU; keep XLA from grabbing every core for one test's compile.
@@ -7,29 +8,85 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import pytest  # noqa: E402
 
-#: Test files whose tests take longest, slowest first (from the per-test durations of the last
-#: idle full runs on the 2-core CPU, ``python -m pytest -q --durations=60``; refresh it from such a run). pytest-xdist's ``--dist loadfile`` hands whole files
-#: to the two workers in collection order (``--no-loadscope-reorder`` in pyproject.toml keeps
-#: that order; xdist's default sorts files by test count, which left these one-test files for
-#: the end, one worker running a 2-3 minute file alone while the other idled). Longest first
-#: and the short files after them is the classic list schedule: the two workers finish close
-#: together. A stale order only costs balance, never correctness.
-SLOWEST_FIRST = (
-    "test_notebooks.py", "jaxlake/pipeline/test_stages.py", "llm/training/test_train.py",
-    "jaxlake/pipeline/test_study.py", "test_install.py", "jaxlake/pipeline/test_reasoning_pipeline.py",
-    "jaxlake/pipeline/test_paper_recipe.py", "jaxlake/pipeline/test_run_stage.py", "jaxlake/test_bench.py",
-    "llm/model/test_logprobs.py", "llm/model/test_fsdp.py", "llm/model/test_precision.py",
-    "jaxlake/test_autoreset.py", "llm/training/test_grpo_sampling.py", "jaxlake/test_step_properties.py",
-    "llm/engineer/test_local.py", "llm/training/test_examples.py", "jaxlake/test_viewer.py",
-)
+# ---------------------------------------------------------------------------- XLA compile cache
+# Many processes of one session compile the same programs: the two xdist workers, the notebook
+# kernels, the ``python -m jaxlake.run`` / ``jaxlake.study`` subprocesses and the wheel's venv
+# all build the micro model's sampler, GRPO update and evaluation for the same shapes. JAX's
+# persistent compilation cache, in a folder of this session (made here, in the first process
+# that loads this file, inherited by every worker and subprocess through the environment,
+# removed when that process ends), compiles each once. Set JAX_COMPILATION_CACHE_DIR yourself
+# to keep a cache across sessions, or JAXLAKE_TEST_XLA_CACHE=0 to compile everything afresh.
+_OWN_XLA_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ and os.environ.get("JAXLAKE_TEST_XLA_CACHE", "1") != "0":
+    _OWN_XLA_CACHE = tempfile.mkdtemp(prefix="jaxlake-test-xla-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_XLA_CACHE
+    # the default keeps only compiles over 1 s; the micro model's are shorter on an idle machine
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+
+def pytest_unconfigure(config):
+    if _OWN_XLA_CACHE is not None and not hasattr(config, "workerinput"):
+        shutil.rmtree(_OWN_XLA_CACHE, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- test file order
+# pytest-xdist's ``--dist loadfile`` hands whole files to the two workers in collection order
+# (``--no-loadscope-reorder`` in pyproject.toml keeps that order; xdist's default sorts files by
+# test count, which left the one-test end-to-end files for last: one worker ran a minutes-long
+# file alone while the other idled). Longest file first, each next file to the worker that
+# is free, is the classic list schedule: the workers finish close together. A file's cost is
+# the sum of its tests' durations as the last run that ran them measured (kept in pytest's
+# cache, .pytest_cache/, written by the controlling process at the end of each run); a test
+# never measured (a fresh clone, as in CI, or a new test) is guessed from its marker: a
+# ``slow`` test as SLOW_GUESS_S, any other as FAST_GUESS_S. A poor order only costs balance,
+# never correctness.
+DURATIONS_KEY = "jaxlake/test_durations"
+SLOW_GUESS_S = 60.0
+FAST_GUESS_S = 0.5
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def file_costs(items, known: dict) -> dict:
+    """Seconds per test file: measured durations where known, else the marker's guess."""
+    costs: dict = {}
+    for item in items:
+        guess = SLOW_GUESS_S if item.get_closest_marker("slow") else FAST_GUESS_S
+        seconds = known.get(item.nodeid)
+        costs[_file_of(item.nodeid)] = costs.get(_file_of(item.nodeid), 0.0) + (
+            float(seconds) if isinstance(seconds, (int, float)) else guess)
+    return costs
 
 
 def pytest_collection_modifyitems(config, items):
-    """Put the files of :data:`SLOWEST_FIRST` first, in that order (a stable sort: every other
-    file, and the tests within a file, keep pytest's order)."""
-    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-    here = Path(__file__).resolve().parent
-    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).resolve().relative_to(here).as_posix(), len(rank)))
+    """Costliest files first (a stable sort: the tests within a file keep pytest's order)."""
+    cache = getattr(config, "cache", None)
+    known = cache.get(DURATIONS_KEY, {}) if cache is not None else {}
+    costs = file_costs(items, known if isinstance(known, dict) else {})
+    items.sort(key=lambda item: -costs[_file_of(item.nodeid)])
+
+
+_measured: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    """Sum setup, call and teardown per test (in the controlling process, xdist forwards every
+    worker's reports here)."""
+    _measured[report.nodeid] = _measured.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    cache = getattr(config, "cache", None)
+    if cache is None or hasattr(config, "workerinput") or not _measured:
+        return
+    known = cache.get(DURATIONS_KEY, {})
+    known = dict(known) if isinstance(known, dict) else {}
+    known.update({k: round(v, 3) for k, v in _measured.items()})
+    cache.set(DURATIONS_KEY, known)
 
 
 @pytest.fixture(scope="session")

@@ -5,14 +5,22 @@
 * A folder of one's own adds configs beside the package's (README, "Your own configs"): the
   README block runs from an empty folder.
 * No module finds its inputs or places its outputs relative to the source tree.
-* (slow) The wheel, built from a copy of the sources, holds every config; installed into a
-  fresh venv (no system site-packages, no user site, no editable install, no PYTHONPATH),
-  its entry points run from an empty folder: ``python -m jaxlake.run --cfg job`` prints the
-  config the repository composes, ``python -m jaxlake.bench bench=tiny`` writes its results
-  under that folder, the README's own-config block works, the study composes its config, and
-  ``jaxlake.pipeline.report`` / ``llm.benchmark.cli`` / ``llm.training.evaluate`` start. Dependencies come from the
-  package index as configured for pip (``--prefer-binary``; ``--no-compile`` skips
-  byte-compiling the dependencies, most of the install time).
+* The configs are one set of files: the top-level ``conf/`` (installed as the package
+  ``jaxlake.conf`` through pyproject's ``package-dir``), the package list names every package
+  folder, and the checkout, the editable install and Hydra's ``pkg://jaxlake.conf`` all find
+  exactly those files.
+* (slow) The wheel, built from a copy of the sources, holds every file of the packages and every
+  config (the same list as ``conf/``). Installed with ``--no-deps`` into a venv that sees the
+  already installed dependencies (``--system-site-packages``: nothing is downloaded or
+  reinstalled) but with every distribution that only the extras (dev, torch, ...) bring made
+  unimportable, as if not installed, and without the checkout (no PYTHONPATH, no user site; the
+  wheel's copy shadows the editable install), its Hydra lookup finds the same configs, its
+  declared dependencies are satisfied, and its entry points run from an empty folder:
+  ``python -m jaxlake.run --cfg job`` prints the config the repository composes,
+  ``python -m jaxlake.bench bench=tiny`` writes its results under that folder, the README's
+  own-config block works, the study composes its config, and ``jaxlake.pipeline.report`` /
+  ``llm.benchmark.cli`` / ``llm.training.evaluate`` start. (That the index resolves the
+  dependencies is what CI's own ``pip install -e ".[dev,torch]"`` shows.)
 """
 
 from __future__ import annotations
@@ -131,6 +139,104 @@ def test_no_module_resolves_paths_from_the_source_tree():
     assert not bad, f"modules resolving paths from their own location (use CONF_DIR or the current folder): {bad}"
 
 
+# ============================================================================ the configs
+#: Run by any interpreter: where ``jaxlake`` and ``jaxlake.conf`` come from, every file of the
+#: package ``jaxlake.conf`` (importlib.resources, as a wheel or an editable install maps it) and
+#: every config Hydra's ``pkg://jaxlake.conf`` source lists (what ``config_path`` lookups see).
+CONF_PROBE = r"""
+import importlib.resources, json
+import jaxlake, jaxlake.conf
+from hydra.core.object_type import ObjectType
+from hydra.core.plugins import Plugins
+from hydra._internal.sources_registry import SourcesRegistry
+
+def files(node, prefix=""):
+    out = []
+    for child in node.iterdir():
+        if child.name.startswith(".") or child.name == "__pycache__":
+            continue
+        out += files(child, prefix + child.name + "/") if child.is_dir() else [prefix + child.name]
+    return out
+
+Plugins.instance()  # registers Hydra's config sources
+source = SourcesRegistry.instance().resolve("pkg")(provider="jaxlake-test", path="pkg://jaxlake.conf")
+
+def configs(path=""):
+    join = lambda name: f"{path}/{name}" if path else name
+    out = [join(c) for c in source.list(path, ObjectType.CONFIG)]
+    for group in source.list(path, ObjectType.GROUP):
+        out += configs(join(group))
+    return out
+
+print(json.dumps({"jaxlake": jaxlake.__file__, "conf": jaxlake.conf.__file__, "available": source.available(),
+                  "files": sorted(files(importlib.resources.files("jaxlake.conf"))), "hydra": sorted(configs())}))
+"""
+
+
+def conf_files(root: Path) -> set[str]:
+    """Every file of ``root/conf`` (the configs and the package's ``__init__.py``), relative."""
+    return {p.relative_to(root / "conf").as_posix() for p in (root / "conf").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and not p.name.startswith(".")}
+
+
+def hydra_names(files: set[str]) -> set[str]:
+    """The config names Hydra lists for those files (the YAML files, without the suffix)."""
+    return {f.removesuffix(".yaml") for f in files if f.endswith(".yaml")}
+
+
+def probe_confs(python, cwd: Path, env: dict) -> dict:
+    out = subprocess.run([str(python), "-c", CONF_PROBE], cwd=cwd, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def outside_env(**extra) -> dict:
+    """The environment without the checkout: no PYTHONPATH (nor other PYTHON* settings), no
+    virtualenv marker, no user site."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "VIRTUAL_ENV"}
+    env.update(PYTHONNOUSERSITE="1", JAX_PLATFORMS="cpu", **extra)
+    return env
+
+
+def test_the_package_list_names_every_package_folder():
+    """pyproject's explicit package list (no discovery) holds every package folder of jaxlake/ and
+    llm/, and maps jaxlake.conf to the top-level conf/ (a folder left out would be missing from
+    the wheel; the slow wheel test shows the files themselves)."""
+    import tomllib
+
+    setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {p.parent.relative_to(REPO).as_posix().replace("/", ".") for name in ("jaxlake", "llm")
+               for p in (REPO / name).rglob("__init__.py") if "__pycache__" not in p.parts}
+    assert set(setup["packages"]) == folders | {"jaxlake.conf"}
+    assert setup["package-dir"] == {"jaxlake.conf": "conf"}
+    assert not (REPO / "jaxlake" / "conf").exists(), "one copy of the configs: conf/ at the top level"
+    assert CONF_DIR == REPO / "conf"  # a checkout reads its own conf/
+
+
+def test_checkout_and_editable_install_find_the_same_configs(tmp_path):
+    """The checkout (this tree on sys.path) and the environment's editable install (no
+    PYTHONPATH, run from an empty folder) find, as files of jaxlake.conf and through Hydra's
+    ``pkg://jaxlake.conf``, exactly the files of their tree's conf/."""
+    want = conf_files(REPO)
+    assert {"config.yaml", "bench.yaml", "__init__.py", "hydra/launcher/slurm.yaml"} <= want
+    here = probe_confs(sys.executable, REPO, {**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert Path(here["conf"]).resolve().parent == REPO / "conf"
+    assert set(here["files"]) == want and here["available"] and set(here["hydra"]) == hydra_names(want)
+
+    found = subprocess.run([sys.executable, "-c", "import jaxlake"], cwd=tmp_path, env=outside_env(),
+                           capture_output=True, text=True, timeout=120)
+    if found.returncode != 0:
+        pytest.skip("no installed jaxlake (pip install -e . first)")
+    editable = probe_confs(sys.executable, tmp_path, outside_env())
+    # the editable install maps jaxlake.conf to its tree's conf/ (in CI: this checkout; beside
+    # another work tree: that tree, compared with its own conf/)
+    root = Path(editable["jaxlake"]).resolve().parents[1]
+    assert Path(editable["conf"]).resolve().parent == root / "conf", editable["conf"]
+    assert set(editable["files"]) == conf_files(root)
+    assert editable["available"] and set(editable["hydra"]) == hydra_names(conf_files(root))
+
+
 # ============================================================================ the wheel
 def _run(argv, **kw) -> subprocess.CompletedProcess:
     out = subprocess.run([str(a) for a in argv], capture_output=True, text=True, **kw)
@@ -140,14 +246,57 @@ def _run(argv, **kw) -> subprocess.CompletedProcess:
 
 def _copy_sources(dst: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    for name in ("jaxlake", "llm"):
+    for name in ("jaxlake", "llm", "conf"):
         shutil.copytree(REPO / name, dst / name, ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, dst / name)
 
 
+def _canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def extras_only_modules(requires: list[str]) -> tuple[set[str], set[str]]:
+    """Given the wheel's ``Requires-Dist`` lines: the installed distributions that only the
+    extras bring in (the requirement closure with every extra minus the closure without), and
+    the top-level modules that only those distributions provide."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+
+    extras = {m.group(1) for r in requires for m in [re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", r)] if m}
+
+    def closure(with_extras: set[str]) -> set[str]:
+        seen: set[str] = set()
+        todo = [(r, with_extras) for r in requires]
+        while todo:
+            line, wanted = todo.pop()
+            req = Requirement(line)
+            if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in wanted | {""}):
+                continue
+            name = _canon(req.name)
+            if name == "jaxlake":  # the package's own extras (dev = jaxlake[tensorboard,wandb])
+                todo += [(r, set(req.extras)) for r in requires]
+                continue
+            if name in seen:
+                continue
+            try:
+                sub = md.requires(req.name) or []
+            except md.PackageNotFoundError:
+                continue
+            seen.add(name)
+            todo += [(r, set(req.extras)) for r in sub]
+        return seen
+
+    runtime = closure(set())
+    only_extras = closure(extras) - runtime
+    modules = {mod for mod, dists in md.packages_distributions().items()
+               if dists and all(_canon(d) in only_extras for d in dists) and mod.isidentifier()}
+    return only_extras, modules
+
+
 @pytest.mark.slow
-def test_wheel_in_a_fresh_venv_runs_from_an_empty_folder(tmp_path):
+def test_wheel_in_a_venv_runs_from_an_empty_folder(tmp_path):
     times: dict[str, float] = {}
     t = time.perf_counter()
 
@@ -158,33 +307,47 @@ def test_wheel_in_a_fresh_venv_runs_from_an_empty_folder(tmp_path):
         t = now
 
     # 1. the wheel, built (in pip's isolated build environment) from a copy of the sources
-    src, wheels = tmp_path / "src", tmp_path / "wheels"
+    #    (the copy's folder is not called src/: setuptools 84 then fails in bdist_wheel)
+    src, wheels = tmp_path / "tree", tmp_path / "wheels"
     _copy_sources(src)
     _run([sys.executable, "-m", "pip", "wheel", src, "--no-deps", "-w", wheels, "-q"], timeout=600)
     (wheel,) = wheels.glob("jaxlake-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    configs = {f"conf/{p.relative_to(CONF_DIR).as_posix()}" for p in CONF_DIR.rglob("*.yaml")}
-    assert "conf/hydra/launcher/slurm.yaml" in configs
-    assert configs <= names, f"configs missing from the wheel: {sorted(configs - names)}"
+    with zipfile.ZipFile(wheel) as whl:
+        names = set(whl.namelist())
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        requires = [line.split(":", 1)[1].strip() for line in whl.read(metadata).decode().splitlines()
+                    if line.startswith("Requires-Dist:")]
+    want = conf_files(REPO)
+    assert "hydra/launcher/slurm.yaml" in want and "__init__.py" in want
+    shipped = {n.removeprefix("jaxlake/conf/") for n in names if n.startswith("jaxlake/conf/")}
+    assert shipped == want, (f"configs missing from the wheel: {sorted(want - shipped)}; "
+                             f"not in conf/: {sorted(shipped - want)}")
     # every file of the two packages (code and data: a new template or data file needs package data)
     files = {p.relative_to(src).as_posix() for name in ("jaxlake", "llm") for p in (src / name).rglob("*")
              if p.is_file() and not p.name.startswith(".")}
     assert files <= names, f"files of the packages missing from the wheel (pyproject package-data): {sorted(files - names)}"
-    assert {"jaxlake/run.py", "jaxlake/bench.py", "llm/benchmark/cli.py", "conf/__init__.py"} <= names
-    assert not [n for n in names if n.startswith(("tests/", "notebooks/", "docs/"))]
+    assert {"jaxlake/run.py", "jaxlake/bench.py", "llm/benchmark/cli.py", "jaxlake/conf/config.yaml"} <= names
+    assert not [n for n in names if n.startswith(("tests/", "notebooks/", "docs/", "conf/"))]
     lap("build wheel")
 
-    # 2. a fresh venv: no system site-packages; the wheel and its dependencies only
+    # 2. a venv over the installed dependencies; the wheel alone is installed into it. Whatever
+    #    only the extras bring (pytest, torch, ...) is made unimportable there by a .pth file
+    #    (None in sys.modules: `import torch` fails and find_spec answers None, as when absent)
+    only_extras, blocked = extras_only_modules(requires)
+    assert {"pytest", "torch"} <= only_extras and {"pytest", "torch"} <= blocked, (only_extras, blocked)
+    assert not {"jax", "flax", "hydra", "transformers", "numpy"} & blocked
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", venv], timeout=300)
-    assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
+    _run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", venv], timeout=300)
     python = venv / "bin" / "python"
-    _run([sys.executable, "-m", "pip", "--python", python, "install", "--prefer-binary", "--no-compile", "-q",
-          wheel], timeout=1800)
+    _run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-compile", "-q", wheel],
+         timeout=600)
+    site = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    assert site.resolve().is_relative_to(venv.resolve()), site
+    (site / "zz_jaxlake_test_no_extras.pth").write_text(
+        f"import sys; sys.modules.update(dict.fromkeys({sorted(blocked)!r}))\n")
     lap("venv + install")
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "VIRTUAL_ENV"}
-    env.update(PYTHONNOUSERSITE="1", JAX_PLATFORMS="cpu")
+    env = outside_env()
     work = tmp_path / "work"
     work.mkdir()
 
@@ -198,16 +361,23 @@ def test_wheel_in_a_fresh_venv_runs_from_an_empty_folder(tmp_path):
     assert Path(jl).resolve().is_relative_to(venv.resolve()), jl  # the installed copy, not the checkout
     assert Path(lm).resolve().is_relative_to(venv.resolve()), lm
     assert extra == "[]", f"the venv sees the development environment's {extra}"
+    # the wheel's declared dependencies are all installed, in versions that satisfy it
+    checked = venv_run("-c", DEPS_CHECK, json.dumps(requires)).stdout.strip()
+    assert checked == "ok", checked
+    # the installed package finds exactly conf/'s files, as package files and through Hydra
+    seen = probe_confs(python, work, env)
+    assert Path(seen["conf"]).resolve().is_relative_to(venv.resolve()), seen["conf"]
+    assert set(seen["files"]) == want and seen["available"] and set(seen["hydra"]) == hydra_names(want)
 
     # 3. the pipeline's config: the installed package composes what the repository does
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     with initialize_config_dir(str(CONF_DIR), version_base=None):
-        want = OmegaConf.to_container(compose("config"), resolve=False)
+        want_cfg = OmegaConf.to_container(compose("config"), resolve=False)
     got = yaml.safe_load(venv_run("-m", "jaxlake.run", "--cfg", "job").stdout)
-    assert got == want
-    lap("jaxlake.run --cfg job")
+    assert got == want_cfg
+    lap("probes, jaxlake.run --cfg job")
 
     # 4. the tiny benchmark writes its results under the current folder
     venv_run("-m", "jaxlake.bench", "bench=tiny")
@@ -234,6 +404,27 @@ def test_wheel_in_a_fresh_venv_runs_from_an_empty_folder(tmp_path):
     assert sorted(p.name for p in work.iterdir()) == ["outputs"]  # nothing else written here
     lap("study, report, benchmark, evaluate")
     print(f"\n[test_install] seconds per step: {times}, total {sum(times.values()):.0f}")
+
+
+#: Run in the venv with the wheel's Requires-Dist lines: each requirement that applies without
+#: extras is installed in a version its specifier allows.
+DEPS_CHECK = r"""
+import importlib.metadata as md, json, sys
+from packaging.requirements import Requirement
+bad = []
+for line in json.loads(sys.argv[1]):
+    req = Requirement(line)
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        continue
+    try:
+        version = md.version(req.name)
+    except md.PackageNotFoundError:
+        bad.append(f"{req.name} missing")
+        continue
+    if not req.specifier.contains(version, prereleases=True):
+        bad.append(f"{req.name} {version} not {req.specifier}")
+print("ok" if not bad else "; ".join(bad))
+"""
 
 
 HELP_MODULES = ("jaxlake.pipeline.report", "llm.benchmark.cli", "llm.training.evaluate", "jaxlake.pipeline.study")

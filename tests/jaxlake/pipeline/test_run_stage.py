@@ -1,17 +1,15 @@
 """``python -m jaxlake.run`` as a user runs it: a real subprocess, tiny overrides.
 
-The in-process pipeline tests (tests/jaxlake/pipeline/test_stages.py) cover stages, resume and sweeps; this
-file checks the module entry point itself: the per-stage table on stdout, the stage folder's
-files, a finished run rerun as a no-op, and a clear error for a stage out of range.
+The whole pipeline by that command (the per-stage table on stdout, every stage's files, a
+finished run rerun as a no-op) is in tests/jaxlake/pipeline/test_stages.py, which shares that
+one run folder between its tests; this file checks a clear error for a stage out of range,
+before anything is trained.
 """
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -34,26 +32,6 @@ def run(args, tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     return subprocess.run([sys.executable, "-m", "jaxlake.run", *args, f"hydra.run.dir={tmp_path}", *TINY],
                           cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=900)
-
-
-@pytest.mark.slow
-def test_cli_one_stage_then_rerun_is_a_no_op(tmp_path):
-    out = run([], tmp_path)
-    assert out.returncode == 0, out.stderr[-4000:]
-    assert "| stage | environment | suite greedy |" in out.stdout
-    stage = tmp_path / "stage_1"
-    for name in ("env.yaml", "train.json", "metrics.jsonl", "eval.json", "summary.json", "engineer.json",
-                 "next_env.yaml", "policy/config.json", "policy/model.safetensors"):
-        assert (stage / name).is_file(), name
-    rows = (stage / "metrics.jsonl").read_text().splitlines()
-    phases = [(json.loads(r)["phase"], json.loads(r)["step"]) for r in rows]
-    assert phases == [("warmstart", 1), ("warmstart", 2), ("grpo", 1), ("grpo", 2)]
-    assert json.loads((stage / "engineer.json").read_text())["engineer"] == "fixed"
-
-    again = run([], tmp_path)
-    assert again.returncode == 0, again.stderr[-4000:]
-    assert "complete, skipped" in again.stderr
-    assert (stage / "metrics.jsonl").read_text().splitlines() == rows
 
 
 def test_stage_out_of_range_is_a_clear_error(tmp_path):

@@ -1,10 +1,14 @@
-"""End to end: ``python -m jaxlake.run`` over two tiny stages in a temporary folder, stage by
-stage (``+stage=2`` after ``+stage=1``, and without it), resume after interruptions (in
-training and between steps), a two-job multirun, and the report over those runs.
+"""End to end: ``python -m jaxlake.run`` over two tiny stages in a temporary folder: once as a
+user runs it (a real subprocess: the per-stage table on stdout, every stage's files, a
+finished run rerun as a no-op), then stage by stage (``+stage=2`` after ``+stage=1``, and
+without it) with resume after interruptions (in training and between steps).
 
-The entry point runs in this process (Hydra's ``main`` with ``sys.argv`` set) so that JAX
-compilations are shared between the runs; a micro Qwen3 (one layer) stands in for the
-default model to keep the runs short.
+The stage-by-stage runs call the entry point in this process (Hydra's ``main`` with
+``sys.argv`` set); a micro Qwen3 (one layer) stands in for the default model to keep the
+runs short. Compilations are shared with the subprocess through the session's persistent
+XLA cache (tests/conftest.py). A multirun sweep and ``python -m jaxlake.report`` over its
+runs are covered by the study's end-to-end test (tests/jaxlake/pipeline/test_study.py),
+whose sweep is such a multirun; a stage number out of range by tests/jaxlake/pipeline/test_run_stage.py.
 """
 
 import json
@@ -36,18 +40,34 @@ def stage_files(d):
     return {p.name for p in d.iterdir()}
 
 
-def test_full_pipeline_two_stages_policy_engineer(monkeypatch, capsys, runs, micro_model):
-    code = run_cli(monkeypatch, overrides(runs, micro_model, "full", "engineer=policy"))
-    assert code is None
-    out = capsys.readouterr().out
-    assert "| stage | environment | suite greedy | suite sampled | own env (greedy) | engineer |" in out
-    run = runs / "full"
+def cli(args):
+    """``python -m jaxlake.run <args>`` as a user runs it: a subprocess in the repository."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    return subprocess.run([sys.executable, "-m", "jaxlake.run", *args], cwd=str(ROOT), env=env,
+                          capture_output=True, text=True, timeout=1800)
+
+
+@pytest.fixture(scope="module")
+def full_run(runs, micro_model):
+    """The whole pipeline, two stages with the policy engineer, run once by the real command;
+    the tests below inspect its folder."""
+    args = overrides(runs, micro_model, "full", "engineer=policy")
+    out = cli(args)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return runs / "full", out, args
+
+
+def test_full_pipeline_two_stages_policy_engineer(full_run):
+    run, out, _ = full_run
+    assert "| stage | environment | suite greedy | suite sampled | own env (greedy) | engineer |" in out.stdout
     info = json.loads((run / "run.json").read_text())
     assert info["engineer"] == "policy" and info["stages"] == 2
     for k in (1, 2):
         d = run / f"stage_{k}"
         assert {"checkpoint", "metrics.jsonl", "eval.json", "summary.json", "summary.txt", "engineer.json",
-                "next_env.yaml", "env.yaml", "train.json", "train_eval.json"} <= stage_files(d)
+                "next_env.yaml", "env.yaml", "train.json", "train_eval.json", "policy"} <= stage_files(d)
+        for name in ("policy/config.json", "policy/model.safetensors"):
+            assert (d / name).is_file(), name
         ev = json.loads((d / "eval.json").read_text())
         assert ev["format"] == "jaxlake.eval/1" and ev["suite"]["name"] == "tiny"
         assert set(ev["modes"]) == {"greedy", "sampled"} and 0.0 <= ev["score"] <= 1.0
@@ -56,6 +76,10 @@ def test_full_pipeline_two_stages_policy_engineer(monkeypatch, capsys, runs, mic
         for key in ("prompt", "raw_output", "parsed", "validation_errors", "attempts", "choices"):
             assert key in eng
         assert "## Policy behaviour" in eng["prompt"]
+    # one warm-start step in stage 1 only, two GRPO steps per stage, one row per step
+    for k, ws in ((1, [("warmstart", 1)]), (2, [])):
+        rows = (run / f"stage_{k}" / "metrics.jsonl").read_text().splitlines()
+        assert [(json.loads(r)["phase"], json.loads(r)["step"]) for r in rows] == ws + [("grpo", 1), ("grpo", 2)]
     # stage 2 trained on what the engineer proposed after stage 1, starting from stage 1's policy
     assert yaml.safe_load((run / "stage_2" / "env.yaml").read_text()) == yaml.safe_load(
         (run / "stage_1" / "next_env.yaml").read_text())
@@ -65,6 +89,16 @@ def test_full_pipeline_two_stages_policy_engineer(monkeypatch, capsys, runs, mic
     assert [h["stage"] for h in summary["history"]] == [1, 2]
     assert summary["history"][0]["engineer"]["engineer"] == "policy"
     assert (run / "report.md").is_file() and (run / "score_per_stage.png").is_file()
+
+
+def test_finished_run_rerun_is_a_no_op(full_run):
+    run, _, args = full_run
+    files = {p: os.stat(p).st_mtime_ns for p in run.rglob("*") if p.is_file() and p.parent.name.startswith("stage_")}
+    again = cli(args)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert again.stderr.count("complete, skipped") == 2  # both stages
+    assert "| stage | environment | suite greedy |" in again.stdout
+    assert {p: os.stat(p).st_mtime_ns for p in files} == files  # nothing trained, evaluated or rewritten
 
 
 def test_stage_by_stage_with_interruptions(monkeypatch, capsys, runs, micro_model):
@@ -117,32 +151,6 @@ def test_stage_by_stage_with_interruptions(monkeypatch, capsys, runs, micro_mode
     assert run_cli(monkeypatch, args) is None
     assert "complete, skipped" in capsys.readouterr().err
     assert {f: os.stat(d2 / f).st_mtime_ns for f in before} == before
-
-
-def test_multirun_and_report(monkeypatch, capsys, runs, micro_model):
-    args = ["-m", *overrides(runs, micro_model, "sweep"), "engineer=heuristic,fixed", "stages=1"]
-    assert run_cli(monkeypatch, args) is None
-    sweep = runs / "sweep" / "multirun"
-    engineers = sorted(json.loads((sweep / j / "run.json").read_text())["engineer"] for j in ("0", "1"))
-    assert engineers == ["fixed", "heuristic"]
-    for j in ("0", "1"):
-        assert (sweep / j / "stage_1" / "next_env.yaml").is_file() and not (sweep / j / "stage_2").exists()
-    fixed = sweep / ("0" if json.loads((sweep / "0" / "run.json").read_text())["engineer"] == "fixed" else "1")
-    assert yaml.safe_load((fixed / "stage_1" / "next_env.yaml").read_text()) == yaml.safe_load(
-        (fixed / "stage_1" / "env.yaml").read_text())
-    out = subprocess.run([sys.executable, "-m", "jaxlake.report", str(sweep)], capture_output=True, text=True,
-                         cwd=ROOT, timeout=300)
-    assert out.returncode == 0, out.stderr
-    table = out.stdout
-    assert "| engineer | stage 1 |" in table
-    assert "| fixed | " in table and "| heuristic | " in table and "(n=1)" in table
-    assert (sweep / "report.md").is_file()
-    assert (sweep / "score_per_stage.png").stat().st_size > 0 and (sweep / "breakdown.png").stat().st_size > 0
-    # every run of the session (other tests' runs included), reported together
-    allrep = subprocess.run([sys.executable, "-m", "jaxlake.report", str(runs)], capture_output=True, text=True,
-                            cwd=ROOT, timeout=300)
-    assert allrep.returncode == 0, allrep.stderr
-    assert f"{len(list(runs.rglob('run.json')))} run(s)" in allrep.stdout
 
 
 def test_launcher_configs_compose():

@@ -1,12 +1,17 @@
 """The engineer study end to end: ``python -m jaxlake.study`` runs its Hydra sweep
 (``conf/study/cpu.yaml``, narrowed to three engineers x one seed x two tiny stages on the
 micro model), shares stage 1 per seed, and writes the results page, its plots and
-``results.json``; a rewrite keeps the hand-written text around the generated block."""
+``results.json``; a rewrite keeps the hand-written text around the generated block. The
+sweep is the suite's multirun (``python -m jaxlake.run -m``), and ``python -m jaxlake.report``
+runs over its folder."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from tests.support import tiny_run_overrides
 
 from jaxlake.pipeline import study
@@ -118,6 +123,29 @@ def test_study_end_to_end(tmp_path, micro_model, capfd):
     assert study.main(["--results", str(page), "--", *extra]) == 0
     err = capfd.readouterr().err
     assert "stage 2: complete, skipped" in err and "training" not in err
+
+    # the multirun's folders: one per job (Hydra's sweep subdir), the fixed engineer keeps its env
+    jobs = {json.loads((d / "run.json").read_text())["engineer"]: d for d in root.iterdir() if (d / "run.json").is_file()}
+    assert set(jobs) == {"heuristic", "fixed", "policy_no_history"}
+    assert all(d.name == f"{e}_seed0" for e, d in jobs.items())
+    assert yaml.safe_load((jobs["fixed"] / "stage_1" / "next_env.yaml").read_text()) == yaml.safe_load(
+        (jobs["fixed"] / "stage_1" / "env.yaml").read_text())
+    # python -m jaxlake.report over the sweep: the engineer x stage table, report.md and its plots
+    out = subprocess.run([sys.executable, "-m", "jaxlake.report", str(root)], capture_output=True, text=True,
+                         cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr
+    table = out.stdout
+    assert "| engineer | stage 1 | stage 2 |" in table and "(n=1)" in table
+    for v in ("heuristic", "fixed", "policy_no_history"):
+        assert f"| {v} | " in table, v
+    assert (root / "report.md").is_file()
+    assert (root / "score_per_stage.png").stat().st_size > 0 and (root / "breakdown.png").stat().st_size > 0
+    # every run under a folder, found recursively, reported together
+    allrep = subprocess.run([sys.executable, "-m", "jaxlake.report", str(runs), "--no-plots"], capture_output=True,
+                            text=True, cwd=ROOT, timeout=600)
+    assert allrep.returncode == 0, allrep.stderr
+    assert " run(s): " in allrep.stdout and all(f"{e} (seed 0)" in allrep.stdout for e in jobs)
+    assert (runs / "report.md").is_file() and not (runs / "breakdown.png").exists()
 
 
 def test_study_needs_runs(tmp_path, capsys):
