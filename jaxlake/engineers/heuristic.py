@@ -93,8 +93,10 @@ class HeuristicEngineer(Engineer):
         space = space_from_conf(ctx.base, self.space_node)
         proposal = self._step(ctx, space)
         if proposal.decision == "proposed":  # a kept environment is the run's, on the grid or not
-            # fields the ladder did not move may still be off the grid (the run's initial env)
-            proposal.mixture = Mixture([(w, space.snap(c)) for w, c in proposal.mixture])
+            # fields the ladder did not move may still be off the grid (the run's initial env):
+            # they snap to the nearest grid value no harder than their own, so only the rung the
+            # ladder chose ever makes a lake harder (a failing policy never gets a harder lake)
+            proposal.mixture = Mixture([(w, space.snap(c, no_harder=True)) for w, c in proposal.mixture])
             check_in_space(proposal.mixture, space, 1)
         return proposal
 

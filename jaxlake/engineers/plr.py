@@ -63,9 +63,15 @@ def learnability(p: float) -> float:
     return float(p) * (1.0 - float(p))
 
 
+#: Scores closer than this are one tie: ``p (1 - p)`` of 0.1 and of 0.9 differ in the last bits
+#: (0.09000000000000001 and 0.08999999999999998) but are the same learnability.
+TIE_TOLERANCE = 1e-9
+
+
 def rank_priorities(scores: Sequence[float], temperature: float) -> np.ndarray:
     """``P_S``: rank prioritisation, ``h(r) = 1 / r`` sharpened by ``1 / temperature``, highest
-    score first; tied scores split their ranks' mass equally (equal scores, equal mass)."""
+    score first; tied scores (within :data:`TIE_TOLERANCE` of the group's first) split their
+    ranks' mass equally (equal scores, equal mass)."""
     scores = np.asarray(scores, dtype=np.float64)
     n = scores.shape[0]
     if n == 0:
@@ -76,7 +82,7 @@ def rank_priorities(scores: Sequence[float], temperature: float) -> np.ndarray:
     start = 0
     while start < n:  # groups of equal scores in sorted order
         end = start + 1
-        while end < n and scores[order[end]] == scores[order[start]]:
+        while end < n and abs(scores[order[end]] - scores[order[start]]) <= TIE_TOLERANCE:
             end += 1
         out[order[start:end]] = h[start:end].mean()
         start = end

@@ -164,13 +164,19 @@ class ConfigSpace:
             partial[name] = options[int(rng.integers(len(options)))]
         return self.complete(partial)
 
-    def snap(self, config: LakeConfig) -> LakeConfig:
+    def snap(self, config: LakeConfig, no_harder: bool = False) -> LakeConfig:
         """``config`` moved onto the grid: each editable field to its nearest allowed value
-        (in field order, respecting constraints)."""
+        (in field order, respecting constraints). With ``no_harder``, to the nearest allowed
+        value that is no harder than the field's own (:data:`EASIER_WHEN_LARGER` says which way
+        is easier), when one exists: an off-grid 0.28 holes snaps to 0.25, not 0.3."""
         partial: dict[str, Any] = {}
         for name in self.editable:
             options = self.choices(name, partial)
             target = getattr(config, name)
+            if no_harder and target not in options:
+                easier = [o for o in options if isinstance(o, (int, float)) and not isinstance(o, bool)
+                          and (o >= target if name in EASIER_WHEN_LARGER else o <= target)]
+                options = easier or options
             partial[name] = nearest_value(options, target)
         return self.complete(partial)
 
@@ -257,6 +263,11 @@ def check_in_space(mixture: Mixture, space: ConfigSpace, max_components: int = 1
             if values[cap] != base[cap]:
                 raise ProposalError(f"{where}.{cap}={values[cap]!r} cannot change: the run's capacity is "
                                     f"{cap}={base[cap]}")
+
+
+#: Editable fields whose larger values make a lake easier (more time); every other numeric
+#: field (size, agents, holes, conflicts, slip, path lengths) is harder when larger.
+EASIER_WHEN_LARGER = frozenset({"max_steps"})
 
 
 def nearest_value(options: Sequence[Any], target: Any) -> Any:

@@ -358,3 +358,30 @@ def test_baselines_keep_an_off_grid_run_environment_without_error():
     plr = build_engineer(OmegaConf.load(CONF / "plr.yaml"))
     p = plr.propose(ctx(current=[(1.0, off)], eval_result=eval_with(p_current=0.5)))
     assert all(c.hole_density in (0.0, 0.1, 0.2, 0.3) for _, c in p.mixture)
+
+
+HARDER_WHEN_LARGER = ("height", "width", "num_agents", "hole_density", "conflict_density", "slip_prob")
+
+
+def _harder_fields(new, old):
+    harder = [f for f in HARDER_WHEN_LARGER if getattr(new, f) > getattr(old, f) + 1e-12]
+    return harder + (["max_steps"] if new.max_steps < old.max_steps else [])
+
+
+@pytest.mark.parametrize("start", [
+    BASE.replace(hole_density=0.28),                                   # snapped to 0.3 before
+    BASE.replace(conflict_density=0.65),                               # 0.75 before
+    BASE.replace(conflict_density=0.7, hole_density=0.12),
+    BASE.replace(height=6, width=6, num_agents=3, conflict_density=0.65, hole_density=0.28),
+])
+@pytest.mark.parametrize("p_current", [0.0, 0.1, 0.5])
+def test_heuristic_never_raises_a_field_while_failing_from_an_off_grid_start(start, p_current):
+    """From a run environment off the engineer's grid, a failing or in-between policy gets no
+    harder field (the run's off-grid values snap toward easier); a succeeding one gets exactly
+    the one ladder dimension it raised."""
+    eng = HeuristicEngineer(space=HEUR_SPACE)
+    prop = eng.propose(ctx(current=[(1.0, start)], eval_result=eval_with(p_current=p_current, current=[(1.0, start)])))
+    new = prop.mixture[0][1]
+    assert _harder_fields(new, start) == [], (prop.decision, prop.reason, new)
+    raised = eng.propose(ctx(current=[(1.0, start)], eval_result=eval_with(p_current=0.9, current=[(1.0, start)])))
+    assert _harder_fields(raised.mixture[0][1], start) in (["height", "width"], ["num_agents"]), raised.reason

@@ -12,6 +12,7 @@ from jaxlake.conf import CONF_DIR
 from jaxlake.config import ConfigError, LakeConfig
 from jaxlake.engineers import ACCELEngineer, EngineerContext, PLREngineer, build_engineer, check_in_space, space_from_conf
 from jaxlake.engineers.plr import (
+    learnability,
     level_key,
     rank_priorities,
     replay_distribution,
@@ -197,3 +198,11 @@ def test_configs_validate_and_build():
         PLREngineer(p_replay=1.5)
     with pytest.raises(ConfigError, match=r"engineer.min_replay=1 not in \[levels=2, capacity=32\]"):
         PLREngineer(levels=2, min_replay=1)
+
+
+def test_equal_learnability_ties_despite_float_rounding():
+    """p (1 - p) of 0.1 and 0.9 differ in the last bits; they are one tie and get equal mass."""
+    a, b = learnability(0.1), learnability(0.9)
+    assert a != b  # the rounding this test is about
+    probs = rank_priorities([a, b, 0.01], temperature=0.3)
+    assert probs[0] == pytest.approx(probs[1]) and probs[2] < probs[0]
