@@ -111,6 +111,21 @@ def layer_of(name: str) -> str | None:
     return parts[1] if len(parts) > 1 and parts[1] in LLM_LAYERS else None
 
 
+def layer_violations(name: str, path: Path) -> list[str]:
+    """The imports of module ``name`` (file ``path``, in an llm layer) that break the layer rule:
+    ``llm`` modules of a higher layer, the public face ``llm`` itself (importing it runs
+    ``llm/__init__``), and, for the game-free layers, anything of ``jaxlake``."""
+    rank = LLM_LAYERS.index(layer_of(name))
+    names = imports(path, name)
+    ours = {n for n in names if n in LLM_MODULES} - {name}
+    up = sorted(n for n in ours if n != "llm" and (layer_of(n) is None or LLM_LAYERS.index(layer_of(n)) > rank))
+    if "llm" in ours:
+        up.append("llm")
+    if layer_of(name) in GAME_FREE:
+        up += sorted(n for n in names if n.split(".")[0] == "jaxlake")
+    return up
+
+
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One cycle of ``graph`` as ``[a, b, ..., a]``, or ``None`` (depth-first search)."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
@@ -155,11 +170,14 @@ def test_cycle_finder_finds_cycles():
 
 
 def test_layer_rule_catches_an_upward_import(tmp_path):
-    """The rule itself: a model module importing the trainer is reported."""
+    """The rule itself (:func:`layer_violations`, the function the layer test runs): a model
+    module importing the trainer lazily, or the simulator, is reported."""
     bad = tmp_path / "bad.py"
-    bad.write_text("def f():\n    from llm.training.stage import train_stage\n")
-    names = {n for n in imports(bad, "llm.model.bad") if n in ALL}
-    assert [n for n in names if LLM_LAYERS.index(layer_of(n)) > LLM_LAYERS.index("model")]
+    bad.write_text("import jaxlake.env\ndef f():\n    from llm.training.stage import train_stage\n")
+    assert layer_violations("llm.model.bad", bad) == ["llm.training.stage", "jaxlake.env"]
+    good = tmp_path / "good.py"
+    good.write_text("from llm.model.qwen3 import Qwen3Config\n")
+    assert layer_violations("llm.generation.good", good) == []
 
 
 # ------------------------------------------------------------------------------------ jaxlake
@@ -209,18 +227,8 @@ def test_llm_top_level_is_the_public_face_and_commands():
 @pytest.mark.parametrize("layer", LLM_LAYERS)
 def test_llm_layers_import_downwards_only(layer):
     rank = LLM_LAYERS.index(layer)
-    bad = {}
-    for name in LLM_MODULES:
-        if layer_of(name) != layer:
-            continue
-        up = sorted(n for n in own_imports(name) if n.split(".")[0] == "llm"
-                    and (layer_of(n) is None and n != "llm" or layer_of(n) and LLM_LAYERS.index(layer_of(n)) > rank))
-        if "llm" in own_imports(name):  # `import llm` / `from llm import X` runs the public face
-            up.append("llm")
-        if layer in GAME_FREE:
-            up += sorted(n for n in imports(LLM_MODULES[name], name) if n.split(".")[0] == "jaxlake")
-        if up:
-            bad[name] = up
+    bad = {name: found for name in LLM_MODULES if layer_of(name) == layer
+           and (found := layer_violations(name, LLM_MODULES[name]))}
     assert not bad, f"llm.{layer} may import only {LLM_LAYERS[:rank + 1]}" + (
         " and no jaxlake" if layer in GAME_FREE else "") + f"; found {bad}"
 
