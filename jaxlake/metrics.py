@@ -20,12 +20,15 @@ Back ends (chosen in the Hydra config, ``logger: [jsonl, tensorboard, wandb]``):
 ``tensorboard`` (:class:`TensorBoardWriter`, needs the ``tensorboard`` extra)
     one TensorBoard run per phase, ``<logdir>/<phase>/``, written by ``tensorboardX``:
     numbers and booleans as scalars, strings as text (tensorboardX files them under
-    ``<key>/text_summary``), at the row's ``step``. ``truncate(phase, step)`` reopens that
-    phase's run with ``purge_step=step + 1``: TensorBoard then hides every event of the
-    previous attempt from ``step + 1`` on, so a resumed run's curves have each step once (the
-    old events stay on disk; TensorBoard's own readers, including ``EventAccumulator``,
-    discard them). ``drop_later`` needs nothing here: a later phase purges its own events
-    when it restarts.
+    ``<key>/text_summary``), at the row's ``step``. ``truncate(phase, step)`` drops the
+    previous attempt's summaries after ``step`` from that phase's event files
+    (:func:`purge_event_files`: each file that holds some is rewritten without them, kept
+    records copied byte for byte, atomically) and reopens the run with
+    ``purge_step=step + 1``, so a resumed run has each step once for every reader: scalars
+    and text, TensorBoard's server and the legacy ``EventAccumulator`` (which on its own
+    purges a restart's scalars but keeps its text: text summaries are tensors, and it purges
+    no tensors). ``drop_later`` needs nothing here: a later phase purges its own events when
+    it restarts.
 ``wandb`` (:class:`WandbWriter`, needs the ``wandb`` extra)
     one W&B run per writer folder, its id derived from the folder (a resumed process
     continues the same run id: ``resume="allow"``); ``mode="offline"`` (the default) writes
@@ -48,6 +51,7 @@ import json
 import math
 import numbers
 import os
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +71,7 @@ __all__ = [
     "WandbWriter",
     "build_writer",
     "flatten",
+    "purge_event_files",
     "read_rows",
     "read_tensorboard_scalars",
     "row_scalars",
@@ -236,6 +241,10 @@ class TensorBoardWriter(MetricsWriter):
 
     def truncate(self, phase: str, step: int, drop_later: bool = True) -> None:
         # A later phase's events are purged when that phase itself restarts (its own truncate).
+        old = self._writers.pop(phase, None)
+        if old is not None:
+            old.close()  # its file is complete before it is read back
+        purge_event_files(self.logdir / phase, int(step))
         self._open(phase, purge_step=int(step) + 1)
 
     def append(self, row: Mapping[str, Any]) -> None:
@@ -252,6 +261,58 @@ class TensorBoardWriter(MetricsWriter):
         for w in self._writers.values():
             w.close()
         self._writers.clear()
+
+
+#: Event files are TFRecords: a little-endian u64 length, its 4-byte CRC, the data, the data's CRC.
+_RECORD_HEAD = struct.Struct("<Q")
+
+
+def _event_records(path: Path) -> list[bytes]:
+    """The complete records of one event file, each as its bytes on disk (a torn last record,
+    from a killed writer, is left out)."""
+    data = path.read_bytes()
+    out, pos = [], 0
+    while pos + 12 <= len(data):
+        (n,) = _RECORD_HEAD.unpack_from(data, pos)
+        end = pos + 12 + n + 4
+        if end > len(data):
+            break
+        out.append(data[pos:end])
+        pos = end
+    return out
+
+
+def purge_event_files(folder: str | os.PathLike, step: int) -> int:
+    """Drop the summaries of steps after ``step`` from the TensorBoard event files of one run
+    folder; returns how many were dropped.
+
+    A file that holds some is rewritten without them (its other records copied byte for byte,
+    so their checksums stay valid) through a temporary file and an atomic rename; the others
+    are not touched. Other events (the file version, a restart's ``session_log``) are kept.
+    """
+    from tensorboardX.proto.event_pb2 import Event
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        return 0
+    dropped = 0
+    for path in sorted(folder.iterdir()):
+        if "tfevents" not in path.name or not path.is_file():
+            continue
+        records = _event_records(path)
+        keep = []
+        for rec in records:
+            event = Event.FromString(rec[12:-4])
+            if event.HasField("summary") and event.step > step:
+                dropped += 1
+            else:
+                keep.append(rec)
+        if len(keep) < len(records) or sum(map(len, records)) < path.stat().st_size:
+            # the temporary name holds no "tfevents": TensorBoard never reads a half-written one
+            tmp = path.with_name(f".purge-{os.getpid()}-{path.name.replace('tfevents', 'tfe')}")
+            tmp.write_bytes(b"".join(keep))
+            os.replace(tmp, path)
+    return dropped
 
 
 def _run_id(folder: Path) -> str:

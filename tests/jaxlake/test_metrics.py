@@ -81,7 +81,8 @@ def test_rows_need_phase_and_step(tmp_path):
 
 def test_tensorboard_resume_purges_what_jsonl_drops(tmp_path):
     """A run killed after step 4 with its last checkpoint at 2 logs steps 3 and 4 again: JSONL
-    drops the old rows, TensorBoard (purge_step) hides the old events; both then agree."""
+    drops the old rows, TensorBoard's event files lose the old summaries (scalars and text);
+    both then agree."""
     pytest.importorskip("tensorboardX")
     cfg = LoggerConfig(backends=("jsonl", "tensorboard"))
     with build_writer(cfg, tmp_path, phases=("warmstart", "grpo")) as w:
@@ -101,6 +102,14 @@ def test_tensorboard_resume_purges_what_jsonl_drops(tmp_path):
     assert tb["grpo/reward"] == [(1, pytest.approx(0.1)), (2, pytest.approx(0.2)), (3, 3.0), (4, 4.0)]
     assert_same(tb, row_scalars(rows, "grpo"))
     assert_same(read_tensorboard_scalars(tmp_path / "tb" / "warmstart"), row_scalars(rows, "warmstart"))
+    # text too, for the legacy EventAccumulator (it purges a restart's scalars but no tensors)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "tb" / "grpo"))
+    acc.Reload()
+    text = [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors("grpo/note/text_summary")]
+    assert text == [(1, "first"), (2, "first"), (3, "again"), (4, "again")]
+    assert not [f for f in (tmp_path / "tb" / "grpo").iterdir() if "purge" in f.name]  # no temporary file left
 
 
 def test_wandb_offline_run_folder(tmp_path, monkeypatch):
