@@ -6,7 +6,9 @@ variable NAMED in the config (``api_key_env``), never stored in it.
 
 Its prompt is built like a local engineer's (:mod:`llm.engineer.prompt`) and its reply
 goes through the same parse / validate / retry protocol
-(:func:`jaxlake.engineers.propose_with_retries`).
+(:func:`jaxlake.engineers.propose_with_retries`). Every way a server can misbehave ends as a
+failed attempt (then a fallback) within the deadline and the body cap, and the key's value
+never reaches the record, an error or a log (:class:`ExternalEngineer`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import http.client
 import json
 import math
 import os
+import re
 import socket
 import threading
 import time
@@ -31,8 +34,81 @@ from jaxlake.engineers import (
     propose_with_retries,
     space_from_conf,
 )
+from jaxlake.engineers.protocol import MAX_RAW_CHARS
 from jaxlake.summaries import PARTS
 from llm.engineer.prompt import build_user_prompt, context_flags, default_system, fit_user_prompt
+
+#: The default cap on a response body (1 MiB: a reply of tens of thousands of tokens, thinking
+#: included, fits many times over) and the smallest one allowed.
+MAX_BODY_BYTES = 1 << 20
+MIN_BODY_BYTES = 4096
+#: What stands in for the API key wherever a server echoed it.
+KEY_MARK = "[API key removed]"
+_DETAIL_CHARS = 300  # how much of an error body an error message quotes
+_READ_CHUNK = 1 << 16
+
+
+def check_api_key(name: str, value: Optional[str]) -> str:
+    """``value`` if it can go into an ``Authorization`` header, else a :class:`ConfigError`
+    that names the variable ``name`` and never quotes the value.
+
+    The value is used exactly as set: surrounding whitespace is not stripped (a key read from
+    a CRLF ``.env`` file that ends in ``\\r`` is refused, not silently changed). Allowed:
+    printable ASCII without spaces (what API keys and bearer tokens are made of).
+    """
+    where = f"engineer.api_key_env={name!r}"
+    if value is None:
+        raise ConfigError(f"{where}: the environment variable {name} is not set")
+    if not value:
+        raise ConfigError(f"{where}: the environment variable {name} is empty "
+                          "(an endpoint without auth: engineer.api_key_env=null)")
+    for i, ch in enumerate(value):
+        if not "!" <= ch <= "~":
+            if ord(ch) < 32 or 127 <= ord(ch) < 160:  # which one is shown: it is no secret
+                kind = f"a control character {ascii(ch)}"
+            else:
+                kind = "a space" if ch.isspace() else "a non-ASCII character"
+            hint = " (a line end from a CRLF .env file?)" if ch in "\r\n" else ""
+            raise ConfigError(
+                f"{where}: the value of {name} has {kind} at position {i + 1} of {len(value)}{hint}; "
+                "a key is printable ASCII without spaces: fix the variable (its value is not shown)"
+            )
+    return value
+
+
+class KeyScrubber:
+    """Removes an API key's value from text: as written, with any of its characters escaped
+    the way JSON or Python write them (``\\/``, ``\\u002f``), and a leading part of it left at
+    the end of a text that was cut (``cut=True``). ``KeyScrubber(None)`` changes nothing."""
+
+    def __init__(self, key: Optional[str]):
+        self.key = key or None
+        self.pattern = None
+        if self.key:
+            self.pattern = re.compile("".join(
+                f"(?:{re.escape(ch)}|\\\\{re.escape(ch)}|\\\\u(?i:{ord(ch):04x}))" for ch in self.key))
+
+    def __call__(self, text: str, cut: bool = False) -> str:
+        if self.pattern is None or not isinstance(text, str):
+            return text
+        text = self.pattern.sub(KEY_MARK, text)
+        if cut:  # a cut may have split an echo of the key: drop a tail that starts it
+            for n in range(min(len(self.key), len(text)), 0, -1):
+                if text.endswith(self.key[:n]):
+                    return text[: len(text) - n] + KEY_MARK
+        return text
+
+    def tree(self, value: Any) -> Any:
+        """``value`` with every string in it (keys of mappings too) scrubbed."""
+        if self.pattern is None:
+            return value
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, Mapping):
+            return {self.tree(k): self.tree(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.tree(v) for v in value]
+        return value
 
 
 class ExternalEngineer(Engineer):
@@ -40,9 +116,23 @@ class ExternalEngineer(Engineer):
 
     Safe to point at a server on the internet:
 
-    * **one deadline per request**: ``timeout_s`` bounds the whole HTTP exchange (connect,
-      send, status, headers and the complete body); a server that drips bytes is cut off at
-      the deadline (a watchdog closes the socket), not after every slow read;
+    * **one deadline per attempt**: ``timeout_s`` bounds the whole attempt: connect, send,
+      status, headers, the complete body, the backoff waits between its 429/5xx retries and the
+      parse of the reply (:func:`jaxlake.engineers.extract_json` stops at the same deadline);
+      a server that drips bytes is cut off at the deadline (a watchdog closes the socket), not
+      after every slow read, and a wait that would pass the deadline is not made;
+    * **a body cap**: a body over ``max_body_bytes`` is refused: at once when its
+      ``Content-Length`` says so, else as soon as that many bytes have come (never read
+      whole); each raw output kept in the record is cut to ``max_raw_chars`` (head and tail);
+    * **any reply is a failed attempt at worst**: the parse is linear in the reply and nothing
+      escapes it (deep nesting, integers over Python's digit limit); bytes that are not UTF-8
+      are read as U+FFFD (a stray byte in the prose does not lose the answer);
+    * **the key stays secret**: its value is removed (:data:`KEY_MARK`) from every reply,
+      error body and error message before anything is kept or raised, so a server that echoes
+      the ``Authorization`` header puts nothing secret in ``engineer.json``; a key with a
+      control character, a space or a non-ASCII character (a CRLF ``.env`` file's ``\\r``) is
+      refused when the engineer is built, naming the variable, not the value
+      (:func:`check_api_key`; no whitespace is stripped);
     * **no redirects**: a 3xx answer is refused with an error naming its ``Location`` (a
       followed redirect would carry the ``Authorization`` header to another address); set
       ``url`` to the final address instead;
@@ -63,7 +153,9 @@ class ExternalEngineer(Engineer):
       model: the endpoint's model name.
       api_key_env: NAME of the environment variable holding the API key (None: no auth).
       temperature, max_tokens: sampling settings sent with the request.
-      timeout_s: the deadline of one HTTP request, seconds.
+      timeout_s: the deadline of one attempt (its requests, waits and parse), seconds.
+      max_body_bytes: the largest response body read (>= 4096).
+      max_raw_chars: the longest raw output kept per attempt in the record.
       retries: attempts after the first (each failed parse, validation or request counts).
       http_retries, backoff_s, max_backoff_s: retries of 429/5xx inside one attempt and their waits.
       context_tokens, chars_per_token: the prompt budget (None: no budget).
@@ -93,6 +185,8 @@ class ExternalEngineer(Engineer):
         max_backoff_s: float = 30.0,
         context_tokens: Optional[int] = None,
         chars_per_token: float = 3.0,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        max_raw_chars: int = MAX_RAW_CHARS,
         **_: Any,
     ) -> None:
         if not url or not isinstance(url, str):
@@ -101,10 +195,8 @@ class ExternalEngineer(Engineer):
             raise ConfigError(f"engineer.url={url!r}: the scheme must be http or https")
         if not model:
             raise ConfigError("engineer.model: give the endpoint's model name")
-        if api_key_env and api_key_env not in os.environ:
-            raise ConfigError(
-                f"engineer.api_key_env={api_key_env!r}: the environment variable {api_key_env} is not set"
-            )
+        if api_key_env:
+            check_api_key(api_key_env, os.environ.get(api_key_env))
         if not float(timeout_s) > 0:
             raise ConfigError(f"engineer.timeout_s={timeout_s} not in (0, inf)")
         if int(http_retries) < 0:
@@ -117,6 +209,10 @@ class ExternalEngineer(Engineer):
             raise ConfigError(f"engineer.context_tokens={context_tokens} must exceed max_tokens={max_tokens}")
         if not float(chars_per_token) > 0:
             raise ConfigError(f"engineer.chars_per_token={chars_per_token} not in (0, inf)")
+        if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < MIN_BODY_BYTES:
+            raise ConfigError(f"engineer.max_body_bytes={max_body_bytes!r} not an integer in [{MIN_BODY_BYTES}, inf)")
+        if isinstance(max_raw_chars, bool) or not isinstance(max_raw_chars, int) or max_raw_chars < 1:
+            raise ConfigError(f"engineer.max_raw_chars={max_raw_chars!r} not an integer in [1, inf)")
         self.url = url.rstrip("/")
         if not self.url.endswith("/chat/completions"):
             self.url += "/chat/completions"
@@ -127,6 +223,7 @@ class ExternalEngineer(Engineer):
         self.http_retries, self.backoff_s, self.max_backoff_s = int(http_retries), float(backoff_s), float(max_backoff_s)
         self.context_tokens = None if context_tokens is None else int(context_tokens)
         self.chars_per_token = float(chars_per_token)
+        self.max_body_bytes, self.max_raw_chars = int(max_body_bytes), int(max_raw_chars)
         self.max_components, self.space_node = int(max_components), space
         self.system = default_system(self.parts) if system is None else system
         self.extra_body = dict(extra_body or {})
@@ -136,12 +233,28 @@ class ExternalEngineer(Engineer):
         return [p for p in PARTS if self.flags[p]]
 
     # ------------------------------------------------------------------ HTTP
-    def _exchange(self, data: bytes, headers: Mapping[str, str]) -> tuple[int, Any, bytes]:
-        """One POST with a hard deadline of ``timeout_s``: ``(status, headers, body)``."""
+    def _api_key(self) -> Optional[str]:
+        """The key to send (checked: :func:`check_api_key`), or None without auth."""
+        return check_api_key(self.api_key_env, os.environ.get(self.api_key_env)) if self.api_key_env else None
+
+    def scrubber(self) -> KeyScrubber:
+        """Removes the key's current value from text (whatever the variable holds, valid or not)."""
+        return KeyScrubber(os.environ.get(self.api_key_env) if self.api_key_env else None)
+
+    def _timeout(self) -> TimeoutError:
+        return TimeoutError(f"no complete answer from {self.url} within timeout_s={self.timeout_s:g}")
+
+    def _exchange(self, data: bytes, headers: Mapping[str, str], deadline: float) -> tuple[int, Any, bytes, bool]:
+        """One POST that ends by ``deadline`` (a :func:`time.monotonic` value):
+        ``(status, headers, body, cut)``. ``cut``: the body is over ``max_body_bytes`` and only
+        its first bytes were read (none past the cap)."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise self._timeout()
         parts = urllib.parse.urlsplit(self.url)
         cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         path = parts.path + (f"?{parts.query}" if parts.query else "")
-        conn = cls(parts.hostname, parts.port, timeout=self.timeout_s)
+        conn = cls(parts.hostname, parts.port, timeout=remaining)
         expired = threading.Event()
         held: list = []  # the socket (http.client drops conn.sock once the answer will close)
 
@@ -153,7 +266,7 @@ class ExternalEngineer(Engineer):
                 except OSError:
                     pass
 
-        watchdog = threading.Timer(self.timeout_s, cut)
+        watchdog = threading.Timer(remaining, cut)
         watchdog.daemon = True
         watchdog.start()
         try:
@@ -163,13 +276,31 @@ class ExternalEngineer(Engineer):
                 cut()
             conn.request("POST", path, body=data, headers=dict(headers))
             resp = conn.getresponse()
-            body = resp.read()
+            cap = self.max_body_bytes
+            try:
+                declared = int(resp.getheader("Content-Length") or -1)
+            except ValueError:
+                declared = -1
+            if declared > cap:  # refused unread: only a head, for the error message
+                body, over = resp.read(min(cap, 4 * _DETAIL_CHARS)), True
+            else:
+                chunks, size, over = [], 0, False
+                while True:
+                    piece = resp.read(min(_READ_CHUNK, cap + 1 - size))
+                    if not piece:
+                        break
+                    chunks.append(piece)
+                    size += len(piece)
+                    if size > cap:
+                        over = True
+                        break
+                body = b"".join(chunks)
             if expired.is_set():
                 raise OSError("cut at the deadline")
-            return resp.status, resp.headers, body
+            return resp.status, resp.headers, body, over
         except (OSError, http.client.HTTPException) as err:
             if expired.is_set():
-                raise TimeoutError(f"no complete answer from {self.url} within timeout_s={self.timeout_s:g}") from None
+                raise self._timeout() from None
             raise err
         finally:
             watchdog.cancel()
@@ -185,8 +316,17 @@ class ExternalEngineer(Engineer):
             return given
         return min(self.backoff_s * 2.0 ** k, self.max_backoff_s)
 
-    def chat(self, user: str) -> str:
-        """One chat completion; raises on HTTP, network or response-format errors."""
+    def chat(self, user: str, deadline: Optional[float] = None) -> str:
+        """One chat completion by ``deadline`` (default: ``timeout_s`` from now); raises on
+        HTTP, network or response-format errors, with the key's value removed from every
+        message and from the reply."""
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout_s
+        try:
+            key = self._api_key()
+        except ConfigError as err:  # the variable changed since the engineer was built
+            raise FatalEngineerError(str(err)) from None
+        scrub = KeyScrubber(key)
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [{"role": "system", "content": self.system}, {"role": "user", "content": user}],
@@ -197,41 +337,54 @@ class ExternalEngineer(Engineer):
         if self.json_mode:
             body["response_format"] = {"type": "json_object"}
         headers = {"Content-Type": "application/json"}
-        if self.api_key_env:
-            headers["Authorization"] = f"Bearer {os.environ[self.api_key_env]}"
+        if key is not None:
+            headers["Authorization"] = f"Bearer {key}"
         data = json.dumps(body).encode()
         for k in range(self.http_retries + 1):
-            status, resp_headers, raw = self._exchange(data, headers)
+            status, resp_headers, raw, over = self._exchange(data, headers, deadline)
+            text = scrub(raw.decode("utf-8", errors="replace"), cut=over)
             if status == 200:
                 break
-            detail = raw.decode("utf-8", errors="replace")[:300]
+            detail = text[:_DETAIL_CHARS]
             if 300 <= status < 400:
                 where = resp_headers.get("Location") if resp_headers is not None else None
+                where = None if where is None else scrub(str(where))
                 raise FatalEngineerError(
-                    f"HTTP {status} from {self.url}: redirect to {where!r} refused (a followed redirect would carry "
-                    "the Authorization header to another address); set engineer.url to the final address"
+                    f"HTTP {status} from {self.url}: redirect to {where!r} refused (a followed redirect "
+                    "would carry the Authorization header to another address); set engineer.url to the final address"
                 )
             if status == 429 or status >= 500:
                 if k == self.http_retries:
                     raise RuntimeError(f"HTTP {status} from {self.url} after {k + 1} request(s): {detail}")
-                time.sleep(self._wait(status, resp_headers, k))
+                wait = self._wait(status, resp_headers, k)
+                if time.monotonic() + wait > deadline:
+                    raise RuntimeError(f"HTTP {status} from {self.url}: waiting {wait:g} s to retry would pass the "
+                                       f"deadline (timeout_s={self.timeout_s:g}): {detail}")
+                time.sleep(wait)
                 continue
             if status in (400, 401, 403, 404, 405, 413, 422):
                 raise FatalEngineerError(f"HTTP {status} from {self.url}: {detail}")
             raise RuntimeError(f"HTTP {status} from {self.url}: {detail}")
+        if over:
+            raise RuntimeError(f"the response from {self.url} is over engineer.max_body_bytes={self.max_body_bytes}: "
+                               "refused (raise max_body_bytes if the endpoint's replies are this long)")
+        if time.monotonic() > deadline:
+            raise self._timeout()
         try:
-            payload = json.loads(raw.decode("utf-8", errors="replace"))
+            payload = json.loads(text)
             message = payload["choices"][0]["message"]
             content = message["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise RuntimeError(f"unexpected response from {self.url}: {raw[:300]!r}") from None
+        except Exception:  # noqa: BLE001 - bad JSON, deep nesting, a huge integer, another shape
+            raise RuntimeError(f"unexpected response from {self.url}: {text[:_DETAIL_CHARS]!r}") from None
         if not isinstance(content, str):
             raise RuntimeError(f"response content is {type(content).__name__}, not text")
         thought = message.get("reasoning_content") if isinstance(message, Mapping) else None
         if isinstance(thought, str) and thought.strip() and "</think>" not in content:
             # servers that split Qwen3's thinking out (reasoning parsers): keep it in the record
             content = f"<think>\n{thought.strip()}\n</think>\n\n{content}"
-        return content
+        # the key as the server decoded it (a JSON escape in the body), and no lone surrogates
+        # (a \ud800 escape): the text can be written as UTF-8 anywhere
+        return scrub(content.encode("utf-8", errors="replace").decode("utf-8"))
 
     # ------------------------------------------------------------------ prompt budget
     def count(self, text: str) -> int:
@@ -265,19 +418,23 @@ class ExternalEngineer(Engineer):
         space = space_from_conf(ctx.base, self.space_node)
         user, too_long = self.user_prompt(ctx, space)
 
-        def ask(prompt: str, attempt: int) -> str:
+        def ask(prompt: str, attempt: int, deadline: float) -> str:
             if too_long:
                 raise FatalEngineerError(too_long)
-            return self.chat(prompt)
+            return self.chat(prompt, deadline)
 
+        scrub = self.scrubber()
         proposal = propose_with_retries(ask, user, ctx, self.retries, space=space,
-                                        max_components=self.max_components)
+                                        max_components=self.max_components, timeout_s=self.timeout_s,
+                                        max_raw_chars=self.max_raw_chars, scrub=scrub)
         proposal.record.update(
             {"system": self.system, "endpoint": self.url, "model": self.model, "context_parts": self.parts}
         )
         analysis = analysis_of(proposal.record.get("raw_output"))
         if analysis:
             proposal.record["analysis"] = analysis
+        # every string already went through the scrubber; once more over the whole record
+        proposal.record, proposal.reason = scrub.tree(proposal.record), scrub(proposal.reason)
         return proposal
 
 

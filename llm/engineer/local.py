@@ -21,7 +21,9 @@ after it (constrained or free) conditioned on that analysis. The analysis is sav
 record (``engineer.json`` key ``analysis``) and shown in the next summaries' stage history.
 ``conf/engineer/policy_answer_only.yaml`` is the ablation without it. Replies of free and
 external engineers are read after any think block (the last complete JSON object,
-:func:`jaxlake.engineers.extract_json`).
+:func:`jaxlake.engineers.extract_json`: linear in the reply, bounded in depth and span, and a
+failed attempt at worst), and each raw output is kept cut to
+:data:`jaxlake.engineers.protocol.MAX_RAW_CHARS`.
 """
 
 from __future__ import annotations

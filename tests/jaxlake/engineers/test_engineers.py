@@ -133,6 +133,20 @@ def test_extract_json_from_chatter_and_fences():
         extract_json("no braces at all")
     with pytest.raises(ProposalError, match="no parseable JSON"):
         extract_json('{"height": ')
+    # the one-pass scanner (issue 23): brackets inside strings are text; a candidate that does not
+    # parse gives way to the last value inside it that does; a string broken by a line end, or a
+    # wrong closing bracket, ends the values around it
+    assert extract_json('{"s": "} ] {\\" ["}') == {"s": '} ] {" ['}
+    assert extract_json('{"note": 1, {"height": 4}} trailing') == {"height": 4}
+    assert extract_json('{"a": "x\ny"} {"b": 2}') == {"b": 2}
+    assert extract_json('{"a": [1, 2} {"b": 3} ]') == {"b": 3}
+    # deeper than max_depth: the outer brackets are dropped, the value inside still counts
+    assert extract_json("[[[[[1]]]]]", max_depth=4) == [[[[1]]]]
+    assert extract_json("[[[[[1]]]]]", max_depth=5) == [[[[[1]]]]]
+    with pytest.raises(ProposalError, match="nested deeper than 2 levels"):
+        extract_json("[[[", max_depth=2)
+    with pytest.raises(ProposalError, match="a value of 12 characters, more than 10"):
+        extract_json('{"a": "xxx"}', max_chars=10)
 
 
 def test_yaml_roundtrip(tmp_path):

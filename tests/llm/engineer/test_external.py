@@ -55,7 +55,8 @@ class Stub:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # polls its shutdown flag every 0.05 s: the test ends 0.5 s sooner than with the default
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def __enter__(self):
         self.thread.start()
@@ -145,7 +146,11 @@ class Scripted:
     """A stub endpoint on 127.0.0.1 that plays one scripted action per request and stops by itself.
 
     Actions: ``("ok", content)``, ``("status", code, body, headers)``, ``("drip", n_bytes, interval_s)``
-    (a 200 whose body arrives one byte at a time, at most ``n_bytes``), ``("redirect", code, location)``.
+    (a 200 whose body arrives one byte at a time, at most ``n_bytes``), ``("redirect", code, location)``,
+    ``("body", code, data)`` (these bytes as the body), ``("stream", code, chunk, n, declared)`` (``n``
+    copies of the bytes ``chunk``, written one by one, with their total as ``Content-Length`` or, with
+    ``declared=False``, none: the body ends when the connection closes) and ``("fn", f)``
+    (``f(authorization_header) -> (code, data)``: a server that echoes what it was sent).
     Past the script every request gets HTTP 500. Requests are recorded with their time and headers.
     """
 
@@ -171,6 +176,20 @@ class Scripted:
                         self._send(action[1], json.dumps({"error": action[2]}).encode(), action[3])
                     elif action[0] == "redirect":
                         self._send(action[1], b"", {"Location": action[2]})
+                    elif action[0] == "body":
+                        self._send(action[1], action[2])
+                    elif action[0] == "fn":
+                        self._send(*action[1](self.headers.get("Authorization")))
+                    elif action[0] == "stream":
+                        _, code, chunk, n, declared = action
+                        self.send_response(code)
+                        if declared:
+                            self.send_header("Content-Length", str(len(chunk) * n))
+                        self.end_headers()
+                        for _ in range(n):
+                            if stub.stop.is_set():
+                                break
+                            self.wfile.write(chunk)
                     elif action[0] == "drip":
                         self.send_response(200)
                         self.send_header("Content-Length", str(action[1] + 100))
@@ -335,3 +354,173 @@ def test_system_prompt_names_only_the_parts_shown_and_the_rules_are_stated():
     full = LLMEngineer()
     for part in ("behaviour", "failure cases", "environment statistics", "stage history"):
         assert part in full.system
+
+
+# ----------------------------------------------------------------------------- bounded in every dimension (issue 23 item 3)
+def envelope(content, **message):
+    return json.dumps({"choices": [{"message": {"content": content, **message}}]}).encode()
+
+
+def test_huge_brace_reply_ends_within_the_deadline_in_bounded_memory():
+    """2 MB of ``{`` (the old parser was quadratic: 80 k characters took 4 s, this would take
+    an hour): a failed attempt well within the deadline, memory a small multiple of the body."""
+    import time
+    import tracemalloc
+
+    body = envelope("{" * 2_000_000)
+    with Scripted([("body", 200, body)]) as stub:
+        eng = ExternalEngineer(url=stub.url, model="m", timeout_s=5, retries=0, max_body_bytes=4 << 20)
+        tracemalloc.start()
+        t0 = time.monotonic()
+        p = eng.propose(ctx())
+        took = time.monotonic() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert p.decision == "fallback" and took < 5
+    assert p.record["validation_errors"] == ["no parseable JSON object in the output (nested deeper than 32 levels)"]
+    assert peak < 12 * len(body), f"peak {peak / 1e6:.1f} MB for a {len(body) / 1e6:.1f} MB body"
+    raw = p.record["raw_output"]  # the stored raw output is cut to max_raw_chars (head and tail)
+    assert len(raw) < 65_536 + 100 and "characters cut" in raw
+
+
+def test_deep_nesting_huge_integers_and_bad_envelopes_are_failed_attempts():
+    """What used to escape the engineer (RecursionError, the int digit limit's ValueError) is
+    an ordinary failed attempt, in the reply's content and in the response envelope itself."""
+    replies = [("ok", "[" * 100_000), ("ok", '{"a":' * 5000), ("ok", '{"height": ' + "7" * 5000 + "}"),
+               ("body", 200, b"[" * 100_000), ("body", 200, b'{"choices": ' + b"1" * 5000 + b"}"), ("ok", GOOD)]
+    with Scripted(replies) as stub:
+        p = ExternalEngineer(url=stub.url, model="m", timeout_s=5, retries=5).propose(ctx())
+    assert p.decision == "proposed" and len(stub.requests) == 6
+    errors = p.record["validation_errors"]
+    assert errors[0] == errors[1] == "no parseable JSON object in the output (nested deeper than 32 levels)"
+    assert errors[2].startswith("no parseable JSON object in the output (ValueError at char 0: Exceeds the limit")
+    assert errors[3].startswith("RuntimeError: unexpected response from") and errors[4].startswith("RuntimeError: unexp")
+    assert all(len(e) < 600 for e in errors)
+
+
+def test_bytes_that_are_not_utf8_never_raise():
+    """Stray bytes in the prose are read as U+FFFD and the answer still counts; a body that is
+    all garbage, or content with a lone surrogate escape, is a failed attempt at worst, and the
+    record can be written as UTF-8."""
+    stray = b'{"choices": [{"message": {"content": "caf\xe9 \xff\xfe ' + GOOD.replace('"', '\\"').encode() + b'"}}]}'
+    with Scripted([("body", 200, bytes(range(128, 256)) * 8), ("ok", "\ud800 no answer \udfff"),
+                   ("body", 200, stray)]) as stub:
+        p = ExternalEngineer(url=stub.url, model="m", timeout_s=5, retries=2).propose(ctx())
+    assert p.decision == "proposed" and len(stub.requests) == 3
+    assert p.record["validation_errors"][0].startswith("RuntimeError: unexpected response")
+    assert p.record["validation_errors"][1] == "no JSON object in the output"
+    assert "\ufffd" in p.record["raw_output"] and p.record["parsed"] == {"height": 6, "width": 6}
+    json.dumps(p.to_json("external", 2), ensure_ascii=False).encode("utf-8")  # no lone surrogate left
+
+
+def test_a_body_over_the_cap_is_refused_without_reading_it_whole():
+    """8 MB against a 64 KB cap: refused at once when Content-Length says so, else after the cap
+    (a body that ends when the connection closes); memory stays near the cap."""
+    import time
+    import tracemalloc
+
+    chunk = b"x" * 65_536
+    for declared in (True, False):
+        with Scripted([("stream", 200, chunk, 128, declared)]) as stub:
+            eng = ExternalEngineer(url=stub.url, model="m", timeout_s=5, retries=0, max_body_bytes=65_536)
+            tracemalloc.start()
+            t0 = time.monotonic()
+            p = eng.propose(ctx())
+            took = time.monotonic() - t0
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        assert p.decision == "fallback" and took < 3, declared
+        assert "over engineer.max_body_bytes=65536" in p.record["validation_errors"][0]
+        assert peak < 2_000_000, f"peak {peak / 1e6:.1f} MB (declared={declared})"
+    with pytest.raises(ConfigError, match=r"engineer.max_body_bytes=100 not an integer in \[4096, inf\)"):
+        ExternalEngineer(url="http://127.0.0.1:1/v1", model="m", max_body_bytes=100)
+
+
+def test_the_deadline_covers_the_parse_and_the_waits():
+    import time
+
+    from jaxlake.engineers import ProposalError, extract_json
+
+    with pytest.raises(ProposalError, match="past the deadline"):
+        extract_json('{"a":' * 5000, deadline=time.monotonic() - 1)
+    # a reply that takes longer to read than the attempt has left
+    with Scripted([("ok", '{"a":' * 400_000)]) as stub:
+        eng = ExternalEngineer(url=stub.url, model="m", timeout_s=0.2, retries=0, max_body_bytes=4 << 20)
+        t0 = time.monotonic()
+        p = eng.propose(ctx())
+        took = time.monotonic() - t0
+    assert p.decision == "fallback" and "ran past the deadline" in p.record["validation_errors"][0]
+    assert took < 1.5, f"{took:.2f} s for a 0.2 s deadline"
+    # a Retry-After within max_backoff_s but past the attempt's deadline is not waited for
+    with Scripted([("status", 429, "later", {"Retry-After": "3"})]) as stub:
+        t0 = time.monotonic()
+        p = ExternalEngineer(url=stub.url, model="m", timeout_s=0.5, retries=0, max_backoff_s=10).propose(ctx())
+        assert time.monotonic() - t0 < 0.5
+    assert "would pass the deadline (timeout_s=0.5)" in p.record["validation_errors"][0]
+
+
+KEY = "sk-test/Zq9+w4/KEYVALUE-" + "k" * 24  # a "/" so that JSON's "\/" escape is covered
+
+
+def echo_body(auth):
+    return 401, json.dumps({"error": {"message": f"invalid credentials: {auth}"}}).encode()
+
+
+def test_a_server_that_echoes_the_key_puts_it_nowhere(monkeypatch, tmp_path, caplog, capsys):
+    """The key's value is in nothing written, raised or logged: echoed in a 401 body, in 500
+    bodies (escaped as some servers write it), in a 200 reply and in its reasoning."""
+    import logging
+
+    from jaxlake.io import write_json
+    from llm.engineer.external import KEY_MARK, KeyScrubber
+
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("JAXLAKE_TEST_KEY", KEY)
+    escaped = KEY.replace("/", "\\/")
+    cases = {
+        "401": [("fn", echo_body)],
+        "500": [("fn", lambda auth: (500, ('{"error": "' + auth.replace("/", "\\/") + '"}').encode()))] * 2,
+        "reply": [("fn", lambda auth: (200, envelope(f"You sent {auth}. {GOOD}")))],
+        "thinking": [("fn", lambda auth: (200, envelope(GOOD, reasoning_content=f"the header was {auth}")))],
+        "retry": [("fn", lambda auth: (200, envelope(f"{auth} is not JSON"))), ("ok", GOOD)],
+    }
+    written = []
+    for name, script in cases.items():
+        with Scripted(script) as stub:
+            eng = ExternalEngineer(url=stub.url, model="m", api_key_env="JAXLAKE_TEST_KEY", timeout_s=5, retries=1,
+                                   http_retries=1, backoff_s=0.01)
+            p = eng.propose(ctx())
+        assert all(r["auth"] == f"Bearer {KEY}" for r in stub.requests)  # the key was sent ...
+        out = write_json(tmp_path / f"{name}.json", p.to_json("external", 2)).read_text()
+        assert KEY_MARK in out, name  # ... echoed, and removed
+        written.append(out + p.reason)
+        assert p.decision == ("proposed" if name in ("reply", "thinking", "retry") else "fallback"), name
+    seen = "".join(written) + caplog.text + "".join(capsys.readouterr())
+    for form in (KEY, escaped, KEY[:-1], KEY[1:]):
+        assert form not in seen
+    # the key split by a cut at the body cap: its leading part goes too
+    assert KeyScrubber(KEY)("... invalid credentials: Bearer " + KEY[:12], cut=True).endswith("Bearer " + KEY_MARK)
+    assert KeyScrubber(KEY)(KEY.replace("/", "\\u002F")) == KEY_MARK
+
+
+@pytest.mark.parametrize("value, kind", [(KEY + "\r\n", r"a control character '\\r' at position 49 of 50 \(a line end"),
+                                         (KEY + " ", "a space at position 49"), ("sk-\u00e9" + KEY, "a non-ASCII character"),
+                                         ("", "is empty")])
+def test_a_key_that_cannot_be_sent_is_refused_when_built_without_quoting_it(monkeypatch, value, kind):
+    monkeypatch.setenv("JAXLAKE_TEST_KEY", value)
+    with pytest.raises(ConfigError, match=kind) as err:
+        ExternalEngineer(url="http://127.0.0.1:1/v1", model="m", api_key_env="JAXLAKE_TEST_KEY")
+    message = str(err.value)
+    assert message.startswith("engineer.api_key_env='JAXLAKE_TEST_KEY': ") and "\n" not in message
+    assert KEY not in message and KEY[:12] not in message
+
+
+def test_a_key_changed_after_build_ends_the_attempts_without_a_request(monkeypatch):
+    monkeypatch.setenv("JAXLAKE_TEST_KEY", KEY)
+    with Scripted([("ok", GOOD)]) as stub:
+        eng = ExternalEngineer(url=stub.url, model="m", api_key_env="JAXLAKE_TEST_KEY", timeout_s=2, retries=2)
+        monkeypatch.setenv("JAXLAKE_TEST_KEY", KEY + "\r\n")
+        p = eng.propose(ctx())
+    assert p.decision == "fallback" and stub.requests == [] and len(p.record["attempts"]) == 1
+    assert "control character" in p.record["validation_errors"][0]
+    assert KEY not in json.dumps(p.to_json("external", 2))

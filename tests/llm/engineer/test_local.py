@@ -209,3 +209,21 @@ def test_free_text_answers_outside_the_space_are_retried_with_the_error(tokenize
     assert errors[0] == "config.hole_density=0.37 is not an allowed value; allowed: [0.0, 0.1, 0.2]"
     assert errors[1].startswith("config.max_steps=64 is fixed at 16 in this run")
     assert errors[0] in p.record["attempts"][1]["prompt"] and errors[1] in p.record["attempts"][2]["prompt"]
+
+
+def test_free_text_hostile_answers_are_failed_attempts_never_raises(tokenizer, scorers, monkeypatch):
+    """Free decoding shares the external engineer's parser (issue 23 item 3): deep nesting and
+    an integer over Python's digit limit used to escape it (RecursionError, ValueError); they
+    are failed attempts now, and a long raw output is kept cut to max_raw_chars."""
+    model = nnx.merge(scorers[1].graphdef, scorers[1].state)
+    ctx, _ = make_ctx(model, tokenizer)
+    long_chatter = "I think " * 20_000 + '{"height": 6}'
+    replies = iter(["[" * 100_000, '{"a":' * 5000, '{"height": ' + "9" * 5000 + "}", long_chatter])
+    monkeypatch.setattr(PolicyEngineer, "_free", lambda self, *a, **k: next(replies))
+    p = PolicyEngineer(decoding="free", retries=3).propose(ctx)
+    assert p.decision == "proposed" and p.mixture[0][1].height == 6
+    errors = p.record["validation_errors"]
+    assert errors[0] == errors[1] == "no parseable JSON object in the output (nested deeper than 32 levels)"
+    assert "ValueError" in errors[2] and "digits" in errors[2]
+    raw = p.record["raw_output"]
+    assert len(raw) < len(long_chatter) and raw.endswith('{"height": 6}') and "characters cut" in raw
