@@ -47,10 +47,13 @@ MAX_RAW_CHARS = 65_536
 
 _NONE = object()
 _OPENERS = re.compile(r"[{\[]+")
-# inside a value: a run of opening brackets (group 1), a closing bracket (group 2) or a string;
-# a string ends at its first unescaped quote (group 3), and a control character (a line
-# break) or the end of the text before one leaves group 3 empty: the string is broken
-_TOKEN = re.compile(r'([{\[]+)|([}\]])|"[^"\\\x00-\x1f]*(?:\\[^\x00-\x1f][^"\\\x00-\x1f]*)*(")?')
+# inside a value, from the current position: everything up to the next bracket (scalars,
+# punctuation and complete strings, which end at their first unescaped quote), then a run of
+# opening brackets (group 1), a closing bracket (group 2), or a broken string (group 3: a
+# control character, e.g. a line break, or the end of the text before its closing quote),
+# consumed to where it breaks; no group: the end of the text
+_STRING = r'"[^"\\\x00-\x1f]*(?:\\[^\x00-\x1f][^"\\\x00-\x1f]*)*'
+_TOKEN = re.compile(rf'[^"{{}}\[\]]*(?:{_STRING}"[^"{{}}\[\]]*)*(?:([{{\[]+)|([}}\]])|({_STRING}))?')
 _CLOCK_EVERY = 1024  # tokens between two looks at the deadline
 
 
@@ -95,22 +98,27 @@ def extract_json(text: str, deadline: Optional[float] = None, max_depth: int = M
     starts: list[int] = []
     closers: list[str] = []
     inner: list[Any] = []
-    search_open, search_any = _OPENERS.search, _TOKEN.search
+    search_open, next_token = _OPENERS.search, _TOKEN.match
     pos, steps = 0, 0
     while True:
         steps += 1
         if not steps & (_CLOCK_EVERY - 1) and deadline is not None and time.monotonic() > deadline:
             raise ProposalError(f"reading the reply ran past the deadline (stopped at char {pos} of {len(chunk)})")
-        m = search_any(chunk, pos) if starts else search_open(chunk, pos)
-        if m is None:
-            break
+        if starts:
+            m = next_token(chunk, pos)
+            kind = m.lastindex
+            if kind is None:
+                break  # the end of the text
+            begin = m.start(kind)
+        else:
+            m = search_open(chunk, pos)
+            if m is None:
+                break
+            kind, begin = 1, m.start()
         pos = m.end()
-        kind = m.lastindex if starts else 1
-        if kind == 3:
-            continue  # a string
         c = chunk[pos - 1]
         if kind == 1:
-            n = pos - m.start()
+            n = pos - begin
             if len(starts) + n > max_depth:
                 # values nested deeper than max_depth are not answers: drop the outermost ones
                 why = ("nested deeper than {} levels", (max_depth,))
@@ -124,12 +132,12 @@ def extract_json(text: str, deadline: Optional[float] = None, max_depth: int = M
                 closers.append("}" if c == "{" else "]")
                 inner.append(_NONE)
             else:
-                for i in range(max(m.start(), pos - max_depth), pos):
+                for i in range(max(begin, pos - max_depth), pos):
                     starts.append(i)
                     closers.append("}" if chunk[i] == "{" else "]")
                     inner.append(_NONE)
             continue
-        if kind is None:
+        if kind == 3:
             why = ("a string not closed on its line (char {})", (pos,))
         elif closers[-1] != c:
             why = ("{!r} closes {!r} (char {})", (c, closers[-1], pos - 1))
