@@ -72,7 +72,9 @@ __all__ = [
 
 
 def build_engineer(node: Any) -> Engineer:
-    """Instantiate an engineer from its Hydra node (``_target_`` + parameters)."""
+    """Instantiate an engineer from its Hydra node (``_target_`` + parameters). A bad
+    parameter raises the backend's own :class:`ConfigError` (one line naming the field)."""
+    from hydra.errors import InstantiationException
     from hydra.utils import instantiate
     from omegaconf import DictConfig, OmegaConf
 
@@ -83,7 +85,12 @@ def build_engineer(node: Any) -> Engineer:
             "engineer config has no _target_; select a backend with engineer=<name> "
             "(policy, base, external, heuristic, plr, accel, random, fixed, manual)"
         )
-    engineer = instantiate(node, _convert_="all")
+    try:
+        engineer = instantiate(node, _convert_="all")
+    except InstantiationException as err:
+        if isinstance(err.__cause__, ConfigError):  # a bad value: its own one line, not Hydra's wrapper
+            raise err.__cause__ from None
+        raise
     if not isinstance(engineer, Engineer):
         raise ConfigError(f"engineer._target_={node._target_} did not build an Engineer")
     return engineer

@@ -44,6 +44,7 @@ MAX_JSON_CHARS = 65_536
 #: The longest raw output :func:`propose_with_retries` keeps per attempt (the rest is cut,
 #: with a note of how much).
 MAX_RAW_CHARS = 65_536
+MAX_ERROR_CHARS = 2000  # the longest error message kept or shown to the model
 
 _NONE = object()
 _OPENERS = re.compile(r"[{\[]+")
@@ -140,7 +141,7 @@ def extract_json(text: str, deadline: Optional[float] = None, max_depth: int = M
         if kind == 3:
             why = ("a string not closed on its line (char {})", (pos,))
         elif closers[-1] != c:
-            why = ("{!r} closes {!r} (char {})", (c, closers[-1], pos - 1))
+            why = ("{!r} where {!r} was expected (char {})", (c, closers[-1], pos - 1))
         else:
             start, best = starts.pop(), inner.pop()
             closers.pop()
@@ -186,9 +187,6 @@ def clip_text(text: str, limit: int) -> str:
         return text
     head, tail = limit // 2, limit - limit // 2
     return f"{text[:head]} ... [{len(text) - head - tail} characters cut] ... {text[len(text) - tail:]}"
-
-
-MAX_ERROR_CHARS = 2000  # the longest error message kept or shown to the model
 
 
 def retry_prompt(prompt: str, raw: str, error: str) -> str:

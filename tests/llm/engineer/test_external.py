@@ -513,6 +513,11 @@ def test_a_key_that_cannot_be_sent_is_refused_when_built_without_quoting_it(monk
     message = str(err.value)
     assert message.startswith("engineer.api_key_env='JAXLAKE_TEST_KEY': ") and "\n" not in message
     assert KEY not in message and KEY[:12] not in message
+    node = OmegaConf.load(CONF)  # built from the config as the pipeline does: the same one line
+    node.api_key_env = "JAXLAKE_TEST_KEY"
+    with pytest.raises(ConfigError) as built:
+        build_engineer(node)
+    assert str(built.value) == message
 
 
 def test_a_key_changed_after_build_ends_the_attempts_without_a_request(monkeypatch):
