@@ -23,20 +23,87 @@ touches JAX.
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import sys
+from typing import Any, Optional
 
 import hydra
 from omegaconf import DictConfig
 
 from jaxlake.conf import CONF_DIR
 
+#: Set (to anything but ``0``) to get the full traceback of a user's mistake instead of its one
+#: line: the variable Hydra itself reads for its own errors.
+DEBUG_ENV = "HYDRA_FULL_ERROR"
+#: The one-line errors of the jobs of a multirun that stopped on a user's mistake.
+_FAILED: list[str] = []
+
+
+def debug() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def _multirun() -> bool:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except (ValueError, ImportError):
+        return False
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> Optional[Any]:
     # orbax logs every checkpoint step at INFO through absl; keep the console for progress
     logging.getLogger("absl").setLevel(logging.WARNING)
+    from jaxlake.pipeline.settings import user_error
     from jaxlake.pipeline.stages import main as pipeline_main
 
-    pipeline_main(cfg)
+    try:
+        return pipeline_main(cfg)
+    except Exception as err:  # noqa: BLE001 - a user's mistake ends in one line, anything else as before
+        line = None if debug() else user_error(err)
+        if line is None:
+            raise
+        if _multirun():
+            from hydra.core.hydra_config import HydraConfig
+
+            line = f"{HydraConfig.get().runtime.output_dir}: {line}"
+            _FAILED.append(line)
+            print(f"error: {line}", file=sys.stderr, flush=True)
+            return None  # the other jobs of the sweep still run
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+
+
+def main() -> None:
+    """``python -m jaxlake.run``: Hydra's entry point. A user's mistake (a bad value, a missing,
+    corrupt or unwritable file, a locked run folder) ends with one line, ``error: <what>``,
+    naming the field or file, and exit status 1; ``HYDRA_FULL_ERROR=1`` raises it with its full
+    traceback instead. In a multirun the other jobs still run, and the sweep exits 1 after them
+    if any job stopped so. SIGTERM (a cluster's preemption, ``kill``) ends the run as an
+    exception would: the run folder's lock is released."""
+    _FAILED.clear()
+    import threading
+
+    previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    if previous is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
+    try:
+        _hydra_main()
+    finally:
+        if previous is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, previous)
+    if _FAILED:
+        print(f"error: {len(_FAILED)} job(s) of the sweep stopped; the first: {_FAILED[0]}", file=sys.stderr,
+              flush=True)
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
