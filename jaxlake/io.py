@@ -295,7 +295,7 @@ class FolderLock:
                 continue
             if time.monotonic() >= deadline:
                 raise self._refusal(holder)
-            time.sleep(min(0.5, max(0.01, deadline - time.monotonic())))
+            time.sleep(min(0.1, max(0.01, deadline - time.monotonic())))
 
     def release(self) -> None:
         """Remove the lock file if it still holds this lock's token."""

@@ -18,6 +18,18 @@ The configuration is ``conf/config.yaml``, shipped in the package (groups ``env`
 :func:`llm.training.stage.train_stage`. ``train.distributed.enabled=true`` (or
 ``JAXLAKE_DISTRIBUTED=1``) calls ``jax.distributed.initialize`` before anything else
 touches JAX.
+
+A user's mistake -- a bad value, a missing, corrupt or unwritable file, a run folder locked by
+another command (:func:`jaxlake.pipeline.stages.run_lock`) -- ends with one line on stderr,
+``error: <what>``, naming the field and its allowed range or the file, and exit status 1,
+instead of Hydra's "Error executing job" and a traceback
+(:func:`jaxlake.pipeline.settings.user_error` says what counts). ``HYDRA_FULL_ERROR=1``, the
+variable Hydra reads for its own errors, re-raises it with the full traceback. In a multirun
+each failed job prints its line (prefixed with its folder), the other jobs still run, and the
+sweep exits 1 at the end. Hydra writes nothing into the run folder before the task
+(``hydra.output_subdir: null``, the log file opened at its first record:
+``conf/hydra/job_logging/jaxlake.yaml``); the pipeline writes ``.hydra/`` once the settings are
+checked and the folder is locked.
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 One run lives in one directory, ``<run dir> = runs/<experiment>`` (Hydra's output folder;
 a multirun job's is ``runs/<experiment>/multirun/<job>``)::
 
+    run.lock                    held while a process works in the folder (run_lock)
     run.json                    experiment, engineer, seed, stages, suite, settings (the run
                                 resumes only under the same settings: SETTINGS groups)
+    .hydra/                     the command's config, Hydra config and overrides (under Hydra)
     report.md, *.png            per-stage table and plots (jaxlake.pipeline.report), rewritten at the end
     stages.jsonl                one metrics row per finished stage (phase "stage", step k): suite
                                 scores, own-environment scores, the engineer's decision
@@ -26,6 +28,15 @@ orbax checkpoint. :func:`run_stage` runs one stage; stage ``k > 1`` reads stage 
 ``next_env.yaml`` and trained policy and, without them, fails with a message naming the
 missing file and the command that makes it. Every file is written atomically.
 
+**One process per run folder, checks before writes.** :func:`run_pipeline` and
+:func:`run_stage` hold the folder's lock (:func:`run_lock`, ``run.lock``): a second process
+refuses at once naming the holder's PID and host, a stale lock is taken over with a message.
+Before they write anything (``run.json`` included) they check the engineer, ``model.path`` and
+its files (:func:`check_model`), the folder's ``run.json`` (:func:`check_run_info`), every env
+file already there (:func:`check_folder`) and the stage's inputs; the settings themselves are
+checked when :func:`resolve` builds them. ``train.json`` records paths relative to its stage
+folder (:func:`stage_path` resolves them), so a moved or copied run folder uses its own files.
+
 The config is read once, at :func:`main`, into :class:`jaxlake.pipeline.settings.RunSettings`;
 every step below takes those typed settings, not the raw config. Config keys used
 (``conf/config.yaml``): ``env`` (stage 1's environment), ``engineer``
@@ -43,7 +54,9 @@ model, training, reward, prompt and suite settings -- not on the engineer, whose
 decision comes after them. With a shared folder the first run stores its finished stage 1
 (without the engineer's files) under a key hashed from exactly those settings, and every
 later run with the same key copies it instead of retraining, then runs its own engineer. The
-results equal independent runs'; a sweep over engineers trains stage 1 once per seed.
+results equal independent runs'; a sweep over engineers trains stage 1 once per seed. The
+store has its own lock per key (``<store>/<key>.lock``): copies into and out of it take turns
+(a run waits for another's copy), independent of the run folders' locks.
 """
 
 from __future__ import annotations

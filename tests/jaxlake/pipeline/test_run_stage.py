@@ -1,9 +1,10 @@
 """``python -m jaxlake.run`` as a user runs it: a real subprocess, tiny overrides.
 
 The whole pipeline by that command (the per-stage table on stdout, every stage's files, a
-finished run rerun as a no-op) is in tests/jaxlake/pipeline/test_stages.py, which shares that
-one run folder between its tests; this file checks a clear error for a stage out of range,
-before anything is trained.
+finished run rerun as a no-op, a second command refused while the first runs) is in
+tests/jaxlake/pipeline/test_stages.py, which shares that one run folder between its tests; this
+file checks that bad values (a stage out of range, an environment field) end in one line each,
+before anything is written, in every job of a sweep.
 """
 
 import os
@@ -30,12 +31,23 @@ TINY = [
 
 def run(args, tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    return subprocess.run([sys.executable, "-m", "jaxlake.run", *args, f"hydra.run.dir={tmp_path}", *TINY],
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run([sys.executable, "-m", "jaxlake.run", *args, f"hydra.run.dir={tmp_path}",
+                           f"hydra.sweep.dir={tmp_path}", *TINY],
                           cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=900)
 
 
-def test_stage_out_of_range_is_a_clear_error(tmp_path):
-    out = run(["+stage=7"], tmp_path)
-    assert out.returncode != 0
-    assert "stage=7 not in [1, stages=1]" in out.stderr
-    assert not (tmp_path / "stage_7").exists()
+def test_mistakes_end_in_one_line_and_a_sweep_runs_every_job(tmp_path):
+    """A multirun of two jobs with bad values: each job ends in one line naming the field and its
+    range (not Hydra's "Error executing job" and a traceback), every job runs, the sweep exits 1
+    after them, and nothing is written into the job folders."""
+    out = run(["-m", "+stage=7", "env.conflict_density=1.5,0.5"], tmp_path)
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr and "Error executing job" not in out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+    assert lines == [f"error: {tmp_path / '0'}: env.conflict_density=1.5 not in [0.0, 1.0]",
+                     f"error: {tmp_path / '1'}: stage=7 not in [1, stages=1]",
+                     f"error: 2 job(s) of the sweep stopped; the first: {tmp_path / '0'}: env.conflict_density=1.5 not in "
+                     "[0.0, 1.0]"]
+    assert out.stderr.strip().splitlines()[-1] == lines[-1]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["0", "1", "multirun.yaml"]
