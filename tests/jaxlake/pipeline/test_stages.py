@@ -143,7 +143,7 @@ def _last_line(err):
     return lines[-1]
 
 
-def test_stage_by_stage_with_interruptions(monkeypatch, capsys, runs, micro_model, tmp_path):
+def test_stage_by_stage_with_interruptions(monkeypatch, capsys, runs, micro_model):
     import jaxlake.pipeline.stages as pipeline
     import llm.training.stage as train
     from jaxlake.io import lock_record
@@ -159,12 +159,6 @@ def test_stage_by_stage_with_interruptions(monkeypatch, capsys, runs, micro_mode
         run_cli(monkeypatch, args + ["+stage=1", "env.hole_density=1.5"])
     monkeypatch.delenv("HYDRA_FULL_ERROR")
     assert "Error executing job" in capsys.readouterr().err  # Hydra's own report, as before
-    # so is a corrupt model, naming the file
-    bad = shutil.copytree(micro_model, tmp_path / "truncated")
-    os.truncate(bad / "model.safetensors", 100)
-    assert run_cli(monkeypatch, args + ["+stage=1", f"model.path={bad}"]) == 1
-    line = _last_line(capsys.readouterr().err)
-    assert line.startswith(f"error: model.path={bad}: '{bad / 'model.safetensors'}' is not a valid safetensors file")
     assert not (run / "run.json").exists() and not (run / ".hydra").exists()
     # the lock of a run that was killed (its process is gone) is taken over with a message
     dead = subprocess.Popen(["true"])
@@ -203,14 +197,6 @@ def test_stage_by_stage_with_interruptions(monkeypatch, capsys, runs, micro_mode
         shutil.rmtree(run / "stage_1" / name)
     args = overrides(runs, micro_model, "staged_copy", "engineer=heuristic")
     run = copy
-    # a hand-edited next_env.yaml with a bad value: one line naming the file
-    nxt = run / "stage_1" / "next_env.yaml"
-    good = nxt.read_text()
-    nxt.write_text(good.replace("hole_density: ", "hole_density: 1.5 #", 1))
-    assert run_cli(monkeypatch, args + ["+stage=2"]) == 1
-    assert _last_line(capsys.readouterr().err) == (
-        f"error: {nxt}: mixture[0].config: hole_density=1.5 not in [0.0, 0.9]")
-    nxt.write_text(good)
 
     # stage 2, killed between evaluation and summary, then the same command resumes it
     real_summary = pipeline.step_summary

@@ -196,13 +196,12 @@ def test_choice_table_counts_each_value_and_skips_fallbacks():
     assert "| fixed | 1 | 5×1 | 5×1 | 2×1 | 0.1×1 | 0.5×1 | 1×1 |" in lines
 
 
-def test_a_second_study_into_the_same_folder_is_refused(tmp_path, capsys):
-    from jaxlake.io import FolderLock
+def test_a_second_study_into_the_same_folder_is_refused(tmp_path):
+    from jaxlake.io import FolderLock, FolderLockError
 
     root = tmp_path / "study_cpu"
     root.mkdir()
     with FolderLock(root / "study.lock", what="study folder"):  # a study that is running
-        code = study.main(["--results", str(tmp_path / "r.md"), "--", f"runs_dir={tmp_path}"])
-    assert code == 1
-    assert f"error: the study folder {root} is in use by this process" in capsys.readouterr().err
+        with pytest.raises(FolderLockError, match=f"the study folder {root} is in use by this process"):
+            study.run_sweep("cpu", [f"runs_dir={tmp_path}"], root)
     assert sorted(p.name for p in root.iterdir()) == []  # no sweep started, no study.json
