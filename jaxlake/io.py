@@ -16,7 +16,7 @@ next write.
 
 **Folder locks.** A lock is a small JSON file (``run.lock`` in a run folder) naming its
 holder: ``pid``, ``host``, the process's start time and boot id (Linux ``/proc``), a random
-``token``, the time it was taken and the command line. It is created atomically: the record
+``token`` and the time it was taken. It is created atomically: the record
 is written to a temporary file that is hard-linked to the lock's name (``os.link`` fails when
 the name exists), or, where the file system has no hard links, created with
 ``O_CREAT | O_EXCL``; so two processes can never both hold it, and a reader never sees half a
@@ -121,7 +121,8 @@ def _boot_id() -> Optional[str]:
 
 def lock_record(pid: Optional[int] = None, host: Optional[str] = None) -> dict:
     """The record a lock holds for process ``pid`` (default: this one) on ``host`` (default:
-    this host): ``pid host start boot token since command``."""
+    this host): ``pid host start boot token since`` (no command line: nothing secret lands on
+    disk)."""
     pid = os.getpid() if pid is None else int(pid)
     return {
         "pid": pid,
@@ -130,7 +131,6 @@ def lock_record(pid: Optional[int] = None, host: Optional[str] = None) -> dict:
         "boot": _boot_id(),
         "token": secrets.token_hex(8),
         "since": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "command": " ".join(sys.argv),
     }
 
 

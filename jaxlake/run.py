@@ -26,7 +26,8 @@ instead of Hydra's "Error executing job" and a traceback
 (:func:`jaxlake.pipeline.settings.user_error` says what counts). ``HYDRA_FULL_ERROR=1``, the
 variable Hydra reads for its own errors, re-raises it with the full traceback. In a multirun
 each failed job prints its line (prefixed with its folder), the other jobs still run, and the
-sweep exits 1 at the end. Hydra writes nothing into the run folder before the task
+sweep exits 1 at the end (with a launcher that runs jobs in other processes, Hydra collects
+the failure and reports it compactly). Hydra writes nothing into the run folder before the task
 (``hydra.output_subdir: null``, the log file opened at its first record:
 ``conf/hydra/job_logging/jaxlake.yaml``); the pipeline writes ``.hydra/`` once the settings are
 checked and the folder is locked.
@@ -56,14 +57,31 @@ def debug() -> bool:
     return os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
-def _multirun() -> bool:
+def _sweep() -> Optional[str]:
+    """``"here"`` for a multirun whose jobs run in this process (Hydra's basic launcher),
+    ``"elsewhere"`` for one whose launcher runs them in other processes, None outside a multirun."""
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
-        return HydraConfig.get().mode == RunMode.MULTIRUN
+        hydra_cfg = HydraConfig.get()
+        if hydra_cfg.mode != RunMode.MULTIRUN:
+            return None
+        target = str((hydra_cfg.launcher or {}).get("_target_", ""))
+        return "here" if target.endswith(".BasicLauncher") else "elsewhere"
     except (ValueError, ImportError):
-        return False
+        return None
+
+
+try:
+    from hydra.errors import CompactHydraException as _Compact
+except ImportError:  # pragma: no cover - hydra ships it
+    _Compact = RuntimeError
+
+
+class JobStopped(_Compact):
+    """A sweep job (run by a launcher in another process) stopped on a user's mistake: Hydra
+    reports the job as failed with this one-line message, no traceback."""
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -83,12 +101,15 @@ def _hydra_main(cfg: DictConfig) -> Optional[Any]:
         line = None if debug() else user_error(err)
         if line is None:
             raise
-        if _multirun():
+        sweep = _sweep()
+        if sweep is not None:
             from hydra.core.hydra_config import HydraConfig
 
             line = f"{HydraConfig.get().runtime.output_dir}: {line}"
-            _FAILED.append(line)
             print(f"error: {line}", file=sys.stderr, flush=True)
+            if sweep == "elsewhere":  # the launcher's process collects the failure and exits 1
+                raise JobStopped(line) from None
+            _FAILED.append(line)
             return None  # the other jobs of the sweep still run
         print(f"error: {line}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None

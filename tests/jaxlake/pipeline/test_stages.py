@@ -1,7 +1,10 @@
 """End to end: ``python -m jaxlake.run`` over two tiny stages in a temporary folder: once as a
-user runs it (a real subprocess: the per-stage table on stdout, every stage's files, a
-finished run rerun as a no-op), then stage by stage (``+stage=2`` after ``+stage=1``, and
-without it) with resume after interruptions (in training and between steps).
+user runs it (a real subprocess: the per-stage table on stdout, every stage's files; the same
+command started again meanwhile is refused by the run folder's lock; a finished run rerun as a
+no-op), then stage by stage (``+stage=2`` after ``+stage=1``, and without it, the advice of
+its error run as given) with resume after interruptions (in training and between steps), in
+a copy of the run folder, a stale lock taken over and one-line errors for bad values and an
+unwritable folder.
 
 The stage-by-stage runs call the entry point in this process (Hydra's ``main`` with
 ``sys.argv`` set); a micro Qwen3 (one layer) stands in for the default model to keep the
@@ -44,15 +47,8 @@ def stage_files(d):
     return {p.name for p in d.iterdir()}
 
 
-def cli(args):
-    """``python -m jaxlake.run <args>`` as a user runs it: a subprocess in the repository."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    return subprocess.run([sys.executable, "-m", "jaxlake.run", *args], cwd=str(ROOT), env=env,
-                          capture_output=True, text=True, timeout=1800)
-
-
 @pytest.fixture(scope="module")
-def full_run(runs, micro_model):
+def full_run(runs, micro_model, tmp_path_factory):
     """The whole pipeline, two stages with the policy engineer, run once by the real command;
     the tests below inspect its folder. While it runs, the same command is started a second
     time (two terminals, a script run twice): it finds the run folder locked and refuses at
@@ -60,21 +56,24 @@ def full_run(runs, micro_model):
     args = overrides(runs, micro_model, "full", "engineer=policy")
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("HYDRA_FULL_ERROR", None)
-    first = subprocess.Popen([sys.executable, "-m", "jaxlake.run", *args], cwd=str(ROOT), env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    logs = tmp_path_factory.mktemp("full_logs")
+    with open(logs / "out", "w") as out_f, open(logs / "err", "w") as err_f:
+        first = subprocess.Popen([sys.executable, "-m", "jaxlake.run", *args], cwd=str(ROOT), env=env,
+                                 stdout=out_f, stderr=err_f, text=True)
     lock = runs / "full" / "run.lock"
     try:
         deadline = time.monotonic() + 600
         while not lock.is_file() and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert lock.is_file(), first.communicate()[1][-4000:]
+        assert lock.is_file(), (logs / "err").read_text()[-4000:]
         second = subprocess.run([sys.executable, "-m", "jaxlake.run", *args], cwd=str(ROOT), env=env,
                                 capture_output=True, text=True, timeout=600)
-        stdout, stderr = first.communicate(timeout=1800)
+        first.wait(timeout=1800)
     finally:
         if first.poll() is None:
             first.kill()
-    out = subprocess.CompletedProcess(first.args, first.returncode, stdout, stderr)
+    out = subprocess.CompletedProcess(first.args, first.returncode, (logs / "out").read_text(),
+                                      (logs / "err").read_text())
     assert out.returncode == 0, out.stderr[-4000:]
     return runs / "full", out, args, (first.pid, second)
 
@@ -127,13 +126,15 @@ def test_full_pipeline_two_stages_policy_engineer(full_run):
     assert (run / "report.md").is_file() and (run / "score_per_stage.png").is_file()
 
 
-def test_finished_run_rerun_is_a_no_op(full_run):
+def test_finished_run_rerun_is_a_no_op(full_run, monkeypatch, capsys):
+    """The same command again (in this process: the real command ran above, twice) finds both
+    stages complete and rewrites nothing of them."""
     run, _, args, _ = full_run
     files = {p: os.stat(p).st_mtime_ns for p in run.rglob("*") if p.is_file() and p.parent.name.startswith("stage_")}
-    again = cli(args)
-    assert again.returncode == 0, again.stderr[-4000:]
-    assert again.stderr.count("complete, skipped") == 2  # both stages
-    assert "| stage | environment | suite greedy |" in again.stdout
+    assert run_cli(monkeypatch, args) is None
+    again = capsys.readouterr()
+    assert again.err.count("complete, skipped") == 2  # both stages
+    assert "| stage | environment | suite greedy |" in again.out
     assert {p: os.stat(p).st_mtime_ns for p in files} == files  # nothing trained, evaluated or rewritten
 
 
