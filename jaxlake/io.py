@@ -27,7 +27,8 @@ and host), or with ``wait_s`` polls until the holder lets go. A lock whose holde
 caller can say so. A lock of another host cannot be checked and is never taken over; its error
 says which file to delete once that run is known to have ended. The holder releases it on
 exit from the ``with`` block (exceptions included), removing the file only while it still
-holds its token; a ``kill -9`` leaves a stale lock, which the next run takes over.
+holds its token (:func:`release_all` for a signal handler about to end the process); a
+``kill -9`` leaves a stale lock, which the next run takes over.
 """
 
 from __future__ import annotations
@@ -320,6 +321,20 @@ class FolderLock:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+def release_all() -> None:
+    """Remove every lock file this process holds (those that still hold its tokens): for a
+    signal handler that ends the process at once (``python -m jaxlake.run`` on SIGTERM), so the
+    next run finds no lock, without raising into whatever code the signal interrupted."""
+    for path, token in list(_HELD.items()):
+        try:
+            record = json.loads(Path(path).read_text(encoding="utf-8"))
+            if isinstance(record, dict) and record.get("token") == token:
+                os.unlink(path)
+        except (OSError, ValueError):
+            pass
+        _HELD.pop(path, None)
 
 
 def _say_stale(record: dict) -> None:

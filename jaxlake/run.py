@@ -85,7 +85,14 @@ class JobStopped(_Compact):
 
 
 def _terminate(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
+    """SIGTERM: drop this process's locks, then end as the default action would (no exception
+    raised into the interrupted code, which might swallow it; the folder is left as a kill
+    leaves it, and the same command resumes)."""
+    from jaxlake.io import release_all
+
+    release_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
@@ -120,8 +127,9 @@ def main() -> None:
     corrupt or unwritable file, a locked run folder) ends with one line, ``error: <what>``,
     naming the field or file, and exit status 1; ``HYDRA_FULL_ERROR=1`` raises it with its full
     traceback instead. In a multirun the other jobs still run, and the sweep exits 1 after them
-    if any job stopped so. SIGTERM (a cluster's preemption, ``kill``) ends the run as an
-    exception would: the run folder's lock is released."""
+    if any job stopped so. SIGTERM (a cluster's preemption, ``kill``) removes the run folder's
+    lock before the process ends as it would have, so a requeued job on another host is not
+    refused."""
     _FAILED.clear()
     import threading
 

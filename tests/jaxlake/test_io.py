@@ -86,3 +86,17 @@ def test_an_unwritable_folder_is_named(tmp_path):
     with unwritable(folder):
         with pytest.raises(FolderLockError, match=f"cannot write in the run folder {folder} \\("):
             FolderLock(folder / "run.lock", what="run folder").acquire()
+
+
+def test_release_all_drops_this_process_s_locks_only(tmp_path):
+    """What ``python -m jaxlake.run`` does on SIGTERM before it ends: its locks go, others stay."""
+    from jaxlake.io import release_all
+
+    mine, theirs = tmp_path / "a.lock", tmp_path / "b.lock"
+    lock = FolderLock(mine)
+    lock.acquire()
+    theirs.write_text(json.dumps(lock_record(host="node-7")))
+    release_all()
+    assert not mine.exists() and theirs.exists()
+    lock.release()  # nothing left to remove
+    FolderLock(mine).acquire()
