@@ -28,7 +28,8 @@ def test_one_holder_and_the_refusal_names_it(tmp_path):
         record = json.loads(path.read_text())
         assert record == lock.record and record["pid"] == os.getpid() and record["host"] == socket.gethostname()
         assert holder_alive(record)
-        with pytest.raises(FolderLockError, match=f"run folder {tmp_path} is in use by this process \\(PID {os.getpid()}\\)"):
+        refusal = f"run folder {tmp_path} is in use by this process \\(PID {os.getpid()}\\)"
+        with pytest.raises(FolderLockError, match=refusal):
             FolderLock(path, what="run folder").acquire()
         assert json.loads(path.read_text()) == record  # the refused one changed nothing
     assert list(tmp_path.iterdir()) == []
