@@ -3,8 +3,10 @@
 One run lives in one directory, ``<run dir> = runs/<experiment>`` (Hydra's output folder;
 a multirun job's is ``runs/<experiment>/multirun/<job>``)::
 
+    run.lock                    held while a process works in the folder (run_lock)
     run.json                    experiment, engineer, seed, stages, suite, settings (the run
                                 resumes only under the same settings: SETTINGS groups)
+    .hydra/                     the command's config, Hydra config and overrides (under Hydra)
     report.md, *.png            per-stage table and plots (jaxlake.pipeline.report), rewritten at the end
     stages.jsonl                one metrics row per finished stage (phase "stage", step k): suite
                                 scores, own-environment scores, the engineer's decision
@@ -26,6 +28,15 @@ orbax checkpoint. :func:`run_stage` runs one stage; stage ``k > 1`` reads stage 
 ``next_env.yaml`` and trained policy and, without them, fails with a message naming the
 missing file and the command that makes it. Every file is written atomically.
 
+**One process per run folder, checks before writes.** :func:`run_pipeline` and
+:func:`run_stage` hold the folder's lock (:func:`run_lock`, ``run.lock``): a second process
+refuses at once naming the holder's PID and host, a stale lock is taken over with a message.
+Before they write anything (``run.json`` included) they check the engineer, ``model.path`` and
+its files (:func:`check_model`), the folder's ``run.json`` (:func:`check_run_info`), every env
+file already there (:func:`check_folder`) and the stage's inputs; the settings themselves are
+checked when :func:`resolve` builds them. ``train.json`` records paths relative to its stage
+folder (:func:`stage_path` resolves them), so a moved or copied run folder uses its own files.
+
 The config is read once, at :func:`main`, into :class:`jaxlake.pipeline.settings.RunSettings`;
 every step below takes those typed settings, not the raw config. Config keys used
 (``conf/config.yaml``): ``env`` (stage 1's environment), ``engineer``
@@ -43,28 +54,36 @@ model, training, reward, prompt and suite settings -- not on the engineer, whose
 decision comes after them. With a shared folder the first run stores its finished stage 1
 (without the engineer's files) under a key hashed from exactly those settings, and every
 later run with the same key copies it instead of retraining, then runs its own engineer. The
-results equal independent runs'; a sweep over engineers trains stage 1 once per seed.
+results equal independent runs'; a sweep over engineers trains stage 1 once per seed. The
+store has its own lock per key (``<store>/<key>.lock``): copies into and out of it take turns
+(a run waits for another's copy), independent of the run folders' locks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from jaxlake.engineers import EngineerContext, build_engineer
-from jaxlake.io import read_json, write_json, write_text
+from jaxlake.io import FolderLock, read_json, write_json, write_text
 from jaxlake.metrics import build_writer
 from jaxlake.mixture import Mixture, load_mixture, mixture_to_obj, mixture_to_yaml, same_mixture
-from jaxlake.pipeline.settings import SETTINGS, PipelineError, RunSettings  # noqa: F401 (re-exported)
+from jaxlake.pipeline.settings import SETTINGS, PipelineError, RunSettings, user_error  # noqa: F401 (re-exported)
 
 #: Files that make a stage complete (the checkpoint is named by train.json).
 STAGE_FILES = ("env.yaml", "train.json", "eval.json", "summary.json", "engineer.json", "next_env.yaml")
+#: The run folder's lock (jaxlake.io.FolderLock): one process at a time in a run folder.
+LOCK_FILE = "run.lock"
+#: How long a run waits for another one's copy into or out of the shared stage-1 store.
+STORE_WAIT_S = 600.0
 
 
 # ============================================================================ helpers
@@ -128,10 +147,52 @@ def previous_policy(s: RunSettings, k: int) -> Optional[Path]:
             f"Run stage {k - 1} first: {s.command_for_stage(k - 1)}"
         )
     t = read_json(info)
+    prev = s.stage_dir(k - 1)
     for key in ("policy_dir", "checkpoint_dir"):
-        if t.get(key) and Path(t[key]).exists():
-            return Path(t[key])
-    raise PipelineError(f"{info} names no existing policy folder; rerun stage {k - 1}: {s.command_for_stage(k - 1)}")
+        if t.get(key) and stage_path(s, prev, t[key]).exists():
+            return stage_path(s, prev, t[key])
+    raise PipelineError(
+        f"{info} names no existing policy folder (its policy/ and checkpoint/ are gone); train stage {k - 1} "
+        f"again: rm -r {shlex.quote(str(prev))} && {s.command_for_stage(k - 1)}"
+    )
+
+
+def stage_path(s: RunSettings, d: Path, value: str) -> Path:
+    """A path that a stage file (``train.json``) of stage folder ``d`` records: relative paths are
+    resolved against ``d`` (what the pipeline writes, so a moved or copied run folder uses its
+    own files); an absolute one (run folders written before) inside the folder that ``run.json``
+    says the run was made in is mapped into this run folder."""
+    path = Path(value)
+    if not path.is_absolute():
+        return d / path
+    made_in = _made_in(s)
+    if made_in is not None and made_in != s.run_dir.resolve():
+        try:
+            return s.run_dir / path.relative_to(made_in)
+        except ValueError:
+            pass
+    return path
+
+
+def _made_in(s: RunSettings) -> Optional[Path]:
+    """The folder ``run.json`` says the run was made in (None without one)."""
+    info = s.run_dir / "run.json"
+    try:
+        made = read_json(info).get("run_dir") if info.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return Path(made) if made else None
+
+
+def _relative(path: Optional[Path], d: Path) -> Optional[str]:
+    """``path`` relative to stage folder ``d`` when it lies in the same run folder, else as given."""
+    if path is None:
+        return None
+    try:
+        Path(path).resolve().relative_to(d.resolve().parent)
+    except ValueError:
+        return str(path)
+    return os.path.relpath(Path(path).resolve(), d.resolve())
 
 
 def _require_eval(s: RunSettings):
@@ -161,13 +222,28 @@ def stage1_key(cfg: Any, mixture: Mixture) -> str:
 
 
 def _rewrite_paths(d: Path, old: str, new: str) -> None:
-    """Point the JSON files of stage folder ``d`` at ``new`` instead of ``old``."""
+    """Point the JSON files of folder ``d`` at ``new`` instead of ``old`` (absolute paths that run
+    folders of earlier versions recorded; the pipeline now records paths relative to the stage
+    folder, which need no rewriting)."""
     if old == new:
         return
+    pairs = [('"' + json.dumps(old)[1:-1] + sep, '"' + json.dumps(new)[1:-1] + sep) for sep in ("/", '"')]
     for f in d.glob("*.json"):
         text = f.read_text(encoding="utf-8")
-        if old in text:
-            write_text(f, text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1]))
+        fixed = text
+        for a, b in pairs:  # the folder itself ("old") or a path inside it ("old/...")
+            fixed = fixed.replace(a, b)
+        if fixed != text:
+            write_text(f, fixed)
+
+
+def _store_lock(share: Path, key: str) -> FolderLock:
+    """The shared stage-1 store's own lock for ``key`` (``<store>/<key>.lock``): runs of a sweep
+    copy into and out of the store one at a time; a run waits for another's copy (up to
+    :data:`STORE_WAIT_S`) instead of refusing."""
+    return FolderLock(share / f"{key}.lock", what="shared stage-1 store", wait_s=STORE_WAIT_S,
+                      on_stale=lambda r: _log(f"took over a stale lock of the shared stage-1 store {share} "
+                                              f"(process {r.get('pid')} on {r.get('host')} is gone)"))
 
 
 def restore_shared_stage1(s: RunSettings, d: Path, mixture: Mixture) -> bool:
@@ -175,41 +251,48 @@ def restore_shared_stage1(s: RunSettings, d: Path, mixture: Mixture) -> bool:
     share = s.share_stage1
     if share is None or (d / "train.json").is_file():
         return False
-    src = share / stage1_key(s, mixture)
+    key = stage1_key(s, mixture)
+    src = share / key
     if not (src / "summary.json").is_file():
         return False
-    origin = read_json(src / _SOURCE_FILE)["dir"]
-    for item in src.iterdir():
-        if item.name in (_SOURCE_FILE, "env.yaml") + _ENGINEER_FILES:
-            continue
-        target = d / item.name
-        if item.is_dir():
-            shutil.copytree(item, target, dirs_exist_ok=True)
-        else:
-            shutil.copy2(item, target)
+    with _store_lock(share, key):
+        origin = read_json(src / _SOURCE_FILE)["dir"]
+        for item in src.iterdir():
+            if item.name in (_SOURCE_FILE, "env.yaml") + _ENGINEER_FILES:
+                continue
+            target = d / item.name
+            if item.is_dir():
+                shutil.copytree(item, target, dirs_exist_ok=True)
+            else:
+                shutil.copy2(item, target)
     _rewrite_paths(d, origin, str(d))
-    write_json(d / _SOURCE_FILE, {"dir": origin, "key": src.name})
-    _log(f"stage 1: shared from {origin} (pipeline.share_stage1 key {src.name})")
+    write_json(d / _SOURCE_FILE, {"dir": origin, "key": key})
+    _log(f"stage 1: shared from {origin} (pipeline.share_stage1 key {key})")
     return True
 
 
 def store_shared_stage1(s: RunSettings, d: Path, mixture: Mixture) -> None:
-    """Copy a finished stage 1 (engineer files excluded) into the shared store, atomically."""
+    """Copy a finished stage 1 (engineer files excluded) into the shared store, atomically
+    (a temporary folder renamed into place) and under the store's own lock."""
     share = s.share_stage1
     if share is None:
         return
-    dst = share / stage1_key(s, mixture)
+    key = stage1_key(s, mixture)
+    dst = share / key
     if dst.is_dir():
         return
     share.mkdir(parents=True, exist_ok=True)
-    tmp = share / f".{dst.name}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(d, tmp, ignore=shutil.ignore_patterns(*_ENGINEER_FILES, _SOURCE_FILE, "*.tmp", "wandb"))
-    write_json(tmp / _SOURCE_FILE, {"dir": str(d)})
-    try:
-        os.replace(tmp, dst)
-    except OSError:  # another run stored the same key first
+    with _store_lock(share, key):
+        if dst.is_dir():  # another run stored the same key while this one waited
+            return
+        tmp = share / f".{dst.name}.{os.getpid()}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(d, tmp, ignore=shutil.ignore_patterns(*_ENGINEER_FILES, _SOURCE_FILE, "*.tmp", "wandb"))
+        write_json(tmp / _SOURCE_FILE, {"dir": str(d)})
+        try:
+            os.replace(tmp, dst)
+        except OSError:  # another run stored the same key first
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ============================================================================ steps
@@ -228,10 +311,10 @@ def step_train(s: RunSettings, k: int, d: Path, mixture: Mixture) -> dict:
             f"training of stage {k} stopped after {res.warmstart_steps} warm-start and {res.grpo_steps} GRPO "
             f"steps; rerun the same command to resume from {res.checkpoint_dir}"
         )
-    out = {
-        "checkpoint_dir": str(res.checkpoint_dir),
-        "policy_dir": str(res.policy_dir) if res.policy_dir else None,
-        "init_from": str(init) if init else None,
+    out = {  # paths relative to the stage folder (stage_path resolves them)
+        "checkpoint_dir": _relative(Path(res.checkpoint_dir), d),
+        "policy_dir": _relative(Path(res.policy_dir), d) if res.policy_dir else None,
+        "init_from": _relative(init, d),
         "warmstart_steps": res.warmstart_steps,
         "grpo_steps": res.grpo_steps,
         "resumed": res.resumed,
@@ -255,11 +338,11 @@ def step_eval(s: RunSettings, k: int, d: Path, mixture: Mixture, train: dict) ->
     path = d / "eval.json"
     if is_suite_eval(path):
         return read_json(path)
-    policy_path = Path(train.get("policy_dir") or train["checkpoint_dir"])
+    policy_path = stage_path(s, d, train.get("policy_dir") or train["checkpoint_dir"])
     _log(f"stage {k}: evaluating {policy_path} on the held-out suite")
     policy = _load(s, policy_path)
     result = evaluate_policy(policy, _require_eval(s).node, s.prompt, current=mixture, stage=k,
-                             checkpoint=str(policy_path))
+                             checkpoint=_relative(policy_path, d))
     write_eval(path, result)
     return result
 
@@ -313,7 +396,7 @@ def engineer_context(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summ
         prev_state = read_json(s.stage_dir(k - 1) / "engineer.json").get("state") or {}
 
     def load_model(which: str):
-        path = Path(train.get("policy_dir") or train["checkpoint_dir"]) if which == "policy" else None
+        path = stage_path(s, d, train.get("policy_dir") or train["checkpoint_dir"]) if which == "policy" else None
         policy = _load(s, path)
         return policy.module(), policy.tokenizer
 
@@ -327,7 +410,7 @@ def engineer_context(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summ
         state=prev_state,
         seed=s.seed,
         stage_dir=d,
-        checkpoint=Path(train["checkpoint_dir"]),
+        checkpoint=stage_path(s, d, train["checkpoint_dir"]),
         base_checkpoint=None,
         run_cfg=s,
         load_model=load_model,
@@ -353,12 +436,66 @@ def step_engineer(s: RunSettings, k: int, d: Path, mixture: Mixture, ev: dict, s
 
 
 # ============================================================================ entry points
-def write_run_info(cfg: Any, engineer: Any) -> None:
-    """Write ``run.json``; refuse a run folder made with another engineer, seed or settings.
-    ``cfg``: the :class:`RunSettings` or a raw config."""
+#: Run folders this process holds the lock of (run_pipeline -> run_stage take it once).
+_LOCKED: dict[Path, FolderLock] = {}
+
+
+@contextlib.contextmanager
+def run_lock(cfg: Any) -> Iterator[None]:
+    """Hold the run folder's lock (``<run dir>/run.lock``, :class:`jaxlake.io.FolderLock`) for
+    the block: a second process refuses at once, naming the holder's PID and host; a stale lock
+    (its process gone) is taken over with a message. Re-entrant within the pipeline
+    (:func:`run_pipeline` holds it over its :func:`run_stage` calls); released on exit,
+    exceptions included. ``cfg``: the :class:`RunSettings` or a raw config."""
+    s = RunSettings.of(cfg)
+    key = s.run_dir.resolve()
+    if key in _LOCKED:
+        yield
+        return
+    s.run_dir.mkdir(parents=True, exist_ok=True)
+    lock = FolderLock(s.run_dir / LOCK_FILE, what="run folder",
+                      on_stale=lambda r: _log(f"took over the stale lock of {s.run_dir}: process {r.get('pid')} "
+                                              f"on host {r.get('host')} (since {r.get('since', '?')}) is gone"))
+    with lock:
+        _LOCKED[key] = lock
+        try:
+            yield
+        finally:
+            _LOCKED.pop(key, None)
+
+
+def _build(s: RunSettings) -> Any:
+    """The run's engineer; a bad ``engineer`` setting raises :class:`PipelineError` naming it."""
+    from jaxlake.config import ConfigError
+
+    try:
+        return build_engineer(s.engineer)
+    except ConfigError:
+        raise
+    except Exception as err:  # noqa: BLE001 - hydra's InstantiationException wraps the engineer's own error
+        cause = err.__cause__ or err
+        raise PipelineError(f"engineer ({(s.engineer or {}).get('_target_', '?')}): {cause}") from err
+
+
+def check_model(s: RunSettings) -> None:
+    """``model.path``, when set, is a Hugging Face Qwen3 folder that loads: ``config.json``, every
+    weights shard (headers parsed, lengths checked) and the tokenizer files
+    (:func:`llm.model.hf_io.check_pretrained`); raises :class:`PipelineError` naming the file."""
+    if not s.model.path:
+        return
+    from llm.model.hf_io import CheckpointError, check_pretrained
+
+    try:
+        check_pretrained(s.model.path)
+    except (OSError, CheckpointError, ValueError) as err:
+        raise PipelineError(f"model.path={s.model.path}: {user_error(err) or err}") from None
+
+
+def check_run_info(cfg: Any, engineer: Any) -> dict:
+    """The ``run.json`` record of this run, checked against the folder's: refuse a run folder
+    made with another engineer, seed or settings. Writes nothing."""
     s = RunSettings.of(cfg)
     d = s.run_dir
-    d.mkdir(parents=True, exist_ok=True)
     info = {
         "experiment": s.experiment,
         "engineer": engineer.name,
@@ -370,12 +507,16 @@ def write_run_info(cfg: Any, engineer: Any) -> None:
     info["settings"] = s.record()
     path = d / "run.json"
     if path.is_file():
-        old = read_json(path)
+        try:
+            old = read_json(path)
+        except ValueError as err:
+            raise PipelineError(f"{path} is not valid JSON ({err}); restore it, or delete the folder: "
+                                f"rm -r {shlex.quote(str(d))}") from None
         for key in ("engineer", "seed"):
             if old.get(key) not in (None, info[key]):
                 raise PipelineError(
                     f"{d} belongs to a run with {key}={old[key]}, not {info[key]}; choose another "
-                    "experiment=<name> (or delete the folder)"
+                    f"experiment=<name> (or delete the folder: rm -r {shlex.quote(str(d))})"
                 )
         changed = _diff(old.get("settings"), info["settings"]) if "settings" in old else []
         if changed:
@@ -383,9 +524,39 @@ def write_run_info(cfg: Any, engineer: Any) -> None:
             more = f" (+{len(changed) - 6} more)" if len(changed) > 6 else ""
             raise PipelineError(
                 f"{d} was made with other settings ({shown}{more}); resuming would mix them. Choose "
-                "another experiment=<name>, restore the settings, or delete the folder"
+                f"another experiment=<name>, restore the settings, or delete the folder: rm -r {shlex.quote(str(d))}"
             )
-    write_json(path, info)
+    return info
+
+
+def write_run_info(cfg: Any, engineer: Any) -> None:
+    """Write ``run.json`` (after :func:`check_run_info`) and, under Hydra, ``.hydra/``. A run
+    folder that ``run.json`` says was made elsewhere (moved or copied) has the absolute paths
+    its stage files hold from earlier versions pointed into it first. ``cfg``: the
+    :class:`RunSettings` or a raw config."""
+    s = RunSettings.of(cfg)
+    info = check_run_info(s, engineer)
+    d = s.run_dir
+    d.mkdir(parents=True, exist_ok=True)
+    made_in = _made_in(s)
+    if made_in is not None and made_in != d.resolve():
+        for sd in sorted(d.glob("stage_*")):
+            if sd.is_dir():
+                _rewrite_paths(sd, str(made_in), str(d.resolve()))
+        _log(f"{d} was made in {made_in}: its stage files now point into {d}")
+    for name, text in s.hydra_files.items():
+        (d / ".hydra").mkdir(exist_ok=True)
+        write_text(d / ".hydra" / name, text)
+    write_json(d / "run.json", info)
+
+
+def check_folder(s: RunSettings) -> None:
+    """Every environment file already in the run folder parses (a hand-edited ``env.yaml`` /
+    ``next_env.yaml`` with a bad value fails now, naming the file, not stages later)."""
+    for sd in sorted(s.run_dir.glob("stage_*")):
+        for name in ("env.yaml", "next_env.yaml"):
+            if (sd / name).is_file():
+                load_mixture(sd / name)
 
 
 def run_settings(cfg: Any) -> dict:
@@ -412,21 +583,29 @@ def run_stage(cfg: Any, k: int, engineer: Any = None) -> dict:
     k = int(k)
     if not 1 <= k <= s.stages:
         raise PipelineError(f"stage={k} not in [1, stages={s.stages}]")
-    engineer = engineer or build_engineer(s.engineer)
-    write_run_info(s, engineer)
+    engineer = engineer or _build(s)
+    check_model(s)
+    with run_lock(s):
+        return _run_stage(s, k, engineer)
+
+
+def _run_stage(s: RunSettings, k: int, engineer: Any) -> dict:
+    # everything checked before anything is written: a refused command leaves the folder as it was
+    check_run_info(s, engineer)
+    check_folder(s)
     d = s.stage_dir(k)
     was_complete = stage_complete(d)
     mixture = stage_mixture(s, k, engineer)
     previous_policy(s, k)  # fail early, before any work, when stage k-1 is missing
-    d.mkdir(parents=True, exist_ok=True)
     env_file = d / "env.yaml"
-    if env_file.is_file():
-        if not same_mixture(load_mixture(env_file), mixture):
-            raise PipelineError(
-                f"{env_file} differs from the environment stage {k} should train on now (stage {k - 1}'s "
-                f"next_env.yaml or env changed); delete {d} to retrain the stage"
-            )
-    else:
+    if env_file.is_file() and not same_mixture(load_mixture(env_file), mixture):
+        raise PipelineError(
+            f"{env_file} differs from the environment stage {k} should train on now (stage {k - 1}'s "
+            f"next_env.yaml or env changed); delete the stage to retrain it: rm -r {shlex.quote(str(d))}"
+        )
+    write_run_info(s, engineer)
+    d.mkdir(parents=True, exist_ok=True)
+    if not env_file.is_file():
         write_text(env_file, mixture_to_yaml(mixture))
     if k == 1:
         restore_shared_stage1(s, d, mixture)
@@ -514,7 +693,16 @@ def run_pipeline(cfg: Any) -> list:
     """Run every stage, skipping complete ones; print and return the per-stage records.
     ``cfg``: the :class:`RunSettings` or a raw config."""
     s = RunSettings.of(cfg)
-    engineer = build_engineer(s.engineer)
+    engineer = _build(s)
+    check_model(s)
+    with run_lock(s):
+        return _run_pipeline(s, engineer)
+
+
+def _run_pipeline(s: RunSettings, engineer: Any) -> list:
+    check_run_info(s, engineer)
+    check_folder(s)
+    initial_mixture(s, engineer)
     write_run_info(s, engineer)
     records = []
     for k in range(1, s.stages + 1):
@@ -522,7 +710,7 @@ def run_pipeline(cfg: Any) -> list:
         if stage_complete(d):
             _log(f"stage {k}: complete, skipped ({d})")
         else:
-            run_stage(s, k, engineer)
+            _run_stage(s, k, engineer)
         records.append(stage_record(d, k))
     table = stage_table(records)
     try:
@@ -545,10 +733,21 @@ def main(cfg: Any) -> Any:
     """
     from llm.model.sharding import initialize_distributed
 
-    s = RunSettings.from_cfg(cfg)
+    s = resolve(cfg)
     initialize_distributed(dict(s.distributed))
     if s.stage is None:
         return run_pipeline(s)
     record = run_stage(s, s.stage)
     print(stage_table([record]), flush=True)
     return record
+
+
+def resolve(cfg: Any) -> RunSettings:
+    """:meth:`RunSettings.from_cfg`, every bad value raised as :class:`PipelineError` (the
+    layers' own range errors are ``ValueError``)."""
+    try:
+        return RunSettings.from_cfg(cfg)
+    except (ValueError, TypeError) as err:
+        if isinstance(err, PipelineError) or user_error(err):
+            raise
+        raise PipelineError(" ".join(str(err).split())) from err

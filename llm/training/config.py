@@ -32,6 +32,19 @@ def _from_mapping(cls, values: Optional[Mapping[str, Any]], where: str):
     return cls(**values)
 
 
+def _train_part(cls, values: Optional[Mapping[str, Any]], where: str):
+    """:func:`_from_mapping` for a part of the ``train`` group: its range errors, which name
+    the field within the part (``grpo.steps=-1 ...``), name it from the top (``train.grpo.steps``)."""
+    try:
+        return _from_mapping(cls, values, where)
+    except ValueError as err:
+        part = where.split(".", 1)[1] + "."
+        msg = str(err)
+        if msg.startswith(part):
+            raise ValueError(f"train.{msg}") from None
+        raise
+
+
 def _positive_int(where: str, value: Any, low: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{where}={value!r} must be an integer >= {low}")
@@ -170,9 +183,9 @@ class TrainConfig:
         out = _from_mapping(cls, t, "train")
         return dataclasses.replace(
             out,
-            warmstart=_from_mapping(WarmStartConfig, ws, "train.warmstart"),
-            grpo=_from_mapping(GRPOConfig, g, "train.grpo"),
-            eval=_from_mapping(EvalConfig, ev, "train.eval"),
+            warmstart=_train_part(WarmStartConfig, ws, "train.warmstart"),
+            grpo=_train_part(GRPOConfig, g, "train.grpo"),
+            eval=_train_part(EvalConfig, ev, "train.eval"),
             reward=RewardConfig.from_dict(reward or {}),
             prompt=PromptConfig.from_dict(prompt) if prompt is not None else PromptConfig(),
         )
