@@ -5,8 +5,10 @@
 * :func:`accumulate_gradients`: loss, metrics and gradients summed over micro-batches in a
   ``lax.scan`` (gradient accumulation; the warm start's update uses it too);
 * :func:`make_grpo_update`: the GRPO update ``(state, opt_state, batch) -> (state, opt_state,
-  metrics)`` of a :class:`llm.rl.batches.GRPOBatch`, and :func:`make_logprob_fn`, the
-  behaviour / reference log-probs of a batch.
+  metrics)`` of a :class:`llm.rl.batches.GRPOBatch`; :class:`GRPOIterations`, the ``mu``
+  updates of one sampled batch without a separate old log-prob forward; and
+  :func:`make_logprob_fn`, the reference (or behaviour) log-probs of a batch, in
+  micro-batches.
 
 Shapes are fixed for a whole stage, so each update compiles once (:func:`trace_counts`).
 """
@@ -92,6 +94,12 @@ def _micro_split(x: jax.Array, micro: int) -> jax.Array:
     return jnp.swapaxes(x.reshape((b // micro, micro) + x.shape[1:]), 0, 1)
 
 
+def _micro_merge(x: jax.Array) -> jax.Array:
+    """The inverse of :func:`_micro_split`: ``[M, B/M, ...] -> [B, ...]``."""
+    micro, per = x.shape[:2]
+    return jnp.swapaxes(x, 0, 1).reshape((micro * per,) + x.shape[2:])
+
+
 def _constrain_micro(tree: Any, mesh) -> Any:
     if mesh is None:
         return tree
@@ -101,12 +109,31 @@ def _constrain_micro(tree: Any, mesh) -> Any:
     return jax.tree_util.tree_map(lambda x: jax.lax.with_sharding_constraint(x, spec), tree)
 
 
-def accumulate_gradients(loss_fn: Callable, state: Any, batch: Any, micro: int, mesh):
+def _constrain_rows(tree: Any, mesh) -> Any:
+    """Pin ``[B, ...]`` arrays to the batch layout (rows over the mesh's batch axes)."""
+    if mesh is None:
+        return tree
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    spec = NamedSharding(mesh, PartitionSpec(shd.batch_axes(mesh)))
+    return jax.tree_util.tree_map(lambda x: jax.lax.with_sharding_constraint(x, spec), tree)
+
+
+def _check_micro(rows: int, micro: int, what: str) -> None:
+    if isinstance(micro, bool) or not isinstance(micro, int) or micro < 1:
+        raise ValueError(f"micro_batches={micro!r} must be an integer >= 1")
+    if rows % micro:
+        raise ValueError(f"{what}: {rows} rows must be divisible by micro_batches={micro}")
+
+
+def accumulate_gradients(loss_fn: Callable, state: Any, batch: Any, micro: int, mesh, *, per_row: bool = False):
     """Sum of loss, metrics and gradients over ``micro`` micro-batches (a ``lax.scan``).
 
     ``batch``: a pytree of ``[B, ...]`` arrays (a :class:`llm.rl.batches.TokenBatch` or
     :class:`~llm.rl.batches.GRPOBatch`); ``loss_fn(state, micro_batch)`` gets the same record
-    with ``B / micro`` rows.
+    with ``B / micro`` rows and returns ``(loss, metrics)``, or with ``per_row`` ``(loss,
+    (metrics, rows))`` where ``rows`` is a pytree of ``[B / micro, ...]`` arrays (no gradient)
+    that comes back whole, ``[B, ...]`` in the batch's row order, as a fourth output.
 
     One micro-batch takes the gradient directly: no zero-initialised accumulator, which would
     hold a second parameter-sized gradient buffer (15 GiB for a 4B model in float32).
@@ -115,24 +142,32 @@ def accumulate_gradients(loss_fn: Callable, state: Any, batch: Any, micro: int, 
     layout (:func:`llm.model.sharding.constrain_state`): XLA reduce-scatters them instead of
     all-reducing whole gradients.
     """
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     if micro == 1:
-        (loss, msum), grads = jax.value_and_grad(loss_fn, has_aux=True)(state, batch)
-        return loss, msum, shd.constrain_state(grads, mesh)
+        (loss, aux), grads = grad_fn(state, batch)
+        msum, rows = aux if per_row else (aux, None)
+        out = (loss, msum, shd.constrain_state(grads, mesh))
+        return out + (rows,) if per_row else out
     mbs = _constrain_micro(jax.tree_util.tree_map(lambda x: _micro_split(x, micro), batch), mesh)
     first = jax.tree_util.tree_map(lambda x: x[0], mbs)
-    _, metric_shapes = jax.eval_shape(loss_fn, state, first)
+    _, aux_shapes = jax.eval_shape(loss_fn, state, first)
+    metric_shapes = aux_shapes[0] if per_row else aux_shapes
     zeros_m = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
     zeros_g = shd.constrain_state(jax.tree_util.tree_map(jnp.zeros_like, state), mesh)
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
     def body(carry, mb):
         g_acc, m_acc, l_acc = carry
-        (loss, m), g = grad_fn(state, mb)
+        (loss, aux), g = grad_fn(state, mb)
+        m, rows = aux if per_row else (aux, None)
         g = shd.constrain_state(g, mesh)
-        return (jax.tree_util.tree_map(jnp.add, g_acc, g), jax.tree_util.tree_map(jnp.add, m_acc, m), l_acc + loss), None
+        carry = (jax.tree_util.tree_map(jnp.add, g_acc, g), jax.tree_util.tree_map(jnp.add, m_acc, m), l_acc + loss)
+        return carry, rows
 
-    (grads, msum, loss), _ = jax.lax.scan(body, (zeros_g, zeros_m, jnp.zeros((), jnp.float32)), mbs)
-    return loss, msum, shd.constrain_state(grads, mesh)
+    (grads, msum, loss), rows = jax.lax.scan(body, (zeros_g, zeros_m, jnp.zeros((), jnp.float32)), mbs)
+    out = (loss, msum, shd.constrain_state(grads, mesh))
+    if not per_row:
+        return out
+    return out + (_constrain_rows(jax.tree_util.tree_map(_micro_merge, rows), mesh),)
 
 
 def make_grpo_update(
@@ -146,6 +181,7 @@ def make_grpo_update(
     temperature: float = 1.0,
     logprob_chunk: Optional[int] = DEFAULT_LOGPROB_CHUNK,
     remat: str = "full",
+    return_logp: bool = False,
 ) -> Callable:
     """The jitted GRPO update ``(state, opt_state, batch) -> (state, opt_state, metrics)``.
 
@@ -155,46 +191,109 @@ def make_grpo_update(
     to the full-batch gradient. Metrics are weighted means plus ``loss`` and ``grad_norm``
     (before clipping). Parameters and optimizer state are donated.
 
+    ``batch.old_logp``: the behaviour log-probs, or ``None`` when ``state`` is the policy that
+    sampled the batch (the first update after sampling): the loss then uses the stop-gradient
+    of the log-probs this forward computes (:func:`llm.rl.grpo.grpo_loss`), the same loss and
+    gradient without a forward pass of its own. ``return_logp``: also return those log-probs,
+    ``(state, opt_state, metrics, logp [B, T])`` -- the old log-probs of the later inner
+    iterations (:class:`GRPOIterations`). A batch with and one without ``old_logp`` are two
+    pytree structures: each compiles once.
+
     The policy's log-probs and entropies are those of the sampling distribution at
-    ``temperature`` (:func:`completion_forward`); ``old_logp`` and ``ref_logp`` must come from
-    :func:`make_logprob_fn` at the same temperature, so the ratio is exactly 1 on the first
-    inner iteration. ``logprob_chunk`` and ``remat`` (per-layer rematerialisation, default
-    ``"full"``): see :func:`completion_forward`.
+    ``temperature`` (:func:`completion_forward`); a given ``old_logp`` / ``ref_logp`` must
+    come from this forward or :func:`make_logprob_fn` at the same temperature.
+    ``logprob_chunk`` and ``remat`` (per-layer rematerialisation, default ``"full"``): see
+    :func:`completion_forward`.
     """
 
     def loss_fn(state, mb: GRPOBatch):
         logp, ent, _ = completion_forward(graphdef, state, *mb.sequences, entropy=compute_entropy,
                                           temperature=temperature, chunk=logprob_chunk, remat=remat)
-        return grpo.grpo_loss(logp, mb.old_logp, mb.advantages, mb.weights, loss_config, ref_logp=mb.ref_logp,
-                              entropy=ent)
+        loss, metrics = grpo.grpo_loss(logp, mb.old_logp, mb.advantages, mb.weights, loss_config,
+                                       ref_logp=mb.ref_logp, entropy=ent)
+        return (loss, (metrics, jax.lax.stop_gradient(logp))) if return_logp else (loss, metrics)
 
     def update(state, opt_state, batch: GRPOBatch):
         if not isinstance(batch, GRPOBatch):
             raise TypeError(f"the GRPO update takes a llm.rl.batches.GRPOBatch, got {type(batch).__name__}")
+        _check_micro(batch.rows, micro_batches, "the GRPO update")
         _TRACES["grpo_update"] += 1
-        loss, msum, grads = accumulate_gradients(loss_fn, state, batch, micro_batches, mesh)
+        out = accumulate_gradients(loss_fn, state, batch, micro_batches, mesh, per_row=return_logp)
+        loss, msum, grads = out[:3]
         state, opt_state, gnorm = apply_gradients(optimizer, state, opt_state, grads, mesh)
         metrics = grpo.metric_means(msum)
         metrics["loss"] = loss
         metrics["grad_norm"] = gnorm
-        return state, opt_state, metrics
+        return (state, opt_state, metrics, out[3]) if return_logp else (state, opt_state, metrics)
 
     return jax.jit(update, donate_argnums=(0, 1))
 
 
-def make_logprob_fn(graphdef: Any, temperature: float = 1.0,
-                    logprob_chunk: Optional[int] = DEFAULT_LOGPROB_CHUNK) -> Callable:
-    """Jitted ``(state, prompt_ids, prompt_mask, tokens, mask) -> logp [B, T]`` (no grad).
+class GRPOIterations:
+    """The ``mu`` inner updates of one sampled batch, as the trainer runs them.
 
-    The log-probs at ``temperature`` (:func:`completion_forward`): with the policy's state
-    these are the behaviour log-probs ``old_logp`` of the GRPO batch (recomputed with the
-    training forward rather than taken from the sampler), with the reference's the
-    ``ref_logp``.
+    ``iterations(state, opt_state, batch) -> (state, opt_state, [metrics of each update])``
+    for an *on-policy* batch (``batch.old_logp is None``: ``state`` sampled it). No forward
+    pass computes the old log-probs:
+
+    * the first update (:attr:`first`) uses the stop-gradient of its own log-probs (ratio 1);
+      with ``mu > 1`` it also returns them;
+    * updates 2 .. ``mu`` (:attr:`later`, ``None`` when ``mu == 1``) take those as
+      ``old_logp``: the log-probs of the sampling policy, from the first update's forward.
+
+    Keyword arguments: those of :func:`make_grpo_update` (``micro_batches``, ``mesh``, ...).
     """
 
+    def __init__(self, graphdef: Any, optimizer: optax.GradientTransformation, loss_config: GRPOLossConfig, *,
+                 mu: int = 1, **update_kwargs):
+        if isinstance(mu, bool) or not isinstance(mu, int) or mu < 1:
+            raise ValueError(f"mu={mu!r} must be an integer >= 1")
+        self.mu = mu
+        self.first = make_grpo_update(graphdef, optimizer, loss_config, return_logp=mu > 1, **update_kwargs)
+        self.later = make_grpo_update(graphdef, optimizer, loss_config, **update_kwargs) if mu > 1 else None
+
+    def __call__(self, state: Any, opt_state: Any, batch: GRPOBatch):
+        if batch.old_logp is not None:
+            raise ValueError("GRPOIterations takes an on-policy batch (old_logp=None): the first update's "
+                             "forward gives the old log-probs")
+        if self.later is None:
+            state, opt_state, metrics = self.first(state, opt_state, batch)
+            return state, opt_state, [metrics]
+        state, opt_state, metrics, logp = self.first(state, opt_state, batch)
+        batch = batch.replace(old_logp=logp)
+        out = [metrics]
+        for _ in range(self.mu - 1):
+            state, opt_state, metrics = self.later(state, opt_state, batch)
+            out.append(metrics)
+        return state, opt_state, out
+
+
+def make_logprob_fn(graphdef: Any, temperature: float = 1.0,
+                    logprob_chunk: Optional[int] = DEFAULT_LOGPROB_CHUNK, *, micro_batches: int = 1,
+                    mesh=None) -> Callable:
+    """Jitted ``(state, prompt_ids, prompt_mask, tokens, mask) -> logp [B, T]`` (no grad).
+
+    The log-probs at ``temperature`` (:func:`completion_forward`): with the reference's state
+    the ``ref_logp`` of the GRPO batch (``beta > 0``); with the policy's, the behaviour
+    log-probs (which the trainer no longer computes apart: :class:`GRPOIterations`).
+
+    ``micro_batches``: the rows go through the forward in that many blocks, one after the
+    other (a ``lax.map`` over the update's micro-batch split, :func:`_micro_split`), so the
+    forward's temporaries (activations, one log-prob chunk's logits) are those of ``B /
+    micro_batches`` rows; the log-probs are the same as in one block. The trainer passes
+    ``grpo.micro_batches``, the update's split. With a ``mesh`` each block stays spread over
+    the batch axes, and the result comes back in the batch layout.
+    """
+
+    def one(state, seq):
+        return completion_forward(graphdef, state, *seq, temperature=temperature, chunk=logprob_chunk)[0]
+
     def fn(state, prompt_ids, prompt_mask, tokens, mask):
-        return completion_forward(graphdef, state, prompt_ids, prompt_mask, tokens, mask, temperature=temperature,
-                                  chunk=logprob_chunk)[0]
+        seq = (prompt_ids, prompt_mask, tokens, mask)
+        _check_micro(int(tokens.shape[0]), micro_batches, "the log-prob forward")
+        if micro_batches == 1:
+            return one(state, seq)
+        blocks = _constrain_micro(jax.tree_util.tree_map(lambda x: _micro_split(x, micro_batches), seq), mesh)
+        return _constrain_rows(_micro_merge(jax.lax.map(lambda b: one(state, b), blocks)), mesh)
 
     return jax.jit(fn)
-

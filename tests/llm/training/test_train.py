@@ -15,14 +15,14 @@ from jaxlake.metrics import read_tensorboard_scalars, row_scalars
 from llm.rl import grpo
 from llm.training import warmstart as ws
 from llm.game.lakes import sample_lakes
-from llm.rl.optim import make_optimizer, schedule_value
+from llm.rl.optim import make_optimizer
 from llm.training.phase import Checkpoints
 from llm.training.policy import Policy, copy_state, load_policy
 from llm.game.prompter import Prompter
 from llm.training.stage import MetricsLog, train_stage
 from llm.training.config import GRPOConfig, ModelConfig, OptimConfig, StageConfig, TrainConfig, WarmStartConfig
 from llm.rl.batches import GRPOBatch, TokenBatch
-from llm.rl.updates import completion_forward, make_grpo_update, trace_counts
+from llm.rl.updates import GRPOIterations, completion_forward, make_grpo_update, make_logprob_fn, trace_counts
 from llm.generation.decode import GenerationConfig, generate_ids, sequence_logprobs
 from llm.rl.grpo import GRPOLossConfig
 from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
@@ -98,23 +98,6 @@ def test_completion_forward_matches_generate_and_sequence_logprobs(policy, token
 # ----------------------------------------------------------------------------- update
 
 
-def test_update_changes_params_without_recompiling(policy):
-    opt = make_optimizer(OptimConfig(lr=1e-2, warmup_steps=0), 10)
-    update = make_grpo_update(policy.graphdef, opt, GRPOLossConfig(), compute_entropy=True)
-    state = copy_state(policy.state)
-    before = leaves(state)
-    opt_state = opt.init(state)
-    count = trace_counts()["grpo_update"]
-    for seed in range(3):
-        state, opt_state, m = update(state, opt_state, fake_batch(policy.config.vocab_size, seed))
-    assert trace_counts()["grpo_update"] == count + 1  # one compilation for all steps
-    after = leaves(state)
-    assert any(not np.allclose(a, b) for a, b in zip(before, after))
-    for k in ("loss", "kl", "clip_frac", "entropy", "grad_norm", "pg_loss"):
-        assert np.isfinite(float(m[k])), k
-    assert float(m["kl"]) == 0.0  # beta = 0: no KL
-
-
 def test_gradient_accumulation_equals_full_batch(policy):
     """Micro-batches with global token weights give the same update as one full batch.
 
@@ -134,6 +117,45 @@ def test_gradient_accumulation_equals_full_batch(policy):
     for k in ("loss", "kl", "clip_frac", "entropy", "grad_norm"):
         np.testing.assert_allclose(outs[0][1][k], outs[1][1][k], rtol=1e-4, atol=1e-6)
     assert float(outs[0][1]["kl"]) > 0
+
+
+def test_on_policy_update_equals_the_explicit_old_logp_path_and_compiles_once(policy):
+    """The trainer's batches carry no old log-probs (old_logp=None: the stop-gradient of the
+    update's own). Against the stored old log-probs of a separate forward -- in micro-batches,
+    a lax.map over the update's split -- loss, metrics and gradient agree, and so do the
+    log-probs; with mu = 2 the first update hands the second its log-probs. Settings as in
+    test_gradient_accumulation_equals_full_batch, whose micro-batch-4 update is the later one
+    here (one compilation for both through the test session's compilation cache)."""
+    graphdef, state0 = policy.graphdef, policy.state
+    opt = optax.sgd(0.5)  # parameter differences are gradient differences
+    cfg = GRPOLossConfig(beta=0.1, kl_estimator="k3", aggregation="seq_mean_token_mean")
+    batch = fake_batch(policy.config.vocab_size, 7, beta=True).replace(old_logp=None)
+    blocks = make_logprob_fn(graphdef, micro_batches=4)(state0, *batch.sequences)
+    two = GRPOIterations(graphdef, opt, cfg, mu=2, micro_batches=4)
+    count = trace_counts()["grpo_update"]
+    state, _, m_on, first_logp = two.first(copy_state(state0), opt.init(state0), batch)
+    on_policy = (leaves(state), jax.device_get(m_on))
+    # the micro-batched forward gives the log-probs of the update's own forward (the policy's)
+    np.testing.assert_allclose(blocks, first_logp, rtol=0, atol=1e-6)
+    assert float(jnp.abs(blocks).max()) > 0 and not np.asarray(blocks)[~np.asarray(batch.mask)].any()
+    state, _, m_ex = two.later(copy_state(state0), opt.init(state0), batch.replace(old_logp=blocks))
+    explicit = (leaves(state), jax.device_get(m_ex))
+    for a, b, s0 in zip(on_policy[0], explicit[0], leaves(state0)):
+        np.testing.assert_allclose(a - s0, b - s0, rtol=1e-5, atol=1e-8)
+    assert any(np.abs(a - s0).max() > 1e-6 for a, s0 in zip(on_policy[0], leaves(state0)))
+    for k, v in explicit[1].items():
+        np.testing.assert_allclose(on_policy[1][k], v, rtol=1e-5, atol=1e-7, err_msg=k)
+    assert float(on_policy[1]["ratio_mean"]) == 1.0 and float(on_policy[1]["clip_frac"]) == 0.0
+    # mu = 2 as the trainer runs it; new batches of the same shapes recompile nothing
+    for seed in (4, 5):
+        _, _, ms = two(copy_state(state0), opt.init(state0),
+                       fake_batch(policy.config.vocab_size, seed, beta=True).replace(old_logp=None))
+        assert len(ms) == 2 and abs(float(ms[1]["ratio_mean"]) - 1.0) > 1e-6  # the policy moved in between
+    assert trace_counts()["grpo_update"] == count + 2  # the first and the later update, once each
+    for k in ("loss", "kl", "clip_frac", "entropy", "grad_norm", "pg_loss"):
+        assert np.isfinite(float(ms[-1][k])), k
+    with pytest.raises(ValueError, match="on-policy batch"):
+        two(state0, opt.init(state0), batch.replace(old_logp=blocks))
 
 
 # The update on 4 host devices (data parallel and FSDP meshes): tests/llm/model/test_fsdp.py.
@@ -268,15 +290,6 @@ def test_config_errors_name_the_field():
         TrainConfig.from_dict({"grpo": {"optim": {"lr": 0}}})
     with pytest.raises(ValueError, match="aggregation"):
         TrainConfig.from_dict({"grpo": {"loss": {"aggregation": "mean"}}})
-
-
-def test_optimizer_schedule_warmup_then_cosine():
-    cfg = OptimConfig(lr=1.0, warmup_steps=4, min_lr_ratio=0.1)
-    lrs = [schedule_value(cfg, 20, k) for k in range(21)]
-    assert lrs[0] == 0.0 and lrs[4] == pytest.approx(1.0)
-    assert all(a <= b for a, b in zip(lrs[:4], lrs[1:5]))
-    assert all(a >= b - 1e-9 for a, b in zip(lrs[4:], lrs[5:]))
-    assert lrs[20] == pytest.approx(0.1)
 
 
 def test_stage_config_resolves_the_groups_once(tmp_path):
