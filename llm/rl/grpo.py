@@ -253,9 +253,28 @@ def kl_estimate(logp: jax.Array, ref_logp: jax.Array, estimator: str = "k3") -> 
     return jnp.exp(-d) + d - 1.0
 
 
+@jax.custom_jvp
+def on_policy_ratio(logp: jax.Array) -> jax.Array:
+    """``exp(logp - stop_gradient(logp))`` as it should be: exactly 1, with derivative 1.
+
+    The importance ratio of the first update after sampling, where the current policy *is*
+    the behaviour policy. Written as the subtraction, the value could come out at ``1 +-
+    1e-7`` (XLA may compute the two operands in different fusions); here the value is 1 by
+    construction and the gradient is ``grad logp``, the gradient of ``exp(logp - old_logp)``
+    at ``old_logp = logp``.
+    """
+    return jnp.ones_like(logp)
+
+
+@on_policy_ratio.defjvp
+def _on_policy_ratio_jvp(primals, tangents):
+    (logp,), (dlogp,) = primals, tangents
+    return jnp.ones_like(logp), dlogp
+
+
 def clipped_surrogate(
     logp: jax.Array,
-    old_logp: jax.Array,
+    old_logp: Optional[jax.Array],
     advantages: jax.Array,
     eps_low: float,
     eps_high: float,
@@ -263,16 +282,20 @@ def clipped_surrogate(
     """PPO-style clipped per-token loss (to minimise).
 
     ``loss = max(-A * r, -A * clip(r, 1 - eps_low, 1 + eps_high))`` with ``r = exp(logp -
-    old_logp)`` and the sequence advantage ``A`` broadcast over its tokens.
+    old_logp)`` (``old_logp=None``: :func:`on_policy_ratio`, ``r = 1``) and the sequence
+    advantage ``A`` broadcast over its tokens.
 
     Returns:
       ``(loss [B, T], ratio [B, T], clipped_low [B, T] bool, clipped_high [B, T] bool)``;
       ``clipped_*`` mark tokens where the clipped term is active (no gradient):
       ``r < 1 - eps_low`` with ``A < 0`` and ``r > 1 + eps_high`` with ``A > 0``.
     """
-    chex.assert_equal_shape([logp, old_logp])
     adv = advantages.astype(jnp.float32)[:, None]
-    ratio = jnp.exp(logp - old_logp)
+    if old_logp is None:
+        ratio = on_policy_ratio(logp)
+    else:
+        chex.assert_equal_shape([logp, old_logp])
+        ratio = jnp.exp(logp - old_logp)
     unclipped = -adv * ratio
     clipped = -adv * jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
     loss = jnp.maximum(unclipped, clipped)
@@ -303,10 +326,10 @@ def grpo_loss(
       logp: ``[B, T]`` log-probs of the completion tokens under the current policy.
       old_logp: ``[B, T]`` log-probs under the policy that sampled them, or ``None`` when
         ``logp`` *is* that policy's (the first update after sampling: ``mu == 1``, or the
-        first of ``mu`` inner iterations): ``stop_gradient(logp)`` stands in for it. The
-        ratio is then exactly 1 and its gradient is ``grad logp``, so loss, metrics and
-        gradient are those of the stored old log-probs, without their forward pass (TRL skips
-        it the same way).
+        first of ``mu`` inner iterations): ``stop_gradient(logp)`` stands in for it, the
+        ratio is exactly 1 and its gradient ``grad logp`` (:func:`on_policy_ratio`), so
+        loss, metrics and gradient are those of the stored old log-probs, without their
+        forward pass (TRL skips it the same way).
       advantages: ``[B]`` per-sequence advantages.
       weights: ``[B, T]`` aggregation weights from :func:`token_weights` (computed over the
         *global* batch, so summing micro-batch losses gives the full-batch loss).
@@ -322,10 +345,8 @@ def grpo_loss(
       ``clip_frac_high``, ``ratio_mean``, ``entropy`` (if given), and ``weight`` (the sum of
       the weights).
     """
-    if old_logp is None:
-        old_logp = jax.lax.stop_gradient(logp)
-    chex.assert_rank([logp, old_logp, weights], 2)
-    chex.assert_equal_shape([logp, old_logp, weights])
+    chex.assert_rank([logp, weights], 2)
+    chex.assert_equal_shape([logp, weights] + ([] if old_logp is None else [old_logp]))
     chex.assert_shape(advantages, logp.shape[:1])
     pg, ratio, low, high = clipped_surrogate(logp, old_logp, advantages, config.eps_low, config.eps_high)
     per_token = pg

@@ -205,7 +205,7 @@ def test_on_policy_loss_is_the_stored_old_logp_loss(beta):
     (l_none, m_none), g_none = jax.value_and_grad(lambda lp: f(lp, None), has_aux=True)(LOGP)
     (l_old, m_old), g_old = jax.value_and_grad(lambda lp: f(lp, LOGP), has_aux=True)(LOGP)
     np.testing.assert_array_equal(l_none, l_old)
-    np.testing.assert_array_equal(g_none, g_old)
+    np.testing.assert_allclose(g_none, g_old, rtol=1e-6, atol=1e-9)  # the last bit may differ (operation order)
     for k in m_old:
         np.testing.assert_array_equal(m_none[k], m_old[k], err_msg=k)
     means = grpo.metric_means(m_none)
