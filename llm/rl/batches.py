@@ -62,7 +62,8 @@ class GRPOBatch:
         sampling temperature, 0 off the mask; or ``None`` for an *on-policy* batch, one whose
         update gets the state that sampled it: the loss then takes the stop-gradient of the
         update's own log-probs (:func:`llm.rl.grpo.grpo_loss`), with no forward of its own.
-        The trainer's batches start so (:class:`llm.rl.updates.GRPOIterations`).
+        (The trainer's :class:`llm.rl.updates.GRPOIterations` passes a placeholder and a
+        traced ``on_policy`` flag instead, so its ``mu`` updates share one compilation.)
       ref_logp: ``[B, T]`` float32, the reference policy's, or ``None`` when the loss has no KL
         term (``beta == 0``).
     """

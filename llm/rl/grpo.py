@@ -278,12 +278,14 @@ def clipped_surrogate(
     advantages: jax.Array,
     eps_low: float,
     eps_high: float,
+    on_policy: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """PPO-style clipped per-token loss (to minimise).
 
     ``loss = max(-A * r, -A * clip(r, 1 - eps_low, 1 + eps_high))`` with ``r = exp(logp -
-    old_logp)`` (``old_logp=None``: :func:`on_policy_ratio`, ``r = 1``) and the sequence
-    advantage ``A`` broadcast over its tokens.
+    old_logp)`` and the sequence advantage ``A`` broadcast over its tokens. On-policy -- with
+    ``old_logp=None`` (known when tracing) or where the traced bool scalar ``on_policy`` is
+    True (``old_logp`` then ignored) -- ``r`` is :func:`on_policy_ratio`: 1, derivative 1.
 
     Returns:
       ``(loss [B, T], ratio [B, T], clipped_low [B, T] bool, clipped_high [B, T] bool)``;
@@ -296,6 +298,9 @@ def clipped_surrogate(
     else:
         chex.assert_equal_shape([logp, old_logp])
         ratio = jnp.exp(logp - old_logp)
+        if on_policy is not None:
+            chex.assert_rank(on_policy, 0)
+            ratio = jnp.where(on_policy, on_policy_ratio(logp), ratio)
     unclipped = -adv * ratio
     clipped = -adv * jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
     loss = jnp.maximum(unclipped, clipped)
@@ -319,6 +324,7 @@ def grpo_loss(
     config: GRPOLossConfig,
     ref_logp: Optional[jax.Array] = None,
     entropy: Optional[jax.Array] = None,
+    on_policy: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The GRPO objective of one (micro-)batch.
 
@@ -337,6 +343,10 @@ def grpo_loss(
       ref_logp: ``[B, T]`` reference log-probs; required when ``config.beta > 0`` and ignored
         (may be ``None``) when it is 0.
       entropy: optional ``[B, T]`` per-token entropies for the metric.
+      on_policy: optional traced bool scalar: where True, the batch is on-policy as with
+        ``old_logp=None`` and the given ``old_logp`` is ignored -- one compiled update serves
+        the first (on-policy) and the later inner iterations
+        (:class:`llm.rl.updates.GRPOIterations`).
 
     Returns:
       ``(loss, metrics)``; every metric is a weighted *sum* with the same weights, so metrics
@@ -348,7 +358,7 @@ def grpo_loss(
     chex.assert_rank([logp, weights], 2)
     chex.assert_equal_shape([logp, weights] + ([] if old_logp is None else [old_logp]))
     chex.assert_shape(advantages, logp.shape[:1])
-    pg, ratio, low, high = clipped_surrogate(logp, old_logp, advantages, config.eps_low, config.eps_high)
+    pg, ratio, low, high = clipped_surrogate(logp, old_logp, advantages, config.eps_low, config.eps_high, on_policy)
     per_token = pg
     metrics: dict[str, jax.Array] = {}
     if config.use_reference:

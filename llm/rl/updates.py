@@ -6,7 +6,8 @@
   ``lax.scan`` (gradient accumulation; the warm start's update uses it too);
 * :func:`make_grpo_update`: the GRPO update ``(state, opt_state, batch) -> (state, opt_state,
   metrics)`` of a :class:`llm.rl.batches.GRPOBatch`; :class:`GRPOIterations`, the ``mu``
-  updates of one sampled batch without a separate old log-prob forward; and
+  updates of one sampled batch without a separate old log-prob forward (one compiled
+  update for all of them); and
   :func:`make_logprob_fn`, the reference (or behaviour) log-probs of a batch, in
   micro-batches.
 
@@ -19,6 +20,7 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
@@ -147,7 +149,7 @@ def accumulate_gradients(loss_fn: Callable, state: Any, batch: Any, micro: int, 
         (loss, aux), grads = grad_fn(state, batch)
         msum, rows = aux if per_row else (aux, None)
         out = (loss, msum, shd.constrain_state(grads, mesh))
-        return out + (rows,) if per_row else out
+        return out + (_constrain_rows(rows, mesh),) if per_row else out
     mbs = _constrain_micro(jax.tree_util.tree_map(lambda x: _micro_split(x, micro), batch), mesh)
     first = jax.tree_util.tree_map(lambda x: x[0], mbs)
     _, aux_shapes = jax.eval_shape(loss_fn, state, first)
@@ -183,7 +185,7 @@ def make_grpo_update(
     remat: str = "full",
     return_logp: bool = False,
 ) -> Callable:
-    """The jitted GRPO update ``(state, opt_state, batch) -> (state, opt_state, metrics)``.
+    """The jitted GRPO update ``(state, opt_state, batch[, on_policy]) -> (state, opt_state, metrics)``.
 
     ``batch``: a :class:`llm.rl.batches.GRPOBatch` (``ref_logp`` given when
     ``loss_config.beta > 0``); its ``weights`` are the global aggregation weights
@@ -191,13 +193,13 @@ def make_grpo_update(
     to the full-batch gradient. Metrics are weighted means plus ``loss`` and ``grad_norm``
     (before clipping). Parameters and optimizer state are donated.
 
-    ``batch.old_logp``: the behaviour log-probs, or ``None`` when ``state`` is the policy that
-    sampled the batch (the first update after sampling): the loss then uses the stop-gradient
-    of the log-probs this forward computes (:func:`llm.rl.grpo.grpo_loss`), the same loss and
-    gradient without a forward pass of its own. ``return_logp``: also return those log-probs,
-    ``(state, opt_state, metrics, logp [B, T])`` -- the old log-probs of the later inner
-    iterations (:class:`GRPOIterations`). A batch with and one without ``old_logp`` are two
-    pytree structures: each compiles once.
+    On-policy batches (``state`` sampled them: the first update after sampling) need no old
+    log-probs: with ``batch.old_logp=None``, or ``on_policy`` a True bool scalar (a traced
+    argument, ``old_logp`` then ignored), the loss takes the stop-gradient of the log-probs
+    this forward computes (ratio exactly 1, :func:`llm.rl.grpo.on_policy_ratio`): the loss and
+    gradient of stored old log-probs without their forward pass. ``return_logp``: also return
+    those log-probs, ``(state, opt_state, metrics, logp [B, T])`` in the batch layout -- the
+    old log-probs of the later inner iterations (:class:`GRPOIterations`).
 
     The policy's log-probs and entropies are those of the sampling distribution at
     ``temperature`` (:func:`completion_forward`); a given ``old_logp`` / ``ref_logp`` must
@@ -206,19 +208,20 @@ def make_grpo_update(
     :func:`completion_forward`.
     """
 
-    def loss_fn(state, mb: GRPOBatch):
+    def loss_fn(state, mb: GRPOBatch, on_policy):
         logp, ent, _ = completion_forward(graphdef, state, *mb.sequences, entropy=compute_entropy,
                                           temperature=temperature, chunk=logprob_chunk, remat=remat)
         loss, metrics = grpo.grpo_loss(logp, mb.old_logp, mb.advantages, mb.weights, loss_config,
-                                       ref_logp=mb.ref_logp, entropy=ent)
+                                       ref_logp=mb.ref_logp, entropy=ent, on_policy=on_policy)
         return (loss, (metrics, jax.lax.stop_gradient(logp))) if return_logp else (loss, metrics)
 
-    def update(state, opt_state, batch: GRPOBatch):
+    def update(state, opt_state, batch: GRPOBatch, on_policy=None):
         if not isinstance(batch, GRPOBatch):
             raise TypeError(f"the GRPO update takes a llm.rl.batches.GRPOBatch, got {type(batch).__name__}")
         _check_micro(batch.rows, micro_batches, "the GRPO update")
         _TRACES["grpo_update"] += 1
-        out = accumulate_gradients(loss_fn, state, batch, micro_batches, mesh, per_row=return_logp)
+        out = accumulate_gradients(lambda st, mb: loss_fn(st, mb, on_policy), state, batch, micro_batches, mesh,
+                                   per_row=return_logp)
         loss, msum, grads = out[:3]
         state, opt_state, gnorm = apply_gradients(optimizer, state, opt_state, grads, mesh)
         metrics = grpo.metric_means(msum)
@@ -233,13 +236,13 @@ class GRPOIterations:
     """The ``mu`` inner updates of one sampled batch, as the trainer runs them.
 
     ``iterations(state, opt_state, batch) -> (state, opt_state, [metrics of each update])``
-    for an *on-policy* batch (``batch.old_logp is None``: ``state`` sampled it). No forward
-    pass computes the old log-probs:
-
-    * the first update (:attr:`first`) uses the stop-gradient of its own log-probs (ratio 1);
-      with ``mu > 1`` it also returns them;
-    * updates 2 .. ``mu`` (:attr:`later`, ``None`` when ``mu == 1``) take those as
-      ``old_logp``: the log-probs of the sampling policy, from the first update's forward.
+    for a batch that ``state`` sampled (``batch.old_logp`` is ignored; the batch's arrays in
+    their final layout). No forward pass computes the old log-probs: the first update is
+    on-policy (``on_policy=True``: the stop-gradient of its own log-probs, ratio 1) and
+    returns its log-probs, the sampling policy's, which updates 2 .. ``mu`` take as
+    ``old_logp`` (``on_policy=False``). All ``mu`` are calls of ONE jitted update
+    (:attr:`update`, :func:`make_grpo_update` with ``return_logp``; the first one gets a zero
+    ``old_logp`` of the same layout), so it compiles once whatever ``mu``.
 
     Keyword arguments: those of :func:`make_grpo_update` (``micro_batches``, ``mesh``, ...).
     """
@@ -249,21 +252,26 @@ class GRPOIterations:
         if isinstance(mu, bool) or not isinstance(mu, int) or mu < 1:
             raise ValueError(f"mu={mu!r} must be an integer >= 1")
         self.mu = mu
-        self.first = make_grpo_update(graphdef, optimizer, loss_config, return_logp=mu > 1, **update_kwargs)
-        self.later = make_grpo_update(graphdef, optimizer, loss_config, **update_kwargs) if mu > 1 else None
+        self.update = make_grpo_update(graphdef, optimizer, loss_config, return_logp=True, **update_kwargs)
+
+    @staticmethod
+    def placeholder(batch: GRPOBatch) -> Any:
+        """A zero ``old_logp`` for the first, on-policy update: ``[B, T]`` float32 in the
+        layout of ``batch.mask`` (so the later updates, whose ``old_logp`` comes out of the
+        update in that layout, reuse its compilation)."""
+        mask = batch.mask
+        zeros = np.zeros(tuple(mask.shape), np.float32)
+        sharding = getattr(mask, "sharding", None)
+        return jax.device_put(zeros, sharding) if sharding is not None else jnp.asarray(zeros)
 
     def __call__(self, state: Any, opt_state: Any, batch: GRPOBatch):
-        if batch.old_logp is not None:
-            raise ValueError("GRPOIterations takes an on-policy batch (old_logp=None): the first update's "
-                             "forward gives the old log-probs")
-        if self.later is None:
-            state, opt_state, metrics = self.first(state, opt_state, batch)
-            return state, opt_state, [metrics]
-        state, opt_state, metrics, logp = self.first(state, opt_state, batch)
-        batch = batch.replace(old_logp=logp)
-        out = [metrics]
-        for _ in range(self.mu - 1):
-            state, opt_state, metrics = self.later(state, opt_state, batch)
+        logp = self.placeholder(batch)
+        out = []
+        for i in range(self.mu):
+            state, opt_state, metrics, new = self.update(state, opt_state, batch.replace(old_logp=logp),
+                                                         jnp.asarray(i == 0))
+            if i == 0:
+                logp = new  # the sampling policy's log-probs: old_logp of updates 2 .. mu
             out.append(metrics)
         return state, opt_state, out
 

@@ -48,7 +48,8 @@ def test_grpo_steps_refill_skip_and_train_on_the_sampling_distribution(tmp_path,
 
     The batch's reference log-probs (micro-batched forward) are the temperature-0.7 log-probs
     of the sampled tokens; the first update is on-policy (no old log-probs: ratio 1, no
-    clipping), the second gets the starting policy's temperature-0.7 log-probs and moved."""
+    clipping), the second gets the starting policy's temperature-0.7 log-probs from the
+    first's forward and sees a moved policy."""
     from llm.game import rewards as rewards_mod
     from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
     from llm.rl import updates as updates_mod
@@ -67,9 +68,9 @@ def test_grpo_steps_refill_skip_and_train_on_the_sampling_distribution(tmp_path,
     def spy_update(*args, **kwargs):
         update = real_update(*args, **kwargs)
 
-        def wrapped(state, opt_state, batch):
-            seen.append(jax.tree_util.tree_map(np.asarray, (state, opt_state, batch)))
-            return update(state, opt_state, batch)
+        def wrapped(state, opt_state, batch, on_policy=None):
+            seen.append(jax.tree_util.tree_map(np.asarray, (state, opt_state, batch, on_policy)))
+            return update(state, opt_state, batch, on_policy)
 
         return wrapped
 
@@ -105,7 +106,7 @@ def test_grpo_steps_refill_skip_and_train_on_the_sampling_distribution(tmp_path,
             trained["kept_groups"], trained["kept_share"]) == (0, 2, 2, 2, 1.0)
     assert trained["lr"] == skipped["lr"] == pytest.approx(1e-2)  # the skipped step did not advance the schedule
     # step 1 changed nothing: the parameters and a fresh optimizer state reach step 2's first update
-    state, opt_state, b = seen[0]
+    state, opt_state, b, first = seen[0]
     for a, s0 in zip(jax.tree_util.tree_leaves(state), start):
         np.testing.assert_array_equal(a, s0)
     assert all(not np.any(x) for x in jax.tree_util.tree_leaves(opt_state))  # zero moments, count 0
@@ -115,12 +116,13 @@ def test_grpo_steps_refill_skip_and_train_on_the_sampling_distribution(tmp_path,
     np.testing.assert_array_equal(b.tokens, np.concatenate([tok0[2:4], tok1[0:2]]))
     a, c = 0.5 / (0.5 * 2**0.5 + 1e-4), 1.5 / (1.5 * 2**0.5 + 1e-4)  # [1, 0] and [0, 3]: sample std + 1e-4
     np.testing.assert_allclose(b.advantages, [a, -a, -c, c], rtol=1e-5)
-    assert b.old_logp is None and b.mask.any()
-    _, _, b2 = seen[1]
+    assert b.mask.any() and bool(first)  # on-policy: the placeholder old_logp is ignored
+    _, _, b2, second = seen[1]
+    assert not bool(second)
     for state, got in ((policy.state, b2.old_logp), (ref_state, b.ref_logp)):
         expected = sequence_logprobs((policy.graphdef, state), *b.sequences, temperature=0.7)
         np.testing.assert_allclose(np.where(b.mask, got, 0), np.where(b.mask, expected, 0), atol=1e-5)
         raw = sequence_logprobs((policy.graphdef, state), *b.sequences)
         assert np.abs(np.asarray(raw) - got)[b.mask].max() > 1e-3  # T=1 would differ
-    assert trained["ratio_mean"] == 1.0 and trained["clip_frac"] == 0.0
+    assert abs(trained["ratio_mean"] - 1.0) < 1e-6 and trained["clip_frac"] == 0.0  # ratio 1 (a weighted mean of ones)
     assert abs(trained["last/ratio_mean"] - 1.0) > 1e-6  # the first inner update moved the policy
