@@ -20,7 +20,6 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import nnx
 
@@ -257,12 +256,10 @@ class GRPOIterations:
     @staticmethod
     def placeholder(batch: GRPOBatch) -> Any:
         """A zero ``old_logp`` for the first, on-policy update: ``[B, T]`` float32 in the
-        layout of ``batch.mask`` (so the later updates, whose ``old_logp`` comes out of the
-        update in that layout, reuse its compilation)."""
-        mask = batch.mask
-        zeros = np.zeros(tuple(mask.shape), np.float32)
-        sharding = getattr(mask, "sharding", None)
-        return jax.device_put(zeros, sharding) if sharding is not None else jnp.asarray(zeros)
+        layout of ``batch.mask`` -- its sharding, and committed to it only if the mask is --,
+        so the later updates, whose ``old_logp`` comes out of the update in that layout, reuse
+        the first one's compilation (and nothing downstream sees newly committed arrays)."""
+        return jnp.zeros_like(batch.mask, dtype=jnp.float32)
 
     def __call__(self, state: Any, opt_state: Any, batch: GRPOBatch):
         logp = self.placeholder(batch)

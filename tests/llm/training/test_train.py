@@ -289,6 +289,15 @@ def test_config_errors_name_the_field():
         TrainConfig.from_dict({"grpo": {"optim": {"lr": 0}}})
     with pytest.raises(ValueError, match="aggregation"):
         TrainConfig.from_dict({"grpo": {"loss": {"aggregation": "mean"}}})
+    # dynamic sampling is the trainer's (rounds of sampling), not the loss's
+    with pytest.raises(ValueError, match="train.grpo.loss.dynamic_sampling moved.*train.grpo.dynamic_sampling.enabled"):
+        TrainConfig.from_dict({"grpo": {"loss": {"dynamic_sampling": True}}})
+    with pytest.raises(ValueError, match="grpo.dynamic_sampling.max_rounds=0"):
+        TrainConfig.from_dict({"grpo": {"dynamic_sampling": {"enabled": True, "max_rounds": 0}}})
+    with pytest.raises(ValueError, match=r"unknown train.grpo.dynamic_sampling field\(s\) \['rounds'\]"):
+        TrainConfig.from_dict({"grpo": {"dynamic_sampling": {"rounds": 2}}})
+    ds = TrainConfig.from_dict({"grpo": {"dynamic_sampling": {"enabled": True, "max_rounds": 2}}}).grpo.dynamic_sampling
+    assert ds.enabled and ds.rounds_cap() == 2
 
 
 def test_stage_config_resolves_the_groups_once(tmp_path):
