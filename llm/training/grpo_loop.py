@@ -160,7 +160,6 @@ def run_grpo(
         rounds = [sample_round(step, 0)]
         while ds.enabled and len(rounds) < ds.max_rounds and not enough([x.informative for x in rounds], n):
             rounds.append(sample_round(step, len(rounds)))
-        t_rew = time.perf_counter()
         sel = select_groups([x.informative for x in rounds], n) if ds.enabled else all_groups(rounds[0].informative)
         which, rows = sel.rows(g)
 
@@ -180,7 +179,7 @@ def run_grpo(
         t_upd = t_ref = time.perf_counter()
         inner = []
         if not skipped:
-            # on-policy (old_logp None): the updates' own forward gives the old log-probs
+            # no old_logp: the first update is on-policy and its forward gives the later ones theirs
             batch = GRPOBatch(prompt_ids=ids, prompt_mask=pmask, tokens=gather("tokens"), mask=gather("mask"),
                               weights=weights, advantages=np.asarray(adv))
             if mesh is not None:
