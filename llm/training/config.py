@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 
 from jaxlake.config import cfg_get, reject_unknown, to_plain
 from jaxlake.metrics import LoggerConfig
+from llm.rl.dynamic import DynamicSamplingConfig
 from llm.rl.grpo import GRPOLossConfig
 from llm.rl.optim import OptimConfig
 from llm.model.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
@@ -79,7 +80,11 @@ class WarmStartConfig:
 
 @dataclasses.dataclass(frozen=True)
 class GRPOConfig:
-    """GRPO settings: ``lakes_per_step`` groups of ``group_size`` completions per step."""
+    """GRPO settings: ``lakes_per_step`` groups of ``group_size`` completions per step.
+
+    ``dynamic_sampling``: DAPO's refill of the batch with informative groups, in at most
+    ``max_rounds`` sampling rounds (:mod:`llm.rl.dynamic`).
+    """
 
     enabled: bool = True
     steps: int = 30
@@ -89,6 +94,7 @@ class GRPOConfig:
     micro_batches: int = 1
     optim: OptimConfig = OptimConfig(lr=1e-4, warmup_steps=3)
     loss: GRPOLossConfig = GRPOLossConfig()
+    dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig()
     max_new_tokens: int = 32
     temperature: float = 1.0
     top_k: int = 0
@@ -176,7 +182,14 @@ class TrainConfig:
         if "optim" in g:
             g["optim"] = _from_mapping(OptimConfig, g["optim"], "train.grpo.optim")
         if "loss" in g:
-            g["loss"] = _from_mapping(GRPOLossConfig, g["loss"], "train.grpo.loss")
+            loss = dict(g["loss"] or {})
+            if "dynamic_sampling" in loss:
+                raise ValueError("train.grpo.loss.dynamic_sampling moved: set train.grpo.dynamic_sampling.enabled "
+                                 "(and .max_rounds, the refill's sampling rounds)")
+            g["loss"] = _from_mapping(GRPOLossConfig, loss, "train.grpo.loss")
+        if "dynamic_sampling" in g:
+            g["dynamic_sampling"] = _from_mapping(DynamicSamplingConfig, g["dynamic_sampling"],
+                                                  "train.grpo.dynamic_sampling")
         ev = dict(t.pop("eval", {}) or {})
         t["distributed"] = dict(t.get("distributed") or {})
         t["mesh"] = MeshConfig.from_dict(t.get("mesh"))
