@@ -119,7 +119,9 @@ def train_stage(
       stage_dir: output folder (created); rerunning with the same folder resumes.
       init_from: start from this policy (orbax checkpoint dir or HF folder) instead of
         ``config.model``.
-      policy: start from this in-memory :class:`Policy` (wins over both).
+      policy: start from this in-memory :class:`Policy` (wins over both). The stage copies
+        its weights unless ``policy.owned`` (then it takes the arrays over: the caller must
+        not use them again); a policy the stage loads itself is owned.
       mesh: the ``(data, fsdp)`` mesh (default: ``train.mesh`` over every device; :mod:`llm.model.sharding`).
       max_steps: ``{"warmstart": k, "grpo": k}`` stop early (simulates a killed run in tests).
 
@@ -154,6 +156,10 @@ def _train_stage(config: StageConfig, env_config: Mixture, stage_dir: Path, init
     mesh = shd.make_mesh(config=tcfg.mesh) if mesh is None else mesh
     if policy is None:  # loaded here: nobody else holds its arrays, the phases may take them over
         policy = dataclasses.replace(load_policy(config.model, init_from, tcfg.seed, mesh), owned=True)
+    if policy.owned:
+        # laid out on the mesh now (a view of the same buffers where it already is), so no
+        # single-device original outlives the phases' placed state
+        policy = Policy(policy.graphdef, shd.place_state(policy.state, mesh), policy.tokenizer, owned=True)
     ec, gc, wc = tcfg.eval, tcfg.grpo, tcfg.warmstart
 
     eval_lakes = sample_lakes(jax.random.PRNGKey(ec.seed), env_config, max(ec.num_lakes, 1))
