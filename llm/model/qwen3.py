@@ -74,14 +74,17 @@ class Qwen3Config:
     storage dtype of the weights, ``dtype`` the compute dtype; both are ``"float32"`` or
     ``"bfloat16"``. Logits are always returned in float32.
 
-    ``attention_impl`` (one of :data:`llm.model.attention.ATTENTION_IMPLS`) is how the forward
-    without a KV cache (training, scoring) computes attention: ``"xla"`` the dense scores,
-    ``"chunked"`` tiles with an online softmax (no ``[B, heads, T, T]`` buffer), ``"cudnn"``
-    cuDNN's fused kernel (NVIDIA GPUs, 16-bit compute), ``"auto"`` cuDNN where it applies and
-    chunked elsewhere. The cached path (prefill into a KV cache, decode steps) calls
-    ``jax.nn.dot_product_attention`` with ``implementation="xla"`` / ``"cudnn"`` when this
-    names one, and the dense grouped attention for ``"auto"`` and ``"chunked"``. It changes no
-    architecture field and is not written to ``config.json``.
+    ``attention_impl`` (one of :data:`llm.model.attention.ATTENTION_IMPLS`) is how causal
+    self-attention is computed in the forward without a KV cache (training, scoring) and in
+    the prefill into an empty cache: ``"dense"`` the whole score tensor, ``"chunked"`` tiles
+    with an online softmax (no ``[B, heads, T, T]`` buffer), ``"cudnn"`` cuDNN's fused kernel
+    with its causal mask and sequence lengths (NVIDIA GPUs, 16-bit compute), ``"xla"`` the
+    same layout through JAX's XLA path, ``"splash"`` Pallas' TPU kernel with segment ids,
+    ``"auto"`` cuDNN on a GPU, splash on a TPU, chunked elsewhere. The decode steps (a few
+    queries against the cache) call ``jax.nn.dot_product_attention`` with
+    ``implementation="xla"`` / ``"cudnn"`` when this names one, and the dense grouped
+    attention otherwise. It changes no architecture field and is not written to
+    ``config.json``.
     """
 
     vocab_size: int
