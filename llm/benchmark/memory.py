@@ -351,8 +351,9 @@ class StepPlan:
             cut = self.row_blocks.get(d.name, {})
             how = "" if not cut else " (sampling in row blocks: " + ", ".join(
                 f"{k} {v.rows} rows x {s.rows // v.rows}" for k, v in cut.items()) + ")"
-            lines.append(f"- {d.name}, {_size(d.usable_bytes)} usable: {'fits' if ok else 'does NOT fit'}, "
-                         f"peak {_size(peak)}{how}")
+            over = [p.name for p in self.device_phases(d) if p.peak_bytes > d.usable_bytes]
+            verdict = "fits" if ok else "does NOT fit (" + ", ".join(over) + ")"
+            lines.append(f"- {d.name}, {_size(d.usable_bytes)} usable: {verdict}, peak {_size(peak)}{how}")
         n = self.tpu_fsdp()
         lines.append(f"- 16 GB TPU chips: fsdp = {n} (estimate: phase / N + 2 gathered layers)" if n else
                      "- 16 GB TPU chips: more than fsdp = 64")
@@ -475,7 +476,7 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
       state and moments are donated); resident: the reference.
 
     ``cut=(l1, l2)`` compiles ``l1`` and ``l2`` layers and extrapolates per layer (4B-sized
-    graphs compile in seconds at 1-2 layers, minutes at full depth). A sampling phase whose
+    graphs compile in seconds at 2-3 layers, minutes at full depth). A sampling phase whose
     whole batch does not fit a device of ``row_block_devices`` is compiled again at the
     divisors of the batch, largest first, until one fits (the rows the sampler's
     ``row_block=None`` picks there, :func:`llm.generation.decode.choose_row_block`).
@@ -534,31 +535,6 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
             if part == "call":
                 calls_of[phase.name] = (phase, plen, cfg)
 
-    # row blocks where the whole batch does not fit a device
-    row_blocks: dict[str, dict[str, Phase]] = {}
-    for device in row_block_devices:
-        if state_bytes + opt_bytes + ref_bytes > device.usable_bytes:
-            continue  # the state alone does not fit: no row block helps
-        for name, (phase, plen, cfg) in calls_of.items():
-            if phase.peak_bytes <= device.usable_bytes:
-                continue
-            tried: dict[int, Phase] = {b: phase}
-
-            def need(rows, plen=plen, cfg=cfg, name=name, tried=tried):
-                if rows not in tried:
-                    def build(depth, rows=rows):
-                        graphdef, state = split(depth)
-                        return lower_sampling(graphdef, state, rows, plen, cfg, "call", unroll_layers=unroll)
-
-                    tried[rows] = add(f"{name} ({rows} rows)", b // rows, rows, opt_bytes + ref_bytes, build,
-                                      verdict_only=True)
-                return tried[rows].peak_bytes - tried[rows].resident_bytes - tried[rows].argument_bytes
-
-            from llm.generation.decode import choose_row_block
-
-            rows = choose_row_block(b, need, device.usable_bytes - phase.resident_bytes - phase.argument_bytes)
-            row_blocks.setdefault(device.name, {})[name] = tried[rows]
-
     # ---- old (and reference) log-probs
     seqs = (sds((b, p), jnp.int32), sds((b, p), jnp.bool_), sds((b, t), jnp.int32), sds((b, t), jnp.bool_))
     batch_bytes = b * t * (4 + 4) + b * 4  # weights, old log-probs, advantages held beside the forward
@@ -590,6 +566,31 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
 
     if "update" in groups:
         add(f"update ({gc.micro_batches} x {b // gc.micro_batches} rows)", gc.mu, b, ref_bytes, update_build)
+
+    # row blocks where the whole batch does not fit a device
+    row_blocks: dict[str, dict[str, Phase]] = {}
+    for device in row_block_devices:
+        if state_bytes + opt_bytes + ref_bytes > device.usable_bytes:
+            continue  # the state alone does not fit: no row block helps
+        for name, (phase, plen, cfg) in calls_of.items():
+            if phase.peak_bytes <= device.usable_bytes:
+                continue
+            tried: dict[int, Phase] = {b: phase}
+
+            def need(rows, plen=plen, cfg=cfg, name=name, tried=tried):
+                if rows not in tried:
+                    def build(depth, rows=rows):
+                        graphdef, state = split(depth)
+                        return lower_sampling(graphdef, state, rows, plen, cfg, "call", unroll_layers=unroll)
+
+                    tried[rows] = add(f"{name} ({rows} rows)", b // rows, rows, opt_bytes + ref_bytes, build,
+                                      verdict_only=True)
+                return tried[rows].peak_bytes - tried[rows].resident_bytes - tried[rows].argument_bytes
+
+            from llm.generation.decode import choose_row_block
+
+            rows = choose_row_block(b, need, device.usable_bytes - phase.resident_bytes - phase.argument_bytes)
+            row_blocks.setdefault(device.name, {})[name] = tried[rows]
 
     notes = []
     if cut is not None:
@@ -642,8 +643,8 @@ def plan_from_overrides(overrides: Sequence[str], *, prompt_tokens: Optional[int
     else :data:`DEFAULT_PROMPT_TOKENS`: the trainer fits ``P`` to the longest held-out prompt
     of the stage). ``tokenizer`` (a folder; default ``model.path``'s) counts the forced-close
     tokens of reasoning mode (else :data:`DEFAULT_FORCED_TOKENS`, Qwen3's count).
-    ``cut``: ``"auto"`` (layer cut ``(1, 2)`` beyond :data:`FULL_DEPTH_MAX` layers), ``None``
-    (full depth) or ``(l1, l2)``.
+    ``cut``: ``"auto"`` (layer cut :data:`AUTO_CUT` beyond :data:`FULL_DEPTH_MAX` layers),
+    ``None`` (full depth) or ``(l1, l2)``.
     """
     from llm.training.config import StageConfig
 
@@ -670,7 +671,7 @@ def plan_from_overrides(overrides: Sequence[str], *, prompt_tokens: Optional[int
             notes.append(f"forced close = {forced} tokens (Qwen3's count of {reasoning.close_text!r}); "
                          "--tokenizer counts it")
     if cut == "auto":
-        cut = (1, 2) if model.num_hidden_layers > FULL_DEPTH_MAX else None
+        cut = AUTO_CUT if model.num_hidden_layers > FULL_DEPTH_MAX else None
     shapes = step_shapes(train, reasoning, prompt_tokens, forced)
     title = "python -m llm.memory --plan " + " ".join(overrides)
     plan = build_plan(model, train, reasoning, shapes, cut=cut, title=title, progress=progress)
@@ -683,6 +684,9 @@ DEFAULT_PROMPT_TOKENS = 384
 DEFAULT_FORCED_TOKENS = 3
 #: ``cut="auto"`` compiles models of at most this many layers at full depth.
 FULL_DEPTH_MAX = 8
+#: The layer cut of ``cut="auto"``: 2 and 3 layers (a one-layer scan is a loop of one trip,
+#: which XLA simplifies away: its buffers are not the deeper models').
+AUTO_CUT = (2, 3)
 
 
 def plan_main(argv: Sequence[str]) -> int:
@@ -690,7 +694,8 @@ def plan_main(argv: Sequence[str]) -> int:
                                      description="The memory plan of one GRPO step, compiled phase by phase.")
     parser.add_argument("--prompt-tokens", type=int, default=None, help="padded prompt length P")
     parser.add_argument("--tokenizer", default=None, help="a tokenizer folder (counts the forced close)")
-    parser.add_argument("--layers", default="auto", help="auto | full | L1,L2 (a layer cut, extrapolated)")
+    parser.add_argument("--layers", default="auto",
+                        help="auto (2,3 beyond 8 layers) | full | L1,L2 (a layer cut, extrapolated per layer)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m jaxlake.run")
     args = parser.parse_args(list(argv))

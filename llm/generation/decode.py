@@ -412,11 +412,11 @@ def _decode_loop(graphdef, state, layers, cache, carry, limit, next_pos, choose,
     for _, end, kv_len in decode_segments(prompt_len, n, kv_block):
         cond, body = segment(end, kv_len)
         loop = jax.lax.while_loop(cond, body, loop)
-    _, _, _, _, tokens, logps, lengths = loop
+    _, cache, _, _, tokens, logps, lengths = loop
     mask = jnp.arange(n)[None, :] < lengths[:, None]
     # a row ended by EOS has it as its last token (a budget stop is a "length" finish)
     hit_eos = _is_eos(jnp.take_along_axis(tokens, lengths[:, None] - 1, axis=-1)[:, 0], eos)
-    return tokens, mask, lengths, logps, hit_eos
+    return (tokens, mask, lengths, logps, hit_eos), cache
 
 
 #: The static arguments of the compiled sampling functions (:func:`_generate_core`,
@@ -445,7 +445,7 @@ def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, to
     logits, cache = prefill(model, input_ids, prompt_mask, prompt_len + n, block_rows=prefill_block, layer_states=layers)
     carry, limit, next_pos = _first_token(choose, logits, prompt_mask, eos, pad_id, budget, n)
     return _decode_loop(graphdef, state, layers, cache, carry, limit, next_pos, choose, eos, pad_id,
-                        prompt_len=prompt_len, n=n, kv_block=kv_block)
+                        prompt_len=prompt_len, n=n, kv_block=kv_block)[0]
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "prefill_block", "unroll_layers"))
@@ -457,11 +457,12 @@ def _prefill_core(graphdef, state, input_ids, prompt_mask, *, max_new_tokens, pr
                    layer_states=layers)
 
 
-@functools.partial(jax.jit, static_argnames=CORE_STATIC)
+@functools.partial(jax.jit, static_argnames=CORE_STATIC, donate_argnames=("cache",))
 def _decode_core(graphdef, state, cache, logits, prompt_mask, key, temperature, top_p, eos, pad_id, budget=None, *,
                  max_new_tokens, greedy, top_k, use_top_p, kv_block=64, unroll_layers=True, prefill_block=None):
-    """The decode loop of :func:`_generate_core` alone, from a filled cache and the prefill's
-    last logits (the step plan's decode phase; same functions, same compute-dtype copy)."""
+    """The decode loop of :func:`_generate_core` alone, from a filled cache (donated: it comes
+    back, updated in place, after the call's outputs) and the prefill's last logits (the step
+    plan's decode phase; same functions, same compute-dtype copy)."""
     del prefill_block
     n = max_new_tokens
     state, model, layers = _sampling_model(graphdef, state, unroll_layers)
@@ -619,10 +620,16 @@ def choose_row_block(batch: int, need_bytes: Any, free_bytes: int) -> int:
     """Rows per sampling call: ``batch`` when ``need_bytes(batch) <= free_bytes``, else the
     largest divisor of ``batch`` whose need fits, trying the divisors from large to small
     (``need_bytes(rows)``: a call's bytes beyond its arguments, :func:`call_bytes` of its
-    compilation); 1 when none does. The sampler calls it with the free device memory; the
-    step plan with the memory a device would have free."""
-    for rows in sorted((r for r in range(1, batch + 1) if batch % r == 0), reverse=True):
-        if need_bytes(rows) <= free_bytes:
+    compilation); 1 when none does. A divisor below the whole batch's need scaled to its rows
+    (``need(batch) * rows / batch``, a lower bound: a call's bytes are a part that does not
+    depend on the rows plus one that grows with them) is skipped without calling
+    ``need_bytes`` (without compiling it). The sampler calls it with the free device memory;
+    the step plan with the memory a device would have free."""
+    whole = need_bytes(batch)
+    if whole <= free_bytes:
+        return batch
+    for rows in sorted((r for r in range(1, batch) if batch % r == 0), reverse=True):
+        if whole * rows / batch <= free_bytes and need_bytes(rows) <= free_bytes:
             return rows
     return 1
 

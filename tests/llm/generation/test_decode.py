@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -125,6 +126,91 @@ def test_cached_attention_through_dot_product_attention_equals_dense(split):
     slots = np.concatenate([real, np.ones((2, 1), bool)], axis=1)  # the prompt's real slots + the step's
     np.testing.assert_allclose(np.asarray(k_a)[:, :, :6][:, slots], np.asarray(k_b)[:, :, :6][:, slots],
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("per_layer", [False, True])
+def test_prefill_in_row_blocks_fills_the_same_cache(split, per_layer):
+    """A prefill one row at a time (a fori_loop writing each block's rows of one cache) gives
+    the whole-batch prefill's last logits and cache; stacked, and per-layer head-major
+    buffers for the unrolled layers."""
+    from llm.generation.decode import pad_prompts, prefill
+
+    graphdef, state = split
+    ids, mask = (jnp.asarray(x) for x in pad_prompts(PROMPTS, 0, 4))
+
+    @jax.jit
+    def run(state):
+        model = nnx.merge(graphdef, state)
+        layers = model.layer_states() if per_layer else None
+        whole = prefill(model, ids, mask, ids.shape[1] + 3, block_rows=3, layer_states=layers)
+        rows = prefill(model, ids, mask, ids.shape[1] + 3, block_rows=1, layer_states=layers)
+        return whole, rows
+
+    (la, ca), (lb, cb) = run(state)
+    assert isinstance(ca.k, tuple) == per_layer
+    np.testing.assert_allclose(np.asarray(lb), np.asarray(la), rtol=1e-5, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(ca), jax.tree.leaves(cb)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-5)
+    assert int(cb.index) == ids.shape[1] and np.array_equal(np.asarray(cb.mask[:, : ids.shape[1]]), np.asarray(mask))
+    with pytest.raises(ValueError, match="block_rows=2"):
+        prefill(nnx.merge(graphdef, state), ids, mask, 16, block_rows=2)
+
+
+def test_choose_row_block_takes_the_largest_divisor_that_fits():
+    from llm.generation.decode import choose_row_block
+
+    asked = []
+
+    def need(rows):  # 20 bytes whatever the rows, 10 per row
+        asked.append(rows)
+        return 20 + 10 * rows
+
+    assert choose_row_block(12, need, 200) == 12 and asked == [12]
+    assert choose_row_block(12, need, 85) == 6
+    asked.clear()
+    assert choose_row_block(12, need, 55) == 3
+    assert asked == [12, 4, 3]  # 6 rows: at least 140 * 6 / 12 = 70 > 55, not compiled
+    assert choose_row_block(12, need, 5) == 1  # nothing fits: one row at a time
+
+
+def test_sampling_in_row_blocks_chosen_from_the_memory_analysis(split, monkeypatch):
+    """row_block=None where the device reports too little free memory for the whole batch
+    (faked here: the CPU reports none): the compiled calls' memory analyses pick one row per
+    call, and each block samples with its own key, as an explicit row_block=1 does."""
+    import llm.generation.decode as dec
+
+    config = GenerationConfig(max_new_tokens=4, temperature=1.0, prompt_bucket=4, eos_token_ids=())
+    ids, mask = dec.pad_prompts(PROMPTS, 0, 4)
+    graphdef, state = split
+    statics = dec.core_statics(config, state)
+    need = {rows: dec.call_bytes(dec.lower_sampling(graphdef, state, rows, ids.shape[1], config).compile())
+            for rows in (1, 3)}
+    assert need[1] < need[3]
+    monkeypatch.setattr(dec, "_free_device_bytes", lambda x: int((need[1] + 1) / dec.ROW_BLOCK_HEADROOM) + 1)
+    monkeypatch.setattr(dec, "_ROW_BLOCKS", {})
+    key = jax.random.PRNGKey(7)
+    auto = dec.generate_ids(split, ids, mask, key, config)
+    explicit = dec.generate_ids(split, ids, mask, key, dataclasses.replace(config, row_block=1))
+    for a, b in zip(auto, explicit):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert len(dec._ROW_BLOCKS) == 1 and list(dec._ROW_BLOCKS.values()) == [1]
+    one = dec.generate_ids(split, ids[1:2], mask[1:2], jax.random.fold_in(key, 1), config)
+    np.testing.assert_array_equal(np.asarray(one[0])[0], np.asarray(auto[0])[1])
+    assert statics["prefill_block"] is None
+    with pytest.raises(ValueError, match="row_block"):
+        GenerationConfig(row_block=0)
+
+
+def test_sampling_state_is_one_compute_dtype_copy():
+    """float32 masters computed in bfloat16: the sampler reads a bfloat16 copy; same-width
+    dtypes pass through (no copy)."""
+    from llm.generation.decode import sampling_state
+
+    state = {"w": jnp.ones((2, 2), jnp.float32), "n": jnp.ones((2,), jnp.int32)}
+    out = sampling_state(dataclasses.replace(CFG, dtype="bfloat16"), state)
+    assert out["w"].dtype == jnp.bfloat16 and out["n"].dtype == jnp.int32
+    same = sampling_state(CFG, state)
+    assert same["w"] is state["w"]
 
 
 def test_unroll_layers_default_follows_layer_bytes():
