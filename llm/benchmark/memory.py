@@ -590,7 +590,8 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
             from llm.generation.decode import choose_row_block
 
             rows = choose_row_block(b, need, device.usable_bytes - phase.resident_bytes - phase.argument_bytes)
-            row_blocks.setdefault(device.name, {})[name] = tried[rows]
+            # none fits: the smallest block compiled stands for it (over the limit in the verdict)
+            row_blocks.setdefault(device.name, {})[name] = tried[rows if rows is not None else min(tried)]
 
     notes = []
     if cut is not None:
@@ -639,10 +640,13 @@ def plan_from_overrides(overrides: Sequence[str], *, prompt_tokens: Optional[int
                         progress: Callable[[str], None] = lambda _: None) -> StepPlan:
     """:func:`build_plan` of the run ``python -m jaxlake.run <overrides>`` would start.
 
-    ``prompt_tokens``: the padded prompt length ``P`` (default ``train.max_prompt_tokens``,
-    else :data:`DEFAULT_PROMPT_TOKENS`: the trainer fits ``P`` to the longest held-out prompt
-    of the stage). ``tokenizer`` (a folder; default ``model.path``'s) counts the forced-close
-    tokens of reasoning mode (else :data:`DEFAULT_FORCED_TOKENS`, Qwen3's count).
+    ``prompt_tokens``: the padded prompt length ``P``. Default: ``train.max_prompt_tokens``
+    when set; else, with a tokenizer, the prompt the trainer fits (:class:`llm.game.prompter.
+    Prompter`, bucketed by ``train.prompt_bucket``) to 64 lakes of the run's largest canvas
+    (``env``'s ``max_height x max_width`` with ``max_agents``: the longest prompt any stage can
+    see); without one :data:`DEFAULT_PROMPT_TOKENS`. ``tokenizer`` (a folder; default
+    ``model.path``'s) also counts the forced-close tokens of reasoning mode (else
+    :data:`DEFAULT_FORCED_TOKENS`, Qwen3's count).
     ``cut``: ``"auto"`` (layer cut :data:`AUTO_CUT` beyond :data:`FULL_DEPTH_MAX` layers),
     ``None`` (full depth) or ``(l1, l2)``.
     """
@@ -654,18 +658,30 @@ def plan_from_overrides(overrides: Sequence[str], *, prompt_tokens: Optional[int
     reasoning = train.prompt.reasoning
     model = model_of(stage.model)
     notes = []
+    folder = tokenizer or stage.model.path
+    tok = None
+    if folder and Path(folder).is_dir():
+        from llm.model.hf_io import load_tokenizer
+
+        tok = load_tokenizer(folder)
     if prompt_tokens is None:
-        prompt_tokens = train.max_prompt_tokens or DEFAULT_PROMPT_TOKENS
-        if not train.max_prompt_tokens:
-            notes.append(f"prompt length {prompt_tokens} tokens assumed (train.max_prompt_tokens is null: the "
-                         "trainer fits it to the stage's longest held-out prompt); --prompt-tokens sets it")
+        prompt_tokens = train.max_prompt_tokens
+    if prompt_tokens is None and tok is not None and cfg_has_env(cfg):
+        try:
+            prompt_tokens, canvas = longest_prompt(tok, train, cfg.env)
+            notes.append(f"prompt: {prompt_tokens} tokens, the trainer's fit to 64 lakes of the largest canvas "
+                         f"({canvas}) with this tokenizer")
+        except (TypeError, ValueError) as err:  # an env that is not one LakeConfig (a mixture)
+            notes.append(f"prompt length not measured ({err})")
+    if prompt_tokens is None:
+        prompt_tokens = DEFAULT_PROMPT_TOKENS
+        notes.append(f"prompt length {prompt_tokens} tokens assumed (train.max_prompt_tokens is null: the "
+                     "trainer fits it to the stage's longest held-out prompt); --tokenizer measures it, "
+                     "--prompt-tokens sets it")
     forced = 0
     if reasoning.enabled:
-        folder = tokenizer or stage.model.path
-        if folder and Path(folder).is_dir():
-            from llm.model.hf_io import load_tokenizer
-
-            forced = len(load_tokenizer(folder).encode(reasoning.close_text, add_special_tokens=False))
+        if tok is not None:
+            forced = len(tok.encode(reasoning.close_text, add_special_tokens=False))
         else:
             forced = DEFAULT_FORCED_TOKENS
             notes.append(f"forced close = {forced} tokens (Qwen3's count of {reasoning.close_text!r}); "
@@ -678,9 +694,31 @@ def plan_from_overrides(overrides: Sequence[str], *, prompt_tokens: Optional[int
     return dataclasses.replace(plan, notes=plan.notes + tuple(notes))
 
 
-#: Prompt tokens assumed when the config does not fix them (the paper recipes' rules prompt).
+def cfg_has_env(cfg) -> bool:
+    return "env" in cfg and cfg.env is not None
+
+
+def longest_prompt(tokenizer, train, env_node) -> tuple[int, str]:
+    """``(P, canvas)``: the padded prompt length the trainer fits (:class:`llm.game.prompter.
+    Prompter`) to 64 lakes of the largest canvas of ``env`` (``max_height x max_width``,
+    ``max_agents`` agents)."""
+    from jaxlake.config import LakeConfig, to_plain
+    from llm.game.lakes import sample_lakes
+    from llm.game.prompter import Prompter
+
+    fields = {k: v for k, v in to_plain(env_node).items() if k in LakeConfig.__dataclass_fields__}
+    env = LakeConfig(**fields)
+    big = LakeConfig(**{**fields, "height": env.max_height, "width": env.max_width, "num_agents": env.max_agents})
+    lakes = sample_lakes(jax.random.PRNGKey(0), big, 64)
+    prompter = Prompter.fit(tokenizer, train.prompt, lakes, train.max_prompt_tokens, train.prompt_bucket)
+    return int(prompter.encode(lakes)[0].shape[1]), f"{big.height}x{big.width}, {big.num_agents} agents"
+
+
+#: Prompt tokens assumed when the config does not fix them and no tokenizer is given (the
+#: issue's shape; Qwen3's tokenizer gives 320 for the recipes' first stage, 448 at their
+#: largest canvas).
 DEFAULT_PROMPT_TOKENS = 384
-#: Qwen3's token count of the default forced close ``"\n</think>\n\n"``.
+#: Qwen3's token count of the default forced close ``"\n</think>\n\n"`` (``\n``, ``</think>``, ``\n\n``).
 DEFAULT_FORCED_TOKENS = 3
 #: ``cut="auto"`` compiles models of at most this many layers at full depth.
 FULL_DEPTH_MAX = 8

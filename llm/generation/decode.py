@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import chex
 import jax
@@ -616,22 +616,31 @@ def call_bytes(compiled: Any) -> int:
     return int(m.temp_size_in_bytes) + max(int(m.output_size_in_bytes) - int(m.alias_size_in_bytes), 0)
 
 
-def choose_row_block(batch: int, need_bytes: Any, free_bytes: int) -> int:
+def choose_row_block(batch: int, need_bytes: Any, free_bytes: int) -> Optional[int]:
     """Rows per sampling call: ``batch`` when ``need_bytes(batch) <= free_bytes``, else the
     largest divisor of ``batch`` whose need fits, trying the divisors from large to small
     (``need_bytes(rows)``: a call's bytes beyond its arguments, :func:`call_bytes` of its
-    compilation); 1 when none does. A divisor below the whole batch's need scaled to its rows
-    (``need(batch) * rows / batch``, a lower bound: a call's bytes are a part that does not
-    depend on the rows plus one that grows with them) is skipped without calling
-    ``need_bytes`` (without compiling it). The sampler calls it with the free device memory;
-    the step plan with the memory a device would have free."""
+    compilation); ``None`` when none does.
+
+    A call's bytes are taken to be linear in its rows (a part that does not depend on them
+    plus one that grows with them), which bounds a smaller divisor's need from below without
+    compiling it: by the whole batch's need scaled to its rows, and, once a divisor has
+    failed, by the part that does not depend on the rows (the line through the two
+    measurements); a divisor under a bound above ``free_bytes`` is not tried. The sampler
+    calls it with the free device memory; the step plan with the memory a device would have
+    free."""
     whole = need_bytes(batch)
     if whole <= free_bytes:
         return batch
+    floor = 0.0
     for rows in sorted((r for r in range(1, batch) if batch % r == 0), reverse=True):
-        if whole * rows / batch <= free_bytes and need_bytes(rows) <= free_bytes:
+        if max(whole * rows / batch, floor) > free_bytes:
+            continue
+        need = need_bytes(rows)
+        if need <= free_bytes:
             return rows
-    return 1
+        floor = max(floor, need - (whole - need) / (batch - rows) * rows)  # the row-free part
+    return None
 
 
 #: Share of the device's free memory a sampling call may plan to fill (allocator slack).
@@ -667,7 +676,8 @@ def _auto_row_block(graphdef: Any, dynamic: tuple, statics: dict) -> int:
             block = _row_slice(dynamic, 0, rows)
             return call_bytes(_generate_core.lower(graphdef, *block, **statics).compile())
 
-        _ROW_BLOCKS[key] = choose_row_block(batch, need, int(free * ROW_BLOCK_HEADROOM))
+        # nothing fits: one row at a time (the allocator says how far off it is)
+        _ROW_BLOCKS[key] = choose_row_block(batch, need, int(free * ROW_BLOCK_HEADROOM)) or 1
     return _ROW_BLOCKS[key]
 
 

@@ -170,7 +170,14 @@ def test_choose_row_block_takes_the_largest_divisor_that_fits():
     asked.clear()
     assert choose_row_block(12, need, 55) == 3
     assert asked == [12, 4, 3]  # 6 rows: at least 140 * 6 / 12 = 70 > 55, not compiled
-    assert choose_row_block(12, need, 5) == 1  # nothing fits: one row at a time
+    asked.clear()
+    assert choose_row_block(12, need, 25) is None  # nothing fits
+    assert asked == [12, 2, 1]
+    asked.clear()
+    # 60 bytes whatever the rows: after 3 rows failed, the line through 12 and 3 rows says no
+    # divisor can fit in 55, and 2 and 1 are not compiled
+    assert choose_row_block(12, lambda r: asked.append(r) or 60 + 10 * r, 55) is None
+    assert asked == [12, 3]
 
 
 def test_sampling_in_row_blocks_chosen_from_the_memory_analysis(split, monkeypatch):
