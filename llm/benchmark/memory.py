@@ -335,8 +335,8 @@ class StepPlan:
                  "",
                  "| phase | calls | rows | resident | arguments | outputs | temporaries (flat) | peak | largest buffers at the peak |",
                  "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-        # (parts in parentheses: the prefill and the decode loop of the sampling call below them,
-        # compiled apart; the verdict counts the call)
+        # (rows in parentheses are parts shown apart, not in the verdict: the prefill and the decode
+        # loop of the sampling call below them; a log-prob forward over one micro-batch)
         for p in self.phases:
             if p.verdict_only:
                 continue
@@ -345,7 +345,9 @@ class StepPlan:
             lines.append(f"| {name} | {p.calls} | {p.rows} | {_size(p.resident_bytes)} | {_size(p.argument_bytes)} | "
                          f"{_size(p.output_bytes)} | {_size(p.temp_bytes)} ({_size(p.flat_temp_bytes)}) | "
                          f"**{_size(p.peak_bytes)}** | {big} |")
-        lines += ["", f"Verdict (GiB; GPUs at XLA_PYTHON_CLIENT_MEM_FRACTION={GPU_MEM_FRACTION}):", ""]
+        lines += ["", "(Rows in parentheses are parts compiled apart and left out of the verdict: the prefill "
+                  "and the decode loop of the sampling call below them, a log-prob forward over one micro-batch.)",
+                  "", f"Verdict (GiB; GPUs at XLA_PYTHON_CLIENT_MEM_FRACTION={GPU_MEM_FRACTION}):", ""]
         for d in DEVICES:
             ok, peak = self.fits(d)
             cut = self.row_blocks.get(d.name, {})
@@ -539,17 +541,26 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
     seqs = (sds((b, p), jnp.int32), sds((b, p), jnp.bool_), sds((b, t), jnp.int32), sds((b, t), jnp.bool_))
     batch_bytes = b * t * (4 + 4) + b * 4  # weights, old log-probs, advantages held beside the forward
 
-    def logprob_build(depth):
+    # the trainer's make_logprob_fn; it takes the step's micro-batches where it has them
+    micro_logprobs = "micro_batches" in inspect.signature(make_logprob_fn).parameters
+
+    def logprob_build(depth, rows=b):
         graphdef, state = split(depth)
         kwargs = dict(temperature=gc.temperature, logprob_chunk=gc.logprob_chunk)
-        if "micro_batches" in inspect.signature(make_logprob_fn).parameters:
+        if micro_logprobs:
             kwargs["micro_batches"] = gc.micro_batches
-        return make_logprob_fn(graphdef, **kwargs).lower(state, *seqs)
+        seq = (sds((rows, p), jnp.int32), sds((rows, p), jnp.bool_), sds((rows, t), jnp.int32),
+               sds((rows, t), jnp.bool_))
+        return make_logprob_fn(graphdef, **kwargs).lower(state, *seq)
 
     if "log-probs" in groups:
         add("old log-probs", 1, b, opt_bytes + ref_bytes + batch_bytes, logprob_build)
         if lc.use_reference:
             add("reference log-probs", 1, b, opt_bytes + state_bytes + batch_bytes + b * t * 4, logprob_build)
+        if not micro_logprobs and gc.micro_batches > 1:
+            mb = b // gc.micro_batches  # what a forward in the update's micro-batches would hold
+            add(f"old log-probs, {mb}-row micro-batch", gc.micro_batches, mb, opt_bytes + ref_bytes + batch_bytes,
+                lambda depth: logprob_build(depth, mb), info=True)
 
     # ---- the update
     def update_build(depth):
