@@ -109,9 +109,10 @@ def test_resident_state_while_sampling_is_weights_moments_and_reference(at_sampl
 
 
 def test_the_plan_holds_what_the_run_holds(at_sampling):
-    """The step plan of the same tiny step (its sampling call compiled from abstract shapes):
-    the resident arrays plus the call's arguments are what the real run holds when it calls
-    the sampler (the prompts, made on the device inside the call, are the difference)."""
+    """The step plan of the same tiny step (the sampler's prefill compiled from abstract
+    shapes: it takes the sampling call's weights and prompts): the resident arrays plus the
+    call's arguments are what the real run holds when it calls the sampler (the prompts,
+    made on the device inside the call, are the difference)."""
     from llm.benchmark.memory import build_plan, step_shapes
 
     got = at_sampling[0.0]
@@ -119,9 +120,9 @@ def test_the_plan_holds_what_the_run_holds(at_sampling):
     shapes = step_shapes(train, train.prompt.reasoning, got["prompt"], 0)
     assert shapes.rows == got["rows"]
     plan = build_plan(got["config"], train, train.prompt.reasoning, shapes, groups=("sampling",),
-                      sampling_parts=("call",), row_block_devices=())
+                      sampling_parts=("prefill",), row_block_devices=())
     (call,) = plan.phases
-    assert call.name == "sample: call" and plan.state_bytes == got["state_bytes"]
+    assert call.name == "sample: prefill" and plan.state_bytes == got["state_bytes"]
     held = call.resident_bytes + call.argument_bytes
     prompts = 2 * shapes.rows * shapes.prompt * 4  # ids int32 + mask (bool: 1 byte; int32 bound)
     assert got["live_bytes"] <= held <= got["live_bytes"] + prompts + 4096
