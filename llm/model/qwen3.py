@@ -15,7 +15,8 @@ Shapes (B batch, T new tokens, S cache capacity, L layers, V vocab)::
     positions       [B, T]  int32   RoPE positions
     attention_mask  [B, T]  bool    True = real token, False = (left) padding
     logits          [B, T, V] float32
-    KVCache.k / .v  [L, B, S, num_key_value_heads, head_dim]  compute dtype
+    KVCache.k / .v  [L, B, S, num_key_value_heads, head_dim]  compute dtype (stacked), or
+                    L x [B, kv, S, head_dim] (per layer, for the unrolled decode layers)
     KVCache.mask    [B, S]  bool
     KVCache.index   []      int32
 """
@@ -73,14 +74,17 @@ class Qwen3Config:
     storage dtype of the weights, ``dtype`` the compute dtype; both are ``"float32"`` or
     ``"bfloat16"``. Logits are always returned in float32.
 
-    ``attention_impl`` (one of :data:`llm.model.attention.ATTENTION_IMPLS`) is how the forward
-    without a KV cache (training, scoring) computes attention: ``"xla"`` the dense scores,
-    ``"chunked"`` tiles with an online softmax (no ``[B, heads, T, T]`` buffer), ``"cudnn"``
-    cuDNN's fused kernel (NVIDIA GPUs, 16-bit compute), ``"auto"`` cuDNN where it applies and
-    chunked elsewhere. The cached path (prefill into a KV cache, decode steps) calls
-    ``jax.nn.dot_product_attention`` with ``implementation="xla"`` / ``"cudnn"`` when this
-    names one, and the dense grouped attention for ``"auto"`` and ``"chunked"``. It changes no
-    architecture field and is not written to ``config.json``.
+    ``attention_impl`` (one of :data:`llm.model.attention.ATTENTION_IMPLS`) is how causal
+    self-attention is computed in the forward without a KV cache (training, scoring) and in
+    the prefill into an empty cache: ``"dense"`` the whole score tensor, ``"chunked"`` tiles
+    with an online softmax (no ``[B, heads, T, T]`` buffer), ``"cudnn"`` cuDNN's fused kernel
+    with its causal mask and sequence lengths (NVIDIA GPUs, 16-bit compute), ``"xla"`` the
+    same layout through JAX's XLA path, ``"splash"`` Pallas' TPU kernel with segment ids,
+    ``"auto"`` cuDNN on a GPU, splash on a TPU, chunked elsewhere. The decode steps (a few
+    queries against the cache) call ``jax.nn.dot_product_attention`` with
+    ``implementation="xla"`` / ``"cudnn"`` when this names one, and the dense grouped
+    attention otherwise. It changes no architecture field and is not written to
+    ``config.json``.
     """
 
     vocab_size: int
@@ -288,12 +292,17 @@ class Qwen3Config:
 
 @flax.struct.dataclass
 class KVCache:
-    """Stacked key/value cache for batched decoding.
+    """Key/value cache for batched decoding.
 
     ``k``/``v`` are ``[L, B, S, num_key_value_heads, head_dim]`` in the compute dtype (S is the
-    capacity); ``mask[b, s]`` is True where slot ``s`` holds a real (non-pad) token of row
-    ``b``; ``index`` is the next slot to write, shared by the whole batch. Keys are stored
-    after RoPE. Writing past the capacity is not detected inside ``jit``: callers size
+    capacity), stacked over the layers (the layer ``scan`` carries them), or tuples of ``L``
+    per-layer head-major ``[B, num_key_value_heads, S, head_dim]`` arrays
+    (``init_cache(per_layer=True)``, for the unrolled layers of ``layer_states``: each
+    layer's write updates its own buffer in place, where XLA copies a stacked buffer that
+    several layers of one loop iteration write, and a decode step's attention reads each
+    head's slots as one contiguous matrix, with no transposed copy); ``mask[b, s]`` is True where slot ``s`` holds a real (non-pad) token of row ``b``;
+    ``index`` is the next slot to write, shared by the whole batch. Keys are stored after
+    RoPE. Writing past the capacity is not detected inside ``jit``: callers size
     ``S >= prompt length + new tokens``.
     """
 
@@ -377,21 +386,26 @@ class Attention(nnx.Module):
         cos: jax.Array,
         sin: jax.Array,
         allowed: jax.Array,
-        cache_kv: tuple[jax.Array, jax.Array, jax.Array] | None,
+        cache_kv: tuple[jax.Array, ...] | None,
         index: jax.Array | None,
         kv_len: int | None = None,
         key_mask: jax.Array | None = None,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
         """``x [B, T, H]``; ``allowed [B, T, K]`` (K = T without cache, ``kv_len`` with one).
 
-        Without a cache, ``allowed=None`` and ``key_mask [B, T]`` (False on padding) select
-        causal self-attention by the config's ``attention_impl`` (:mod:`llm.model.attention`).
+        ``allowed=None`` and ``key_mask [B, T]`` (False on padding) select causal
+        self-attention over the ``T`` new tokens by the config's ``attention_impl``
+        (:mod:`llm.model.attention`): the forward without a cache, and a prefill into an
+        empty cache (``kv_len == T``: the new tokens are all the keys there are).
 
-        With a cache, ``cache_kv = (k_all, v_all, layer)``: the *whole* stacked cache
-        ``[L, B, S, kv, d]`` and this layer's index. The new keys/values are written in place
-        at ``[layer, :, index:index+T]`` and attention reads slots ``[0, kv_len)`` of this
-        layer only (``kv_len`` static, ``>= index + T``); the updated stacked arrays are
-        returned so they can stay in the layer scan's carry (no per-step cache copy).
+        With a cache, ``cache_kv = (k_all, v_all, layer[, row_start])``: the *whole* stacked
+        cache ``[L, B_cache, S, kv, d]`` and this layer's index, or (``layer=None``) this
+        layer's own head-major ``[B_cache, kv, S, d]`` buffers, and the first cache row of this
+        call's ``B`` rows (default 0; a row-blocked prefill writes one block of rows). The new
+        keys/values are written in place at ``[layer, rows, index:index+T]`` and attention
+        reads slots ``[0, kv_len)`` of those rows of this layer only (``kv_len`` static,
+        ``>= index + T``); the updated stacked arrays are returned so they can stay in the
+        layer scan's carry (no per-step cache copy).
         """
         b, t, _ = x.shape
         q = self.q_norm(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim))
@@ -401,16 +415,33 @@ class Attention(nnx.Module):
         k = apply_rope(k, cos, sin)
         new_kv = None
         if cache_kv is not None:
-            k_all, v_all, layer = cache_kv
+            k_all, v_all, layer = cache_kv[:3]
             zero = jnp.zeros((), jnp.int32)
-            at = (layer.astype(jnp.int32), zero, index.astype(jnp.int32), zero, zero)
-            k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
-            v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
-            span = k_all.shape[2] if kv_len is None else kv_len
-            read = (layer.astype(jnp.int32), zero, zero, zero, zero)
-            size = (1, b, span, self.num_kv_heads, self.head_dim)
-            k = jax.lax.dynamic_slice(k_all, read, size)[0].astype(q.dtype)
-            v = jax.lax.dynamic_slice(v_all, read, size)[0].astype(q.dtype)
+            row0 = cache_kv[3].astype(jnp.int32) if len(cache_kv) > 3 else zero
+            slot = index.astype(jnp.int32)
+            fresh = allowed is None  # prefill into an empty cache: the new keys are all the keys
+            if layer is None:  # this layer's own head-major [B_cache, kv, S, d] buffers
+                span = k_all.shape[2] if kv_len is None else kv_len
+                k_all = jax.lax.dynamic_update_slice(k_all, k.transpose(0, 2, 1, 3).astype(k_all.dtype),
+                                                     (row0, zero, slot, zero))
+                v_all = jax.lax.dynamic_update_slice(v_all, v.transpose(0, 2, 1, 3).astype(v_all.dtype),
+                                                     (row0, zero, slot, zero))
+                if not fresh:
+                    size = (b, self.num_kv_heads, span, self.head_dim)
+                    read = (row0, zero, zero, zero)
+                    k = jax.lax.dynamic_slice(k_all, read, size).transpose(0, 2, 1, 3).astype(q.dtype)
+                    v = jax.lax.dynamic_slice(v_all, read, size).transpose(0, 2, 1, 3).astype(q.dtype)
+            else:  # the stacked [L, B_cache, S, kv, d] buffers, this layer's slice
+                span = k_all.shape[2] if kv_len is None else kv_len
+                li = layer.astype(jnp.int32)
+                at = (li, row0, slot, zero, zero)
+                k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
+                v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
+                if not fresh:
+                    size = (1, b, span, self.num_kv_heads, self.head_dim)
+                    read = (li, row0, zero, zero, zero)
+                    k = jax.lax.dynamic_slice(k_all, read, size)[0].astype(q.dtype)
+                    v = jax.lax.dynamic_slice(v_all, read, size)[0].astype(q.dtype)
             new_kv = (k_all, v_all)
         if allowed is None:
             out = causal_attention(q, k, v, key_mask, impl=self.attention_impl)
@@ -494,16 +525,20 @@ class Qwen3ForCausalLM(nnx.Module):
         _, state = nnx.split(self.layers)
         return [jax.tree.map(lambda a, i=i: a[i], state) for i in range(self.config.num_hidden_layers)]
 
-    def init_cache(self, batch_size: int, capacity: int) -> KVCache:
-        """An empty cache: zero keys/values, mask all False, index 0."""
+    def init_cache(self, batch_size: int, capacity: int, *, per_layer: bool = False) -> KVCache:
+        """An empty cache: zero keys/values, mask all False, index 0; stacked ``[L, B, S, kv,
+        d]`` keys and values, or (``per_layer``) tuples of ``L`` head-major ``[B, kv, S, d]``
+        arrays for the unrolled layers (``layer_states``)."""
         c = self.config
-        shape = (c.num_hidden_layers, batch_size, capacity, c.num_key_value_heads, c.head_dim)
-        return KVCache(
-            k=jnp.zeros(shape, c.jnp_dtype),
-            v=jnp.zeros(shape, c.jnp_dtype),
-            mask=jnp.zeros((batch_size, capacity), bool),
-            index=jnp.zeros((), jnp.int32),
-        )
+        shape = (batch_size, capacity, c.num_key_value_heads, c.head_dim)
+        if per_layer:
+            heads_first = (batch_size, c.num_key_value_heads, capacity, c.head_dim)
+            k = tuple(jnp.zeros(heads_first, c.jnp_dtype) for _ in range(c.num_hidden_layers))
+            v = tuple(jnp.zeros(heads_first, c.jnp_dtype) for _ in range(c.num_hidden_layers))
+        else:
+            k = jnp.zeros((c.num_hidden_layers,) + shape, c.jnp_dtype)
+            v = jnp.zeros((c.num_hidden_layers,) + shape, c.jnp_dtype)
+        return KVCache(k=k, v=v, mask=jnp.zeros((batch_size, capacity), bool), index=jnp.zeros((), jnp.int32))
 
     def _layer_scan(self, x: jax.Array, cos: jax.Array, sin: jax.Array, key_mask: jax.Array, remat: str) -> jax.Array:
         """The decoder layers without a cache: one ``lax.scan`` over the stacked weights, the
@@ -570,6 +605,7 @@ class Qwen3ForCausalLM(nnx.Module):
         logits_to_keep: int | None = None,
         kv_len: int | None = None,
         layer_states: list[Any] | None = None,
+        row_start: jax.Array | None = None,
     ) -> tuple[jax.Array, KVCache | None]:
         """Logits ``[B, T, V]`` (float32) and the updated cache (``None`` without one).
 
@@ -589,6 +625,17 @@ class Qwen3ForCausalLM(nnx.Module):
         ``jit``), so a decode step reads the filled prefix of the cache, not its capacity.
         ``None`` reads all ``S`` slots. The cache travels through the layer scan as part of
         the carry and is updated with ``dynamic_update_slice``, which XLA performs in place.
+        ``kv_len == T`` is a **prefill into an empty cache** (``index`` is then 0): the new
+        tokens are every key there is, so attention is the causal self-attention of the
+        forward without a cache, by ``config.attention_impl`` (the chunked kernel on the CPU
+        and the TPU, cuDNN on a GPU: no ``[B, heads, T, T]`` score tensor), and the keys and
+        values are written to the cache on the way.
+
+        ``row_start`` (traced int, cache only): this call's ``B`` rows are rows
+        ``[row_start, row_start + B)`` of a cache with at least ``B`` rows; only those rows'
+        keys, values and mask are written and read (a prefill in blocks of rows fills one
+        cache, :func:`llm.generation.decode.prefill`). ``None``: the cache has exactly ``B``
+        rows.
 
         ``layer_states`` (from :meth:`layer_states`, same values as ``self.layers``) runs the
         layers as an unrolled Python loop over those per-layer states instead of the
@@ -606,18 +653,39 @@ class Qwen3ForCausalLM(nnx.Module):
         chex.assert_shape([positions, attention_mask], (b, t))
         attention_mask = attention_mask.astype(bool)
 
+        row0 = jnp.zeros((), jnp.int32) if row_start is None else jnp.asarray(row_start, jnp.int32)
         if cache is None:
+            if row_start is not None:
+                raise ValueError("row_start needs a cache")
             allowed = None  # causal + attention_mask, by config.attention_impl (llm.model.attention)
         else:
-            chex.assert_shape(cache.k, (c.num_hidden_layers, b, None, c.num_key_value_heads, c.head_dim))
-            capacity = cache.k.shape[2]
+            per_layer = isinstance(cache.k, (tuple, list))
+            if per_layer:
+                if layer_states is None:
+                    raise ValueError("a per-layer cache (init_cache(per_layer=True)) needs layer_states")
+                if len(cache.k) != c.num_hidden_layers or len(cache.v) != c.num_hidden_layers:
+                    raise ValueError(f"the per-layer cache has {len(cache.k)} layers; need {c.num_hidden_layers}")
+                rows = cache.k[0].shape[0] if row_start is not None else b
+                chex.assert_shape(list(cache.k) + list(cache.v), (rows, c.num_key_value_heads, None, c.head_dim))
+            else:
+                rows = cache.k.shape[1] if row_start is not None else b
+                chex.assert_shape(cache.k, (c.num_hidden_layers, rows, None, c.num_key_value_heads, c.head_dim))
+            if rows < b:
+                raise ValueError(f"the cache has {rows} rows, fewer than the call's B={b}")
+            capacity = cache.mask.shape[1]
             span = capacity if kv_len is None else kv_len
             if not (isinstance(span, int) and t <= span <= capacity):
                 raise ValueError(f"kv_len={kv_len!r} must be an int in [T={t}, capacity={capacity}]")
-            key_mask = jax.lax.dynamic_update_slice(cache.mask, attention_mask, (jnp.zeros((), jnp.int32), start))
-            q_slot = start + jnp.arange(t, dtype=jnp.int32)
-            causal = jnp.arange(span, dtype=jnp.int32)[None, :] <= q_slot[:, None]
-            allowed = causal[None] & key_mask[:, None, :span]
+            key_mask = jax.lax.dynamic_update_slice(cache.mask, attention_mask, (row0, start))
+            if span == t:
+                # prefill into an empty cache (index + T <= kv_len = T: index is 0): causal
+                # self-attention over the new tokens, by attention_impl (no dense scores)
+                allowed = None
+            else:
+                q_slot = start + jnp.arange(t, dtype=jnp.int32)
+                causal = jnp.arange(span, dtype=jnp.int32)[None, :] <= q_slot[:, None]
+                own = jax.lax.dynamic_slice_in_dim(key_mask, row0, b, axis=0) if row_start is not None else key_mask
+                allowed = causal[None] & own[:, None, :span]
 
         cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta)
         x = self.embed_tokens(input_ids.astype(jnp.int32)).astype(c.jnp_dtype)
@@ -629,13 +697,21 @@ class Qwen3ForCausalLM(nnx.Module):
                 raise ValueError(f"layer_states has {len(layer_states)} entries; need {c.num_hidden_layers}")
             k_new = None if cache is None else cache.k
             v_new = None if cache is None else cache.v
-            for i, state in enumerate(layer_states):
-                layer = nnx.merge(graphdef, state)
-                if cache is None:
-                    x, _ = layer(x, cos, sin, None, None, None, None, attention_mask)
-                else:
-                    kv = (k_new, v_new, jnp.asarray(i, jnp.int32))
-                    x, (k_new, v_new) = layer(x, cos, sin, allowed, kv, start, span)
+            if cache is not None and isinstance(k_new, (tuple, list)):  # each layer its own buffers
+                ks, vs = list(k_new), list(v_new)
+                for i, state in enumerate(layer_states):
+                    kv = (ks[i], vs[i], None, row0)
+                    x, (ks[i], vs[i]) = nnx.merge(graphdef, state)(x, cos, sin, allowed, kv, start, span,
+                                                                   attention_mask)
+                k_new, v_new = tuple(ks), tuple(vs)
+            else:
+                for i, state in enumerate(layer_states):
+                    layer = nnx.merge(graphdef, state)
+                    if cache is None:
+                        x, _ = layer(x, cos, sin, None, None, None, None, attention_mask)
+                    else:
+                        kv = (k_new, v_new, jnp.asarray(i, jnp.int32), row0)
+                        x, (k_new, v_new) = layer(x, cos, sin, allowed, kv, start, span, attention_mask)
         elif cache is None:
             x = self._layer_scan(x, cos, sin, attention_mask, "none")
         else:
@@ -644,7 +720,8 @@ class Qwen3ForCausalLM(nnx.Module):
                 h, k_all, v_all = carry
                 state, layer_index = xs
                 layer = nnx.merge(graphdef, state)
-                h, (k_all, v_all) = layer(h, cos, sin, allowed, (k_all, v_all, layer_index), start, span)
+                h, (k_all, v_all) = layer(h, cos, sin, allowed, (k_all, v_all, layer_index, row0), start, span,
+                                          attention_mask)
                 return (h, k_all, v_all), None
 
             layer_ids = jnp.arange(c.num_hidden_layers, dtype=jnp.int32)
