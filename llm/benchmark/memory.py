@@ -1,18 +1,26 @@
-"""XLA's memory analysis of the GRPO update, compiled from abstract shapes (no accelerator).
+"""XLA's memory analysis of a GRPO step, compiled from abstract shapes (no accelerator).
 
-``python -m llm.memory`` builds the jitted update of :func:`llm.rl.updates.make_grpo_update` for a
-model preset (``conf/model/<preset>.yaml``) and one micro-batch of ``rows`` completions
-of ``prompt + completion`` tokens, lowers and compiles it for the local backend (the CPU by
-default) from ``jax.ShapeDtypeStruct`` arguments only -- no parameter is ever allocated -- and
-prints XLA's ``memory_analysis()``: arguments (parameters, optimizer state, batch), outputs
-and temporaries (activations, gradients, logits). The temporaries are what the update needs
-on top of its state; on an accelerator the same program needs about the same.
+**The step plan** (``python -m llm.memory --plan [--tokenizer DIR] [--layers auto|full|L1,L2]
+<Hydra overrides>``): the overrides of ``python -m jaxlake.run`` (e.g. ``+recipe=paper_qwen3_4b``,
+composed from ``jaxlake.conf``) pick the run; :func:`build_plan` compiles every phase of one
+of its GRPO steps with the trainer's own functions -- each sampling phase (reasoning: think,
+then answer) as the call ``generate_ids`` makes and its prefill and decode loop apart, the
+old (and reference) log-probs, the update with its micro-batches -- from
+``jax.ShapeDtypeStruct`` arguments only (no parameter is ever allocated), and prints for each
+what the trainer holds beside it, its arguments, outputs, temporaries, peak and largest
+buffers, then a verdict for one 80 GB GPU, one H200, one 24 GiB GPU
+(``XLA_PYTHON_CLIENT_MEM_FRACTION`` stated) and ``fsdp = N`` on 16 GB TPU chips, sampling
+in the row blocks the sampler would choose on each (:class:`StepPlan`). Deep models are
+compiled at a layer cut and extrapolated per layer (stated in the output).
 
-Example (the setting of issue 11)::
+**One update** (``python -m llm.memory --preset qwen3_4b --rows 16 --prompt 256 --completion
+1024``): the jitted update of :func:`llm.rl.updates.make_grpo_update` for a model preset
+(``conf/model/<preset>.yaml``) and one micro-batch, and XLA's ``memory_analysis()``:
+arguments (parameters, optimizer state, batch), outputs and temporaries (activations,
+gradients, logits).
 
-    python -m llm.memory --preset qwen3_4b --rows 16 --prompt 256 --completion 1024
-
-Compiling a 4B update for the CPU takes a few minutes of one core; nothing runs.
+Compiling a 4B-shaped graph for the CPU takes seconds at a 2-3 layer cut and minutes at full
+depth; nothing runs.
 """
 
 from __future__ import annotations
@@ -742,7 +750,9 @@ def plan_main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m llm.memory --plan",
                                      description="The memory plan of one GRPO step, compiled phase by phase.")
     parser.add_argument("--prompt-tokens", type=int, default=None, help="padded prompt length P")
-    parser.add_argument("--tokenizer", default=None, help="a tokenizer folder (counts the forced close)")
+    parser.add_argument("--tokenizer", default=None,
+                        help="a tokenizer folder: measures the prompt on the run's largest canvas, counts the "
+                             "forced close (default: model.path's)")
     parser.add_argument("--layers", default="auto",
                         help="auto (2,3 beyond 8 layers) | full | L1,L2 (a layer cut, extrapolated per layer)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
@@ -752,7 +762,13 @@ def plan_main(argv: Sequence[str]) -> int:
     if cut == "full":
         cut = None
     elif cut != "auto":
-        cut = tuple(int(x) for x in cut.split(","))
+        try:
+            cut = tuple(int(x) for x in cut.split(","))
+            assert len(cut) == 2 and 1 <= cut[0] < cut[1]
+        except (ValueError, AssertionError):
+            parser.error(f"--layers={args.layers!r} must be auto, full or two depths L1,L2 with 1 <= L1 < L2")
+    if args.prompt_tokens is not None and args.prompt_tokens < 1:
+        parser.error(f"--prompt-tokens={args.prompt_tokens} must be >= 1")
     plan = plan_from_overrides(args.overrides, prompt_tokens=args.prompt_tokens, tokenizer=args.tokenizer, cut=cut,
                                progress=lambda name: print(f"compiling {name} ...", file=sys.stderr, flush=True))
     print(json.dumps(plan.to_dict()) if args.json else plan.table())
@@ -764,7 +780,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if "--plan" in argv:
         argv.remove("--plan")
         return plan_main(argv)
-    parser = argparse.ArgumentParser(prog="python -m llm.memory", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m llm.memory", description=__doc__.split("\n\n")[0],
+                                     epilog="--plan [options] <Hydra overrides>: the memory plan of a whole GRPO "
+                                            "step (python -m llm.memory --plan --help)")
     parser.add_argument("--preset", default="qwen3_4b")
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--prompt", type=int, default=256)

@@ -6,13 +6,18 @@ How a call runs (:func:`generate`):
    to a bucketed length ``P`` (the longest prompt rounded up to a multiple of
    ``GenerationConfig.prompt_bucket``), so calls with similar prompts reuse one compiled
    function.
-2. **Device, one jitted function** (:func:`generate_ids`): prefill the whole padded prompt
-   into an empty cache of capacity ``P + max_new_tokens`` (attention over the ``P`` prompt
-   slots only), sample the first token, then decode one token per iteration of
-   ``lax.while_loop`` segments that exit early when every row has hit EOS. Segment ``j``
-   attends over the first ``P + (j + 1) * kv_block`` cache slots (a static bound), so a step
-   reads the weights once plus the *filled* prefix of the cache rounded up to a block, not
-   the capacity. The cache is carried through the loops and the layer scan and updated in
+2. **Device, one jitted function per block of rows** (:func:`generate_ids`; the whole batch
+   unless ``GenerationConfig.row_block`` says otherwise or, by default, the device's free
+   memory does not hold the compiled call: :func:`choose_row_block`). The weights are read
+   through one compute-dtype copy made per call (:func:`sampling_state`). Prefill the whole
+   padded prompt into an empty cache of capacity ``P + max_new_tokens`` (:func:`prefill`:
+   the causal self-attention of the prompt by the model's ``attention_impl``, no dense
+   score tensor, in blocks of rows), sample the first token, then decode one token per
+   iteration of ``lax.while_loop`` segments that exit early when every row has hit EOS.
+   Segment ``j`` attends over the first ``P + (j + 1) * kv_block`` cache slots (a static
+   bound), so a step reads the weights once plus the *filled* prefix of the cache rounded
+   up to a block, not the capacity. The cache (stacked for the layer scan, one head-major
+   buffer per layer for the unrolled layers) is carried through the loops and updated in
    place (``dynamic_update_slice`` on the carry); finished rows keep their batch slot (they
    still cost a step until every row is done; the batch is not refilled). No host
    synchronisation happens inside the loop. The compiled function is cached by
@@ -21,7 +26,8 @@ How a call runs (:func:`generate`):
    parameter *state* is an ordinary argument (``nnx.split``), so GRPO calls it with new
    parameters every step without recompiling; temperature, top-p mass, EOS ids, the pad
    id and per-row budgets (``max_lengths``) are traced too (only greedy-or-not, ``top_k``
-   and whether top-p is on are static).
+   and whether top-p is on are static). :func:`lower_sampling` lowers the same functions
+   from abstract shapes for the step plan (``python -m llm.memory --plan``).
 3. **Host**: decode texts, apply **stop strings** (see below), build a
    :class:`GenerationResult`.
 
@@ -63,9 +69,13 @@ from llm.generation.sampling import validate_sampling
 __all__ = [
     "GenerationConfig",
     "GenerationResult",
+    "choose_row_block",
     "generate",
     "generate_ids",
+    "lower_sampling",
     "pad_prompts",
+    "prefill",
+    "sampling_state",
     "sequence_logprobs",
     "split_model",
     "trace_count",
