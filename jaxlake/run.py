@@ -20,7 +20,7 @@ The configuration is ``conf/config.yaml``, shipped in the package (groups ``env`
 touches JAX.
 
 A user's mistake -- a bad value, a missing, corrupt or unwritable file, a run folder locked by
-another command (:func:`jaxlake.pipeline.stages.run_lock`) -- ends with one line on stderr,
+another command (:func:`jaxlake.pipeline.folder.run_lock`) -- ends with one line on stderr,
 ``error: <what>``, naming the field and its allowed range or the file, and exit status 1,
 instead of Hydra's "Error executing job" and a traceback
 (:func:`jaxlake.pipeline.settings.user_error` says what counts). ``HYDRA_FULL_ERROR=1``, the

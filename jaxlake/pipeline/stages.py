@@ -10,7 +10,7 @@ a multirun job's is ``runs/<experiment>/multirun/<job>``)::
     report.md, *.png            per-stage table and plots (jaxlake.pipeline.report), rewritten at the end
     stages.jsonl                one metrics row per finished stage (phase "stage", step k): suite
                                 scores, own-environment scores, the engineer's decision
-                                (:func:`log_stage`; with ``logger`` also ``tb/stage/``, ``wandb/``)
+                                (:func:`jaxlake.pipeline.records.log_stage`; with ``logger`` also ``tb/stage/``, ``wandb/``)
     stage_<k>/env.yaml          the environment stage k trains on (a weighted mixture)
     stage_<k>/checkpoint/       orbax checkpoints of the stage's policy   } llm.training.stage.train_stage
     stage_<k>/metrics.jsonl     training metrics                          } (also warmstart/,
@@ -48,42 +48,39 @@ statistics randomness; the suite's seeds are fixed by ``eval``), ``model``, ``tr
 ``logger`` / ``wandb`` (the metric back ends, :mod:`jaxlake.metrics`; the trainer's go to
 ``stage_<k>/metrics.jsonl``, ``stage_<k>/tb/<phase>/``, ``stage_<k>/wandb/``).
 
-``pipeline.share_stage1`` (a folder, or null) shares stage 1 between runs: stage 1's
-training, evaluation and summaries depend only on the run's seed, stage-1 environment,
-model, training, reward, prompt and suite settings -- not on the engineer, whose first
-decision comes after them. With a shared folder the first run stores its finished stage 1
-(without the engineer's files) under a key hashed from exactly those settings, and every
-later run with the same key copies it instead of retraining, then runs its own engineer. The
-results equal independent runs'; a sweep over engineers trains stage 1 once per seed. The
-store has its own lock per key (``<store>/<key>.lock``): copies into and out of it take turns
-(a run waits for another's copy), independent of the run folders' locks.
+``pipeline.share_stage1`` (a folder, or null) shares stage 1 between runs of a sweep
+(:mod:`jaxlake.pipeline.share`). The run folder's lock and the checks made before any write
+live in :mod:`jaxlake.pipeline.folder`; a finished stage's records and tables in
+:mod:`jaxlake.pipeline.records`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
-import os
 import shlex
-import shutil
-import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from jaxlake.engineers import EngineerContext, build_engineer
-from jaxlake.io import FolderLock, read_json, write_json, write_text
-from jaxlake.metrics import build_writer
-from jaxlake.mixture import Mixture, load_mixture, mixture_to_obj, mixture_to_yaml, same_mixture
+from jaxlake.io import read_json, write_json, write_text
+from jaxlake.mixture import Mixture, load_mixture, mixture_to_yaml, same_mixture
+from jaxlake.pipeline.folder import (
+    check_folder,
+    check_model,
+    check_run_info,
+    log,
+    relative,
+    require_eval,
+    run_lock,
+    stage_path,
+    write_run_info,
+)
+from jaxlake.pipeline.records import log_stage, stage_record, stage_table
 from jaxlake.pipeline.settings import SETTINGS, PipelineError, RunSettings, user_error  # noqa: F401 (re-exported)
+from jaxlake.pipeline.share import restore_shared_stage1, store_shared_stage1
 
 #: Files that make a stage complete (the checkpoint is named by train.json).
 STAGE_FILES = ("env.yaml", "train.json", "eval.json", "summary.json", "engineer.json", "next_env.yaml")
-#: The run folder's lock (jaxlake.io.FolderLock): one process at a time in a run folder.
-LOCK_FILE = "run.lock"
-#: How long a run waits for another one's copy into or out of the shared stage-1 store.
-STORE_WAIT_S = 600.0
 
 
 # ============================================================================ helpers
@@ -109,10 +106,6 @@ def stage_complete(d: Path) -> bool:
     from llm.training.evaluate import is_suite_eval
 
     return all((d / f).is_file() for f in STAGE_FILES) and is_suite_eval(d / "eval.json")
-
-
-def _log(msg: str) -> None:
-    print(f"[pipeline] {msg}", file=sys.stderr, flush=True)
 
 
 # ============================================================================ stage inputs
@@ -157,142 +150,6 @@ def previous_policy(s: RunSettings, k: int) -> Optional[Path]:
     )
 
 
-def stage_path(s: RunSettings, d: Path, value: str) -> Path:
-    """A path that a stage file (``train.json``) of stage folder ``d`` records: relative paths are
-    resolved against ``d`` (what the pipeline writes, so a moved or copied run folder uses its
-    own files); an absolute one (run folders written before) inside the folder that ``run.json``
-    says the run was made in is mapped into this run folder."""
-    path = Path(value)
-    if not path.is_absolute():
-        return d / path
-    made_in = _made_in(s)
-    if made_in is not None and made_in != s.run_dir.resolve():
-        try:
-            return s.run_dir / path.relative_to(made_in)
-        except ValueError:
-            pass
-    return path
-
-
-def _made_in(s: RunSettings) -> Optional[Path]:
-    """The folder ``run.json`` says the run was made in (None without one)."""
-    info = s.run_dir / "run.json"
-    try:
-        made = read_json(info).get("run_dir") if info.is_file() else None
-    except (OSError, ValueError):
-        return None
-    return Path(made) if made else None
-
-
-def _relative(path: Optional[Path], d: Path) -> Optional[str]:
-    """``path`` relative to stage folder ``d`` when it lies in the same run folder, else as given."""
-    if path is None:
-        return None
-    try:
-        Path(path).resolve().relative_to(d.resolve().parent)
-    except ValueError:
-        return str(path)
-    return os.path.relpath(Path(path).resolve(), d.resolve())
-
-
-def _require_eval(s: RunSettings):
-    if s.eval is None:
-        raise PipelineError("the config has no `eval` (the held-out suite); select one with eval=<name>")
-    return s.eval
-
-
-# ============================================================================ stage-1 sharing
-#: Stage-1 files that belong to the engineer (never shared).
-_ENGINEER_FILES = ("engineer.json", "next_env.yaml")
-_SOURCE_FILE = "shared_from.json"
-
-
-def stage1_key(cfg: Any, mixture: Mixture) -> str:
-    """Hash of everything stage 1's training, evaluation and summaries depend on: the run's
-    settings (:func:`run_settings`, less the warm-start policy of later stages), its seed and
-    stage 1's environment (the engineer's initial mixture, which may replace ``env``).
-    ``cfg``: the :class:`RunSettings` or a raw config."""
-    s = RunSettings.of(cfg)
-    settings = s.record()
-    for later in ("env", "pipeline.warmstart"):
-        settings.pop(later)
-    payload = {"settings": settings, "seed": s.seed, "env": mixture_to_obj(mixture)}
-    blob = json.dumps(payload, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def _rewrite_paths(d: Path, old: str, new: str) -> None:
-    """Point the JSON files of folder ``d`` at ``new`` instead of ``old`` (absolute paths that run
-    folders of earlier versions recorded; the pipeline now records paths relative to the stage
-    folder, which need no rewriting)."""
-    if old == new:
-        return
-    pairs = [('"' + json.dumps(old)[1:-1] + sep, '"' + json.dumps(new)[1:-1] + sep) for sep in ("/", '"')]
-    for f in d.glob("*.json"):
-        text = f.read_text(encoding="utf-8")
-        fixed = text
-        for a, b in pairs:  # the folder itself ("old") or a path inside it ("old/...")
-            fixed = fixed.replace(a, b)
-        if fixed != text:
-            write_text(f, fixed)
-
-
-def _store_lock(share: Path, key: str) -> FolderLock:
-    """The shared stage-1 store's own lock for ``key`` (``<store>/<key>.lock``): runs of a sweep
-    copy into and out of the store one at a time; a run waits for another's copy (up to
-    :data:`STORE_WAIT_S`) instead of refusing."""
-    return FolderLock(share / f"{key}.lock", what="shared stage-1 store", wait_s=STORE_WAIT_S,
-                      on_stale=lambda r: _log(f"took over a stale lock of the shared stage-1 store {share} "
-                                              f"(process {r.get('pid')} on {r.get('host')} is gone)"))
-
-
-def restore_shared_stage1(s: RunSettings, d: Path, mixture: Mixture) -> bool:
-    """Fill stage folder ``d`` from the shared stage-1 store when it holds this run's key."""
-    share = s.share_stage1
-    if share is None or (d / "train.json").is_file():
-        return False
-    key = stage1_key(s, mixture)
-    src = share / key
-    if not (src / "summary.json").is_file():
-        return False
-    with _store_lock(share, key):
-        origin = read_json(src / _SOURCE_FILE)["dir"]
-        for item in src.iterdir():
-            if item.name in (_SOURCE_FILE, "env.yaml") + _ENGINEER_FILES:
-                continue
-            target = d / item.name
-            if item.is_dir():
-                shutil.copytree(item, target, dirs_exist_ok=True)
-            else:
-                shutil.copy2(item, target)
-    _rewrite_paths(d, origin, str(d))
-    write_json(d / _SOURCE_FILE, {"dir": origin, "key": key})
-    _log(f"stage 1: shared from {origin} (pipeline.share_stage1 key {key})")
-    return True
-
-
-def store_shared_stage1(s: RunSettings, d: Path, mixture: Mixture) -> None:
-    """Copy a finished stage 1 (engineer files excluded) into the shared store, atomically
-    (a temporary folder renamed into place) and under the store's own lock."""
-    share = s.share_stage1
-    if share is None:
-        return
-    key = stage1_key(s, mixture)
-    dst = share / key
-    if dst.is_dir():
-        return
-    share.mkdir(parents=True, exist_ok=True)
-    with _store_lock(share, key):
-        if dst.is_dir():  # another run stored the same key while this one waited
-            return
-        tmp = share / f".{dst.name}.{os.getpid()}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(d, tmp, ignore=shutil.ignore_patterns(*_ENGINEER_FILES, _SOURCE_FILE, "*.tmp", "wandb"))
-        write_json(tmp / _SOURCE_FILE, {"dir": str(d)})
-        try:
-            os.replace(tmp, dst)
-        except OSError:  # another run stored the same key first
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ============================================================================ steps
@@ -304,7 +161,7 @@ def step_train(s: RunSettings, k: int, d: Path, mixture: Mixture) -> dict:
     from llm.training.stage import train_stage
 
     init = previous_policy(s, k)
-    _log(f"stage {k}: training" + (f" from {init}" if init else ""))
+    log(f"stage {k}: training" + (f" from {init}" if init else ""))
     res = train_stage(s.stage_config(k), mixture, d, init_from=init)
     if res.eval_after is None:  # the trainer stopped before the end of its schedule
         raise PipelineError(
@@ -312,9 +169,9 @@ def step_train(s: RunSettings, k: int, d: Path, mixture: Mixture) -> dict:
             f"steps; rerun the same command to resume from {res.checkpoint_dir}"
         )
     out = {  # paths relative to the stage folder (stage_path resolves them)
-        "checkpoint_dir": _relative(Path(res.checkpoint_dir), d),
-        "policy_dir": _relative(Path(res.policy_dir), d) if res.policy_dir else None,
-        "init_from": _relative(init, d),
+        "checkpoint_dir": relative(Path(res.checkpoint_dir), d),
+        "policy_dir": relative(Path(res.policy_dir), d) if res.policy_dir else None,
+        "init_from": relative(init, d),
         "warmstart_steps": res.warmstart_steps,
         "grpo_steps": res.grpo_steps,
         "resumed": res.resumed,
@@ -339,10 +196,10 @@ def step_eval(s: RunSettings, k: int, d: Path, mixture: Mixture, train: dict) ->
     if is_suite_eval(path):
         return read_json(path)
     policy_path = stage_path(s, d, train.get("policy_dir") or train["checkpoint_dir"])
-    _log(f"stage {k}: evaluating {policy_path} on the held-out suite")
+    log(f"stage {k}: evaluating {policy_path} on the held-out suite")
     policy = _load(s, policy_path)
-    result = evaluate_policy(policy, _require_eval(s).node, s.prompt, current=mixture, stage=k,
-                             checkpoint=_relative(policy_path, d))
+    result = evaluate_policy(policy, require_eval(s).node, s.prompt, current=mixture, stage=k,
+                             checkpoint=relative(policy_path, d))
     write_eval(path, result)
     return result
 
@@ -375,8 +232,8 @@ def step_summary(s: RunSettings, k: int, d: Path, mixture: Mixture, ev: dict) ->
 
     from jaxlake.summaries import environment_stats, render_summary, summarize
 
-    e = _require_eval(s)
-    _log(f"stage {k}: summarizing")
+    e = require_eval(s)
+    log(f"stage {k}: summarizing")
     stats = environment_stats(mixture, e.env_stats_lakes, jax.random.PRNGKey(1_000 * s.seed + k), solve=e.planner)
     summary = summarize(ev, stats, history(s, k), e.k_failures, e.summary_mode)
     write_text(d / "summary.txt", render_summary(summary) + "\n")
@@ -424,7 +281,7 @@ def step_engineer(s: RunSettings, k: int, d: Path, mixture: Mixture, ev: dict, s
     if done.is_file() and nxt.is_file():
         return read_json(done)
     ctx = engineer_context(s, k, d, mixture, ev, summary, train, engineer)
-    _log(f"stage {k}: engineer {engineer.name} proposes stage {k + 1}'s environment")
+    log(f"stage {k}: engineer {engineer.name} proposes stage {k + 1}'s environment")
     t0 = time.perf_counter()
     proposal = engineer.propose(ctx)
     record = proposal.to_json(engineer.name, k)
@@ -436,32 +293,6 @@ def step_engineer(s: RunSettings, k: int, d: Path, mixture: Mixture, ev: dict, s
 
 
 # ============================================================================ entry points
-#: Run folders this process holds the lock of (run_pipeline -> run_stage take it once).
-_LOCKED: dict[Path, FolderLock] = {}
-
-
-@contextlib.contextmanager
-def run_lock(cfg: Any) -> Iterator[None]:
-    """Hold the run folder's lock (``<run dir>/run.lock``, :class:`jaxlake.io.FolderLock`) for
-    the block: a second process refuses at once, naming the holder's PID and host; a stale lock
-    (its process gone) is taken over with a message. Re-entrant within the pipeline
-    (:func:`run_pipeline` holds it over its :func:`run_stage` calls); released on exit,
-    exceptions included. ``cfg``: the :class:`RunSettings` or a raw config."""
-    s = RunSettings.of(cfg)
-    key = s.run_dir.resolve()
-    if key in _LOCKED:
-        yield
-        return
-    s.run_dir.mkdir(parents=True, exist_ok=True)
-    lock = FolderLock(s.run_dir / LOCK_FILE, what="run folder",
-                      on_stale=lambda r: _log(f"took over the stale lock of {s.run_dir}: process {r.get('pid')} "
-                                              f"on host {r.get('host')} (since {r.get('since', '?')}) is gone"))
-    with lock:
-        _LOCKED[key] = lock
-        try:
-            yield
-        finally:
-            _LOCKED.pop(key, None)
 
 
 def _build(s: RunSettings) -> Any:
@@ -477,102 +308,6 @@ def _build(s: RunSettings) -> Any:
         raise PipelineError(f"engineer ({(s.engineer or {}).get('_target_', '?')}): {cause}") from err
 
 
-def check_model(s: RunSettings) -> None:
-    """``model.path``, when set, is a Hugging Face Qwen3 folder that loads: ``config.json``, every
-    weights shard (headers parsed, lengths checked) and the tokenizer files
-    (:func:`llm.model.hf_io.check_pretrained`); raises :class:`PipelineError` naming the file."""
-    if not s.model.path:
-        return
-    from llm.model.hf_io import CheckpointError, check_pretrained
-
-    try:
-        check_pretrained(s.model.path)
-    except (OSError, CheckpointError, ValueError) as err:
-        raise PipelineError(f"model.path={s.model.path}: {user_error(err) or err}") from None
-
-
-def check_run_info(cfg: Any, engineer: Any) -> dict:
-    """The ``run.json`` record of this run, checked against the folder's: refuse a run folder
-    made with another engineer, seed or settings. Writes nothing."""
-    s = RunSettings.of(cfg)
-    d = s.run_dir
-    info = {
-        "experiment": s.experiment,
-        "engineer": engineer.name,
-        "seed": s.seed,
-        "stages": s.stages,
-        "eval": _require_eval(s).name,
-        "run_dir": str(d.resolve()),
-    }
-    info["settings"] = s.record()
-    path = d / "run.json"
-    if path.is_file():
-        try:
-            old = read_json(path)
-        except ValueError as err:
-            raise PipelineError(f"{path} is not valid JSON ({err}); restore it, or delete the folder: "
-                                f"rm -r {shlex.quote(str(d))}") from None
-        for key in ("engineer", "seed"):
-            if old.get(key) not in (None, info[key]):
-                raise PipelineError(
-                    f"{d} belongs to a run with {key}={old[key]}, not {info[key]}; choose another "
-                    f"experiment=<name> (or delete the folder: rm -r {shlex.quote(str(d))})"
-                )
-        changed = _diff(old.get("settings"), info["settings"]) if "settings" in old else []
-        if changed:
-            shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed[:6])
-            more = f" (+{len(changed) - 6} more)" if len(changed) > 6 else ""
-            raise PipelineError(
-                f"{d} was made with other settings ({shown}{more}); resuming would mix them. Choose "
-                f"another experiment=<name>, restore the settings, or delete the folder: rm -r {shlex.quote(str(d))}"
-            )
-    return info
-
-
-def write_run_info(cfg: Any, engineer: Any) -> None:
-    """Write ``run.json`` (after :func:`check_run_info`) and, under Hydra, ``.hydra/``. A run
-    folder that ``run.json`` says was made elsewhere (moved or copied) has the absolute paths
-    its stage files hold from earlier versions pointed into it first. ``cfg``: the
-    :class:`RunSettings` or a raw config."""
-    s = RunSettings.of(cfg)
-    info = check_run_info(s, engineer)
-    d = s.run_dir
-    d.mkdir(parents=True, exist_ok=True)
-    made_in = _made_in(s)
-    if made_in is not None and made_in != d.resolve():
-        for sd in sorted(d.glob("stage_*")):
-            if sd.is_dir():
-                _rewrite_paths(sd, str(made_in), str(d.resolve()))
-        _log(f"{d} was made in {made_in}: its stage files now point into {d}")
-    for name, text in s.hydra_files.items():
-        (d / ".hydra").mkdir(exist_ok=True)
-        write_text(d / ".hydra" / name, text)
-    write_json(d / "run.json", info)
-
-
-def check_folder(s: RunSettings) -> None:
-    """Every environment file already in the run folder parses (a hand-edited ``env.yaml`` /
-    ``next_env.yaml`` with a bad value fails now, naming the file, not stages later)."""
-    for sd in sorted(s.run_dir.glob("stage_*")):
-        for name in ("env.yaml", "next_env.yaml"):
-            if (sd / name).is_file():
-                load_mixture(sd / name)
-
-
-def run_settings(cfg: Any) -> dict:
-    """The settings that fix a run's results (``SETTINGS`` groups and the warm-start policy):
-    :attr:`RunSettings.settings`, a fresh copy."""
-    return RunSettings.of(cfg).record()
-
-
-def _diff(old: Any, new: Any, prefix: str = "") -> list:
-    """``[(dotted key, old, new)]`` where two JSON trees differ."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        out = []
-        for k in sorted(set(old) | set(new), key=str):
-            out += _diff(old.get(k), new.get(k), f"{prefix}{k}.")
-        return out
-    return [] if old == new else [(prefix.rstrip("."), old, new)]
 
 
 def run_stage(cfg: Any, k: int, engineer: Any = None) -> dict:
@@ -621,72 +356,6 @@ def _run_stage(s: RunSettings, k: int, engineer: Any) -> dict:
     return record
 
 
-def stage_metrics(record: dict, decision: dict) -> dict:
-    """The metrics row of a finished stage: phase ``stage``, step ``k``, the suite scores per
-    decoding mode, the own-environment scores and the engineer's decision."""
-    return {
-        "phase": "stage",
-        "step": record["stage"],
-        "suite": {m: v for m, v in record["scores"].items() if v is not None},
-        "current_env": {m: v for m, v in record["current_env"].items() if v is not None},
-        "engineer": {"decision": str(record["decision"]), "reason": str(record["reason"]),
-                     "changed": bool(decision.get("changed")), "wall_s": float(decision.get("wall_s") or 0.0)},
-    }
-
-
-def log_stage(cfg: Any, record: dict, decision: dict) -> None:
-    """Log :func:`stage_metrics` to the run's back ends (``logger``): ``<run dir>/stages.jsonl``,
-    ``<run dir>/tb/stage/``, the run folder's W&B run. Stage ``k``'s row replaces any row of
-    stage ``k`` or later from an earlier attempt (``truncate("stage", k - 1)``). ``cfg``: the
-    :class:`RunSettings` or a raw config."""
-    s = RunSettings.of(cfg)
-    k = int(record["stage"])
-    with build_writer(s.logger, s.run_dir, jsonl_name="stages.jsonl", phases=("stage",),
-                      name=s.experiment, run_config=s.record()) as writer:
-        writer.truncate("stage", k - 1)
-        writer.append(stage_metrics(record, decision))
-
-
-def stage_record(d: Path, k: int) -> dict:
-    ev = read_json(d / "eval.json")
-    eng = read_json(d / "engineer.json")
-    cur = (ev.get("current_env") or {}).get("modes") or {}
-    return {
-        "stage": k,
-        "dir": str(d),
-        "env": mixture_to_obj(load_mixture(d / "env.yaml")),
-        "scores": {m: r.get("score") for m, r in ev.get("modes", {}).items()},
-        "current_env": {m: r.get("score") for m, r in cur.items()},
-        "decision": eng.get("decision"),
-        "reason": eng.get("reason"),
-        "next_env": eng.get("proposal"),
-    }
-
-
-def short_env(mixture_obj: list) -> str:
-    """A mixture in one line: ``5x5 n=2 holes=0.1 conflict=0.5``, ``0.50*(...) + 0.50*(...)``."""
-    keys = ("height", "width", "num_agents", "hole_density", "conflict_density")
-    parts = []
-    for comp in mixture_obj:
-        c = comp["config"]
-        body = "{}x{} n={} holes={:g} conflict={:g}".format(*(c[k] for k in keys))
-        parts.append(body if len(mixture_obj) == 1 else f"{comp['weight']:.2f}*({body})")
-    return " + ".join(parts)
-
-
-def stage_table(records: list) -> str:
-    """Markdown table: stage, environment, suite scores, own-environment success, decision."""
-    modes = sorted({m for r in records for m in r["scores"]}, key=lambda m: (m != "greedy", m))
-    head = "| stage | environment | " + " | ".join(f"suite {m}" for m in modes) + " | own env (greedy) | engineer |"
-    rows = [head, "|---|---|" + "---|" * len(modes) + "---|---|"]
-    for r in records:
-        scores = " | ".join("–" if r["scores"].get(m) is None else f"{r['scores'][m]:.3f}" for m in modes)
-        own = r["current_env"].get("greedy")
-        rows.append(
-            f"| {r['stage']} | {short_env(r['env'])} | {scores} | {'–' if own is None else f'{own:.3f}'} | "
-            f"{r['decision']}: {r['reason']} |"
-        )
-    return "\n".join(rows)
 
 
 def run_pipeline(cfg: Any) -> list:
@@ -708,7 +377,7 @@ def _run_pipeline(s: RunSettings, engineer: Any) -> list:
     for k in range(1, s.stages + 1):
         d = s.stage_dir(k)
         if stage_complete(d):
-            _log(f"stage {k}: complete, skipped ({d})")
+            log(f"stage {k}: complete, skipped ({d})")
         else:
             _run_stage(s, k, engineer)
         records.append(stage_record(d, k))
@@ -718,7 +387,7 @@ def _run_pipeline(s: RunSettings, engineer: Any) -> list:
 
         build_report(s.run_dir, plots=True)
     except Exception as err:  # noqa: BLE001 - the report is a convenience; the run is done
-        _log(f"report not written: {err}")
+        log(f"report not written: {err}")
     print(f"\n{s.run_dir}: engineer={engineer.name} seed={s.seed}\n{table}\n", flush=True)
     return records
 

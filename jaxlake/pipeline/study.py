@@ -33,7 +33,7 @@ from typing import Any, Optional, Sequence
 
 from jaxlake.io import FolderLock, FolderLockError, read_json, write_json, write_text
 from jaxlake.mixture import load_mixture, mixture_to_obj
-from jaxlake.pipeline.stages import short_env
+from jaxlake.pipeline.records import short_env
 from jaxlake.pipeline.report import find_runs, load_run, plot_breakdown, plot_scores
 from jaxlake.stats import mean_ci
 from jaxlake.conf import CONF_DIR

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from jaxlake.conf import CONF_DIR
 
 from jaxlake.engineers import build_engineer
-from jaxlake.pipeline.stages import PipelineError, read_json, write_run_info
-from jaxlake.conf import CONF_DIR
+from jaxlake.io import read_json
+from jaxlake.pipeline.folder import write_run_info
+from jaxlake.pipeline.settings import PipelineError
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -54,7 +56,9 @@ def test_a_moved_folder_s_old_absolute_paths_point_into_it(tmp_path):
     folder resolves them into itself, and the next run.json rewrites them there."""
     import json
 
-    from jaxlake.pipeline.stages import RunSettings, previous_policy, stage_path
+    from jaxlake.pipeline.folder import stage_path
+    from jaxlake.pipeline.settings import RunSettings
+    from jaxlake.pipeline.stages import previous_policy
 
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=[f"runs_dir={tmp_path}", "experiment=x", "engineer=fixed"])

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.support import tiny_run_overrides
+from jaxlake.conf import CONF_DIR
 
 from jaxlake.pipeline import study
-from jaxlake.pipeline.stages import stage1_key
-from jaxlake.conf import CONF_DIR
+from jaxlake.pipeline.share import stage1_key
+from tests.support import tiny_run_overrides
 
 ROOT = Path(__file__).resolve().parents[3]
 
