@@ -461,7 +461,7 @@ def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, to
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "prefill_block", "unroll_layers"))
 def _prefill_core(graphdef, state, input_ids, prompt_mask, *, max_new_tokens, prefill_block=None, unroll_layers=True):
     """The prefill of :func:`_generate_core` alone (its own functions): ``(logits [B, V],
-    cache)``; compiled by the step plan (:mod:`llm.benchmark.memory`) to see the phase apart."""
+    cache)``; compiled by the step plan (:mod:`llm.benchmark.step_plan`) to see the phase apart."""
     _, model, layers = _sampling_model(graphdef, state, unroll_layers)
     return prefill(model, input_ids, prompt_mask, input_ids.shape[1] + max_new_tokens, block_rows=prefill_block,
                    layer_states=layers)
@@ -599,7 +599,7 @@ def lower_sampling(graphdef: Any, state: Any, rows: int, prompt_len: int, config
     ``rows`` prompts of ``prompt_len`` tokens, from abstract arguments (nothing allocated):
     ``part="call"`` the whole call (:func:`_generate_core`: what runs), ``"prefill"`` its
     prefill alone, ``"decode"`` its decode loop alone (from a filled cache; the cache is
-    donated, as it is carried inside the whole call). The step plan (:mod:`llm.benchmark.memory`)
+    donated, as it is carried inside the whole call). The step plan (:mod:`llm.benchmark.step_plan`)
     reads their memory analyses. ``unroll_layers`` overrides the config's choice (the plan
     compiles depth cuts of a model whose full depth decides it)."""
     statics = core_statics(config, state)

@@ -1,5 +1,5 @@
 """What a GRPO stage holds on the device while it samples (llm/training/stage.py, llm/training/phase.py)
-and what the step plan says it holds (llm/benchmark/memory.py, ``python -m llm.memory --plan``).
+and what the step plan says it holds (llm/benchmark/step_plan.py, ``python -m llm.memory --plan``).
 
 One tiny stage per KL setting runs up to its first GRPO sampling call, where a spy counts
 ``jax.live_arrays()`` (the arrays the test process held before are left out) and stops the
@@ -113,7 +113,7 @@ def test_the_plan_holds_what_the_run_holds(at_sampling):
     shapes: it takes the sampling call's weights and prompts): the resident arrays plus the
     call's arguments are what the real run holds when it calls the sampler (the prompts,
     made on the device inside the call, are the difference)."""
-    from llm.benchmark.memory import build_plan, step_shapes
+    from llm.benchmark.step_plan import build_plan, step_shapes
 
     got = at_sampling[0.0]
     train = got["train"]
