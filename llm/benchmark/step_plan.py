@@ -185,7 +185,7 @@ class StepPlan:
 
     def device_phases(self, device: Device) -> list[Phase]:
         """The phases as they run on ``device``: a sampling phase cut into row blocks where
-        the whole batch does not fit (:func:`llm.generation.decode.choose_row_block`)."""
+        the whole batch does not fit (:func:`llm.generation.row_blocks.choose_row_block`)."""
         cut = self.row_blocks.get(device.name, {})
         return [cut.get(p.name, p) for p in self.phases if not (p.verdict_only or p.info)]
 
@@ -374,7 +374,7 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
     graphs compile in seconds at 2-3 layers, minutes at full depth). A sampling phase whose
     whole batch does not fit a device of ``row_block_devices`` is compiled again at the
     divisors of the batch, largest first, until one fits (the rows the sampler's
-    ``row_block=None`` picks there, :func:`llm.generation.decode.choose_row_block`).
+    ``row_block=None`` picks there, :func:`llm.generation.row_blocks.choose_row_block`).
     ``groups`` (of :data:`PHASE_GROUPS`) and ``sampling_parts`` (of :data:`SAMPLING_PARTS`)
     select what is compiled (the tests compile a part).
     """
@@ -491,7 +491,7 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
                                       verdict_only=True)
                 return tried[rows].peak_bytes - tried[rows].resident_bytes - tried[rows].argument_bytes
 
-            from llm.generation.decode import choose_row_block
+            from llm.generation.row_blocks import choose_row_block
 
             rows = choose_row_block(b, need, device.usable_bytes - phase.resident_bytes - phase.argument_bytes)
             # none fits: the smallest block compiled stands for it (over the limit in the verdict)

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import chex
 import jax
@@ -62,14 +62,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from llm.generation import sampling
+from llm.generation import row_blocks, sampling
 from llm.generation.stops import eos_and_pad
 from llm.generation.sampling import validate_sampling
 
 __all__ = [
     "GenerationConfig",
     "GenerationResult",
-    "choose_row_block",
     "generate",
     "generate_ids",
     "lower_sampling",
@@ -619,76 +618,17 @@ def lower_sampling(graphdef: Any, state: Any, rows: int, prompt_len: int, config
     raise ValueError(f"part={part!r} not in ('call', 'prefill', 'decode')")
 
 
-def call_bytes(compiled: Any) -> int:
-    """Device bytes a compiled call needs on top of its arguments: temporaries plus the
-    outputs not written into donated arguments (XLA's ``memory_analysis()``)."""
-    m = compiled.memory_analysis()
-    return int(m.temp_size_in_bytes) + max(int(m.output_size_in_bytes) - int(m.alias_size_in_bytes), 0)
-
-
-def choose_row_block(batch: int, need_bytes: Any, free_bytes: int) -> Optional[int]:
-    """Rows per sampling call: ``batch`` when ``need_bytes(batch) <= free_bytes``, else the
-    largest divisor of ``batch`` whose need fits, trying the divisors from large to small
-    (``need_bytes(rows)``: a call's bytes beyond its arguments, :func:`call_bytes` of its
-    compilation); ``None`` when none does.
-
-    A call's bytes are taken to be linear in its rows (a part that does not depend on them
-    plus one that grows with them), which bounds a smaller divisor's need from below without
-    compiling it: by the whole batch's need scaled to its rows, and, once a divisor has
-    failed, by the part that does not depend on the rows (the line through the two
-    measurements); a divisor under a bound above ``free_bytes`` is not tried. The sampler
-    calls it with the free device memory; the step plan with the memory a device would have
-    free."""
-    whole = need_bytes(batch)
-    if whole <= free_bytes:
-        return batch
-    floor = 0.0
-    for rows in sorted((r for r in range(1, batch) if batch % r == 0), reverse=True):
-        if max(whole * rows / batch, floor) > free_bytes:
-            continue
-        need = need_bytes(rows)
-        if need <= free_bytes:
-            return rows
-        floor = max(floor, need - (whole - need) / (batch - rows) * rows)  # the row-free part
-    return None
-
-
-#: Share of the device's free memory a sampling call may plan to fill (allocator slack).
-ROW_BLOCK_HEADROOM = 0.95
-_ROW_BLOCKS: dict = {}
-
-
-def _free_device_bytes(x: Any) -> int | None:
-    """Free bytes of the device holding ``x`` (``bytes_limit - bytes_in_use``), or ``None``
-    where the backend reports no memory statistics (the CPU)."""
-    try:
-        device = next(iter(x.devices())) if hasattr(x, "devices") else jax.devices()[0]
-        stats = device.memory_stats()
-    except Exception:  # noqa: BLE001 - backends without memory statistics
-        return None
-    if not stats or "bytes_limit" not in stats:
-        return None
-    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
-
-
 def _auto_row_block(graphdef: Any, dynamic: tuple, statics: dict) -> int:
-    """``row_block=None``: the whole batch where the device reports no memory statistics,
-    else :func:`choose_row_block` on the compiled calls' memory analyses (the choice is kept
-    per graph, shapes and static arguments)."""
-    batch = dynamic[1].shape[0]
-    free = _free_device_bytes(dynamic[1])
-    if free is None:
-        return batch
+    """``row_block=None``: :func:`llm.generation.row_blocks.auto_row_block` on the compiled calls'
+    memory analyses (the choice is kept per graph, shapes and static arguments)."""
     leaves = jax.tree.leaves(dynamic)
     key = (graphdef, tuple((x.shape, str(x.dtype)) for x in leaves), tuple(sorted(statics.items())))
-    if key not in _ROW_BLOCKS:
-        def need(rows):
-            block = _row_slice(dynamic, 0, rows)
-            return call_bytes(_generate_core.lower(graphdef, *block, **statics).compile())
 
-        # nothing fits: one row at a time (the allocator says how far off it is)
-        _ROW_BLOCKS[key] = choose_row_block(batch, need, int(free * ROW_BLOCK_HEADROOM)) or 1
-    return _ROW_BLOCKS[key]
+    def need(rows):
+        block = _row_slice(dynamic, 0, rows)
+        return row_blocks.call_bytes(_generate_core.lower(graphdef, *block, **statics).compile())
+
+    return row_blocks.auto_row_block(key, dynamic[1].shape[0], dynamic[1], need)
 
 
 # ----------------------------------------------------------------------------- host wrapper

@@ -156,7 +156,7 @@ def test_prefill_in_row_blocks_fills_the_same_cache(split):
 
 
 def test_choose_row_block_takes_the_largest_divisor_that_fits():
-    from llm.generation.decode import choose_row_block
+    from llm.generation.row_blocks import choose_row_block
 
     asked = []
 
@@ -185,24 +185,25 @@ def test_sampling_in_row_blocks_chosen_from_the_memory_analysis(split, monkeypat
     batch out, one row per call follows, and each block samples with its own key, as an
     explicit row_block=1 does."""
     import llm.generation.decode as dec
+    import llm.generation.row_blocks as rb
 
     config = GenerationConfig(max_new_tokens=4, temperature=1.0, prompt_bucket=4, eos_token_ids=())
     ids, mask = dec.pad_prompts(PROMPTS, 0, 4)
     asked = []
-    real_choose = dec.choose_row_block
+    real_choose = rb.choose_row_block
 
     def spy(batch, need, free):
         asked.append((batch, need(batch), free))
         return real_choose(batch, need, free)
 
-    monkeypatch.setattr(dec, "choose_row_block", spy)
-    monkeypatch.setattr(dec, "_free_device_bytes", lambda x: 1000)  # less than any call needs
-    monkeypatch.setattr(dec, "_ROW_BLOCKS", {})
+    monkeypatch.setattr(rb, "choose_row_block", spy)
+    monkeypatch.setattr(rb, "free_device_bytes", lambda x: 1000)  # less than any call needs
+    monkeypatch.setattr(rb, "_ROW_BLOCKS", {})
     key = jax.random.PRNGKey(7)
     auto = dec.generate_ids(split, ids, mask, key, config)
     (batch, need, free), = asked
     assert batch == 3 and need > 1000 > free  # the compiled 3-row call's bytes, against 95 % of 1000
-    assert list(dec._ROW_BLOCKS.values()) == [1]
+    assert list(rb._ROW_BLOCKS.values()) == [1]
     explicit = dec.generate_ids(split, ids, mask, key, dataclasses.replace(config, row_block=1))
     for a, b in zip(auto, explicit):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
