@@ -102,8 +102,8 @@ def analyse_update(
       logprob_chunk: sequence chunk of the completion log-probs (:mod:`llm.model.logprobs`);
         ``None`` is the full-vocabulary path (``[B, T, V]`` float32 logits), ``0`` the
         trainer's default.
-      remat: per-layer rematerialisation (:data:`llm.model.qwen3.REMAT_POLICIES`).
-      overrides: further :class:`llm.model.qwen3.Qwen3Config` fields (e.g. a smaller
+      remat: per-layer rematerialisation (:data:`llm.model.config.REMAT_POLICIES`).
+      overrides: further :class:`llm.model.config.Qwen3Config` fields (e.g. a smaller
         ``num_hidden_layers`` for a quick look).
     """
     from llm.rl.grpo import GRPOLossConfig

@@ -527,9 +527,9 @@ def compose_config(overrides: Sequence[str]):
 
 
 def model_of(model) -> Any:
-    """The :class:`llm.model.qwen3.Qwen3Config` a stage would train (``ModelConfig``): a
+    """The :class:`llm.model.config.Qwen3Config` a stage would train (``ModelConfig``): a
     folder's ``config.json`` when ``model.path`` exists, else the group's architecture."""
-    from llm.model.qwen3 import Qwen3Config
+    from llm.model.config import Qwen3Config
 
     if model.path and (Path(model.path) / "config.json").is_file():
         import json as _json

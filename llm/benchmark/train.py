@@ -119,7 +119,7 @@ def bench_train(name: str, *, rows: int, prompt_len: int, completion_len: int, m
 
     from llm.rl import grpo
     from llm.rl.grpo import GRPOLossConfig
-    from llm.model.qwen3 import REMAT_POLICIES
+    from llm.model.config import REMAT_POLICIES
     from llm.rl.batches import GRPOBatch
     from llm.rl.updates import make_grpo_update
 
@@ -240,7 +240,7 @@ def bench_grpo_step(name: str, *, lakes: int, group_size: int, prompt_len: int, 
     from llm.rl import grpo
     from llm.generation.decode import GenerationConfig, generate_ids
     from llm.rl.grpo import GRPOLossConfig
-    from llm.model.qwen3 import REMAT_POLICIES
+    from llm.model.config import REMAT_POLICIES
     from llm.training.policy import copy_state
     from llm.rl.batches import GRPOBatch
     from llm.rl.updates import GRPOIterations, make_logprob_fn

@@ -38,7 +38,8 @@ import numpy as np
 from flax import nnx
 
 from llm.model import sharding as shd
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

@@ -67,7 +67,7 @@ def completion_forward(
     ``chunk`` tokens at a time go through the LM head (:mod:`llm.model.logprobs`: the ``[B, T, V]``
     float32 logits are never materialised, and the backward pass recomputes each chunk);
     ``None`` computes the full logits at once (the reference path, same values). ``remat``:
-    the decoder layers' rematerialisation (:data:`llm.model.qwen3.REMAT_POLICIES`).
+    the decoder layers' rematerialisation (:data:`llm.model.config.REMAT_POLICIES`).
     """
     model = nnx.merge(graphdef, state)
     t = tokens.shape[1]

@@ -20,7 +20,7 @@ from llm.rl.dynamic import DynamicSamplingConfig
 from llm.rl.grpo import GRPOLossConfig
 from llm.rl.optim import OptimConfig
 from llm.model.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
-from llm.model.qwen3 import DTYPES, REMAT_POLICIES, Qwen3Config
+from llm.model.config import DTYPES, Qwen3Config, REMAT_POLICIES
 from llm.game.prompts import PromptConfig
 from llm.game.rewards import RewardConfig
 from llm.model.sharding import MeshConfig
@@ -204,7 +204,7 @@ class TrainConfig:
         )
 
 
-#: ``model`` fields that are not :class:`llm.model.qwen3.Qwen3Config` fields.
+#: ``model`` fields that are not :class:`llm.model.config.Qwen3Config` fields.
 MODEL_SOURCE_FIELDS = ("path",)
 #: Qwen3Config fields a stage never takes from ``model`` for a fresh architecture (the
 #: tokenizer decides them).
@@ -219,11 +219,11 @@ class ModelConfig:
       path: a Hugging Face Qwen3 folder (weights and tokenizer); ``None``: the embedded
         default model (:mod:`llm.game.default`).
       dtype / param_dtype: compute and storage (master) dtype (names of
-        :data:`llm.model.qwen3.DTYPES`); the AdamW moments follow ``param_dtype``. ``None`` keeps
+        :data:`llm.model.config.DTYPES`); the AdamW moments follow ``param_dtype``. ``None`` keeps
         the checkpoint's ``config.json``. The ``qwen3_*`` presets train bfloat16 compute on
         float32 master weights and moments (12 bytes per parameter of state, README's
         Precision section).
-      architecture: the other :class:`llm.model.qwen3.Qwen3Config` fields given (``None`` values
+      architecture: the other :class:`llm.model.config.Qwen3Config` fields given (``None`` values
         dropped). Without ``path``, an architecture that differs from the embedded default's
         builds fresh weights of that shape with the game tokenizer.
     """

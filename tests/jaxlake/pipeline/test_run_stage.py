@@ -23,7 +23,7 @@ def test_a_sweep_reports_each_job_s_mistake_in_one_line(monkeypatch, capsys, tmp
     """Both jobs run; one stops on a bad value (naming the field and its range), one on a
     truncated model file (naming the file); the sweep exits 1 after them; Hydra's "Error
     executing job" and a traceback never appear, and the job folders stay empty."""
-    from llm.model.qwen3 import Qwen3Config
+    from llm.model.config import Qwen3Config
 
     model = tmp_path / "model"
     model.mkdir()

@@ -24,7 +24,8 @@ from llm.generation.decode import (
     generate,
     sequence_logprobs,
 )
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 
 CFG = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,

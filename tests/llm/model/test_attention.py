@@ -17,7 +17,8 @@ from flax import nnx
 from llm.model.errors import ModelConfigError as ConfigError
 from llm.model import attention as att
 from llm.generation.decode import left_pad_positions
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 
 B, HEADS, KV, D = 3, 4, 2, 8
 PROMPT, COMPLETION = 6, 5

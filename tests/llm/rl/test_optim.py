@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 from llm.rl.optim import OptimConfig, decay_mask, make_optimizer, parameter_role, schedule_value, update_count
 
 

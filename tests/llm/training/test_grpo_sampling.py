@@ -19,7 +19,8 @@ from llm.training.stage import MetricsLog
 from llm.training.config import GRPOConfig, OptimConfig, TrainConfig
 from llm.generation.decode import sequence_logprobs
 from llm.rl.grpo import GRPOLossConfig
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 from llm.game.prompts import PromptConfig
 
 ENV = LakeConfig(height=3, width=3, num_agents=1, hole_density=0.0, max_steps=6, max_height=4, max_width=4, max_agents=2)

@@ -28,7 +28,8 @@ def _owned_policy(tokenizer):
     """A fresh policy handed to the stage to own (as one it loads itself)."""
     from flax import nnx
 
-    from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+    from llm.model.config import Qwen3Config
+    from llm.model.qwen3 import Qwen3ForCausalLM
     from llm.training.policy import Policy
 
     cfg = Qwen3Config(vocab_size=len(tokenizer), **ARCH)

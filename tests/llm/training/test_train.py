@@ -25,7 +25,8 @@ from llm.rl.batches import GRPOBatch, TokenBatch
 from llm.rl.updates import GRPOIterations, completion_forward, make_grpo_update, make_logprob_fn, trace_counts
 from llm.generation.decode import GenerationConfig, generate_ids, sequence_logprobs
 from llm.rl.grpo import GRPOLossConfig
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 from jaxlake.conf import CONF_DIR
 
 ENV = LakeConfig(height=3, width=3, num_agents=1, hole_density=0.0, max_steps=6, max_height=4, max_width=4, max_agents=2)
