@@ -56,15 +56,9 @@ def user_error(err: BaseException) -> Optional[str]:
     """
     from jaxlake.config import ConfigError
     from jaxlake.io import FolderLockError
+    from llm.model.hf_io import CheckpointError
 
-    kinds: tuple = (PipelineError, ConfigError, FolderLockError, OSError)
-    try:
-        from llm.model.hf_io import CheckpointError
-
-        kinds += (CheckpointError,)
-    except ImportError:  # pragma: no cover - llm is part of the package
-        pass
-    if not isinstance(err, kinds):
+    if not isinstance(err, (PipelineError, ConfigError, FolderLockError, OSError, CheckpointError)):
         return None
     text = str(err)
     if isinstance(err, OSError) and err.filename is not None and err.strerror:
