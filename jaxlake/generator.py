@@ -556,21 +556,53 @@ def mixture_counts(weights: Sequence[float], n: int) -> list[int]:
     return counts
 
 
+#: How :func:`generate_mixture` splits a batch over the components: ``"quota"`` (the same
+#: largest-remainder counts for every key: evaluations, whose cells must be fixed) or
+#: ``"random"`` (systematic sampling over a random order of the components, drawn from the
+#: key: training, so that every component is drawn, at its weight on average, even when
+#: there are more components than lakes per batch).
+SPLITS = ("quota", "random")
+
+
+def random_components(weights: Sequence[float], n: int, key: jax.Array) -> np.ndarray:
+    """``[n]`` component ids drawn from ``key`` by systematic sampling over a random order of
+    the components: each component gets ``floor(n w)`` or ``ceil(n w)`` lakes, ``n w`` on
+    average over keys, and which components share a batch changes with the key (the lakes come
+    in blocks, in that random order)."""
+    weights = np.asarray(check_weights(weights), np.float64)
+    m = len(weights)
+    k_order, k_offset = jax.random.split(jax.random.fold_in(key, 0x5917))
+    order = np.asarray(jax.random.permutation(k_order, m))
+    cum = np.cumsum(weights[order])
+    cum /= cum[-1]
+    points = (np.arange(int(n)) + float(jax.random.uniform(k_offset))) / int(n)
+    return order[np.minimum(np.searchsorted(cum, points, side="right"), m - 1)].astype(np.int32)
+
+
 def mixture_components(
     mixture: Mixture | Sequence[tuple[float, LakeConfig]], n: int, *, key: Optional[jax.Array] = None,
-    shuffle: bool = False,
+    shuffle: bool = False, split: str = "quota",
 ) -> np.ndarray:
     """``[n]`` int: which component of ``Mixture.of(mixture)`` each lake of
     :func:`generate_mixture` came from (components of weight 0 are dropped by the type).
 
-    Without ``shuffle`` the lakes come in component blocks (component 0 first); with it, pass
-    the same ``key`` as to :func:`generate_mixture`.
+    ``split="quota"`` (:data:`SPLITS`): the counts of :func:`mixture_counts`, lakes in
+    component blocks (component 0 first); ``"random"``: :func:`random_components` of ``key``.
+    With ``shuffle`` (or ``split="random"``) pass the same ``key`` as to
+    :func:`generate_mixture`.
     """
-    counts = mixture_counts(Mixture.of(mixture).weights, n)
-    ids = np.repeat(np.arange(len(counts)), counts)
+    if split not in SPLITS:
+        raise ConfigError(f"split={split!r} not in {list(SPLITS)}")
+    if (shuffle or split == "random") and key is None:
+        raise ConfigError(f"mixture_components(shuffle={shuffle}, split={split!r}) needs the key given to "
+                          "generate_mixture")
+    weights = Mixture.of(mixture).weights
+    if split == "random":
+        ids = random_components(weights, n, key)
+    else:
+        counts = mixture_counts(weights, n)
+        ids = np.repeat(np.arange(len(counts)), counts)
     if shuffle:
-        if key is None:
-            raise ConfigError("mixture_components(shuffle=True) needs the key given to generate_mixture")
         _, k_perm = jax.random.split(key)
         ids = ids[np.asarray(jax.random.permutation(k_perm, n))]
     return ids.astype(np.int32)
@@ -585,21 +617,23 @@ def lift_configs(configs: Sequence[LakeConfig]) -> list[LakeConfig]:
 
 def generate_mixture(
     key: jax.Array, mixture: Mixture | Sequence[tuple[float, LakeConfig]], n: int, *, shuffle: bool = False,
-    **options: Any,
+    split: str = "quota", **options: Any,
 ) -> Lake:
     """``n`` lakes from a weighted mixture ``[(weight, config), ...]`` in one compiled call.
 
-    Component counts follow :func:`mixture_counts` (largest remainder, deterministic). Configs
-    of different capacities are lifted to a common one (:func:`lift_configs`). Lakes come in
-    component blocks unless ``shuffle``; :func:`mixture_components` (same ``key``, ``n``,
-    ``shuffle``) says which component each lake came from. Lake ``i`` is
-    ``generate(split(split(key)[0], n)[i], config_of_lake_i)``.
+    Component counts follow :func:`mixture_counts` (``split="quota"``: largest remainder, the
+    same for every key) or :func:`random_components` (``split="random"``: drawn from ``key``,
+    unbiased). Configs of different capacities are lifted to a common one
+    (:func:`lift_configs`). Lakes come in component blocks unless ``shuffle``;
+    :func:`mixture_components` (same ``key``, ``n``, ``shuffle``, ``split``) says which
+    component each lake came from. Lake ``i`` is ``generate(split(split(key)[0], n)[i],
+    config_of_lake_i)``.
     """
     mixture = Mixture.of(mixture)  # the one mixture validator (jaxlake.mixture)
     if int(n) < 1:
         raise ConfigError(f"n={n} not in [1, inf)")
     n = int(n)
-    ids = mixture_components(mixture, n, key=key, shuffle=shuffle)
+    ids = mixture_components(mixture, n, key=key, shuffle=shuffle, split=split)
     k_lakes, _ = jax.random.split(key)
     return generate_per_lake(jax.random.split(k_lakes, n), lift_configs(mixture.configs), ids, **options)
 
@@ -613,6 +647,9 @@ def generate_per_lake(keys: jax.Array, configs: Sequence[LakeConfig], ids: Any, 
       ids: ``[N]`` ints, each lake's config index.
       options: generator options (:func:`generate_many`).
     """
-    stacked = stack_configs(list(configs))
-    per_lake = jax.tree_util.tree_map(lambda x: x[jnp.asarray(ids)], stacked)
+    # only the configs the batch uses are stacked (a mixture may have thousands of components)
+    used, index = np.unique(np.asarray(ids).reshape(-1), return_inverse=True)
+    configs = list(configs)
+    stacked = stack_configs([configs[i] for i in used])
+    per_lake = jax.tree_util.tree_map(lambda x: x[jnp.asarray(index.astype(np.int32))], stacked)
     return generate_many(keys, per_lake, **options)

@@ -95,15 +95,15 @@ def _terminate(signum: int, frame: Any) -> None:
     os.kill(os.getpid(), signum)
 
 
-@hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
-def _hydra_main(cfg: DictConfig) -> Optional[Any]:
+def guarded(task: Any, cfg: DictConfig) -> Optional[Any]:
+    """``task(cfg)``, a user's mistake ending in one line (see :func:`main`); the body of a
+    Hydra entry point (``jaxlake.run``, ``jaxlake.pretrain``)."""
     # orbax logs every checkpoint step at INFO through absl; keep the console for progress
     logging.getLogger("absl").setLevel(logging.WARNING)
     from jaxlake.pipeline.settings import user_error
-    from jaxlake.pipeline.stages import main as pipeline_main
 
     try:
-        return pipeline_main(cfg)
+        return task(cfg)
     except Exception as err:  # noqa: BLE001 - a user's mistake ends in one line, anything else as before
         line = None if debug() else user_error(err)
         if line is None:
@@ -122,6 +122,33 @@ def _hydra_main(cfg: DictConfig) -> Optional[Any]:
         raise SystemExit(1) from None
 
 
+@hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
+def _hydra_main(cfg: DictConfig) -> Optional[Any]:
+    from jaxlake.pipeline.stages import main as pipeline_main
+
+    return guarded(pipeline_main, cfg)
+
+
+def serve(entry: Any) -> None:
+    """Run the Hydra entry point ``entry`` as a command: SIGTERM releases this process's
+    locks first, and a sweep whose jobs stopped on a user's mistake exits 1 after them."""
+    _FAILED.clear()
+    import threading
+
+    previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    if previous is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
+    try:
+        entry()
+    finally:
+        if previous is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, previous)
+    if _FAILED:
+        print(f"error: {len(_FAILED)} job(s) of the sweep stopped; the first: {_FAILED[0]}", file=sys.stderr,
+              flush=True)
+        raise SystemExit(1)
+
+
 def main() -> None:
     """``python -m jaxlake.run``: Hydra's entry point. A user's mistake (a bad value, a missing,
     corrupt or unwritable file, a locked run folder) ends with one line, ``error: <what>``,
@@ -130,21 +157,7 @@ def main() -> None:
     if any job stopped so. SIGTERM (a cluster's preemption, ``kill``) removes the run folder's
     lock before the process ends as it would have, so a requeued job on another host is not
     refused."""
-    _FAILED.clear()
-    import threading
-
-    previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
-    if previous is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _terminate)
-    try:
-        _hydra_main()
-    finally:
-        if previous is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, previous)
-    if _FAILED:
-        print(f"error: {len(_FAILED)} job(s) of the sweep stopped; the first: {_FAILED[0]}", file=sys.stderr,
-              flush=True)
-        raise SystemExit(1)
+    serve(_hydra_main)
 
 
 if __name__ == "__main__":

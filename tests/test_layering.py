@@ -3,7 +3,7 @@ including the ones inside functions, so no rule can hide behind a lazy import.
 
 ``jaxlake``
   * the simulator (every module outside the orchestration room ``jaxlake/pipeline/`` and its
-    three command-line names ``run``, ``study``, ``report``) imports nothing from ``llm`` nor
+    four command-line names ``run``, ``study``, ``report``, ``pretrain``) imports nothing from ``llm`` nor
     the language-model stack (transformers, torch, tokenizers, optax, orbax, flax's ``nnx`` /
     ``linen``), statically and at run time in a fresh interpreter;
   * only the room's modules import ``llm``; the command-line names reach it through the room.
@@ -40,7 +40,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 #: jaxlake's orchestration room, the one place that imports llm.
 ROOM = "jaxlake.pipeline"
 #: ``python -m`` names of the room's commands; they import the room, nothing else of llm.
-COMMANDS = {"jaxlake.run", "jaxlake.study", "jaxlake.report"}
+COMMANDS = {"jaxlake.run", "jaxlake.study", "jaxlake.report", "jaxlake.pretrain"}
 #: llm's subpackages, lowest layer first: each may import its own and the ones before it.
 LLM_LAYERS = ("model", "generation", "rl", "game", "training", "engineer", "benchmark")
 #: layers that know nothing of the game (import no jaxlake).

@@ -156,6 +156,26 @@ class ConfigSpace:
             raise ConfigError(f"field {name} is not editable here; editable: {list(self.editable)}")
         return [v for v in self.values[name] if self.feasible({**partial, name: v})]
 
+    def configs(self) -> list[LakeConfig]:
+        """Every valid config of the space: the product of the editable fields' grids (in
+        :data:`FIELD_ORDER` order), ``base``'s value for the rest, invalid combinations left
+        out (thousands for the default space: 3750 around ``env=tiny``)."""
+        import itertools
+
+        names = [n for n in self.editable]
+        out = []
+        for combo in itertools.product(*(self.values[n] for n in names)):
+            try:
+                out.append(self.complete(dict(zip(names, combo))))
+            except ConfigError:
+                continue
+        return out
+
+    def mixture(self) -> Mixture:
+        """:meth:`configs` as one mixture of equal weights: the whole space, each config as
+        likely (what the tiny planner is pretrained on, ``python -m jaxlake.pretrain``)."""
+        return Mixture([(1.0, c) for c in self.configs()])
+
     def sample(self, rng: np.random.Generator) -> LakeConfig:
         """A config chosen field by field, uniformly among the allowed values."""
         partial: dict[str, Any] = {}

@@ -37,6 +37,8 @@ SETTINGS = ("env", "model", "train", "reward", "prompt", "eval")
 _COSMETIC = {"train": ("progress", "plot", "distributed", "mesh")}
 #: ``pipeline.warmstart`` values: the supervised warm start in stage 1 only, or in every stage.
 WARMSTART_MODES = ("first", "all")
+#: What a stage warms start on: its own environment, or every config of the engineer's space.
+WARMSTART_ENVS = ("stage", "space")
 
 
 class PipelineError(RuntimeError):
@@ -173,6 +175,9 @@ class RunSettings:
         :meth:`stage_config` derives stage ``k``'s.
       logger: the metric back ends of the per-stage rows (the same as ``train.logger``).
       warmstart: ``pipeline.warmstart`` (``first`` | ``all``).
+      warmstart_env: ``pipeline.warmstart_env`` (:data:`WARMSTART_ENVS`): the warm start on
+        the stage's environment, or on every config of the engineer's space
+        (:func:`jaxlake.pipeline.pretrain.space_mixture`); GRPO always trains on the stage's.
       share_stage1: ``pipeline.share_stage1``, the shared stage-1 store, or ``None``.
       distributed: ``train.distributed`` (for ``jax.distributed.initialize``).
       settings: ``run.json``'s ``settings`` (the groups of :data:`SETTINGS` less cosmetic keys,
@@ -196,6 +201,7 @@ class RunSettings:
     train: Any = None  # llm.training.config.StageConfig (imported lazily: the simulator stays llm-free)
     logger: LoggerConfig = LoggerConfig()
     warmstart: str = "first"
+    warmstart_env: str = "stage"
     share_stage1: Optional[Path] = None
     distributed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -236,6 +242,9 @@ class RunSettings:
         warmstart = str(cfg_get(pipeline, "warmstart", "first"))
         if warmstart not in WARMSTART_MODES:
             raise PipelineError(f"pipeline.warmstart={warmstart!r} not in {list(WARMSTART_MODES)}")
+        warmstart_env = str(cfg_get(pipeline, "warmstart_env", "stage"))
+        if warmstart_env not in WARMSTART_ENVS:
+            raise PipelineError(f"pipeline.warmstart_env={warmstart_env!r} not in {list(WARMSTART_ENVS)}")
         share = cfg_get(pipeline, "share_stage1")
         env = cfg_get(cfg, "env")
         env = None if env is None else _env_mixture(env)
@@ -255,9 +264,10 @@ class RunSettings:
             train=StageConfig.from_cfg(cfg),
             logger=logger,
             warmstart=warmstart,
+            warmstart_env=warmstart_env,
             share_stage1=Path(str(share)) if share not in (None, "", False) else None,
             distributed=dict(to_plain(cfg_get(cfg_get(cfg, "train"), "distributed")) or {}),
-            settings=_run_settings(cfg, warmstart),
+            settings=_run_settings(cfg, warmstart, warmstart_env),
             hydra_files=hydra_files,
         )
 
@@ -325,7 +335,7 @@ def _hydra_files(cfg: Any, hydra_cfg: Any, hydra: Any) -> dict:
         return {}
 
 
-def _run_settings(cfg: Any, warmstart: str) -> dict:
+def _run_settings(cfg: Any, warmstart: str, warmstart_env: str = "stage") -> dict:
     """The settings that fix a run's results (``SETTINGS`` groups and the warm-start policy)."""
     out = {}
     for group in SETTINGS:
@@ -334,4 +344,6 @@ def _run_settings(cfg: Any, warmstart: str) -> dict:
             node = {k: v for k, v in node.items() if k not in _COSMETIC.get(group, ())}
         out[group] = node
     out["pipeline.warmstart"] = warmstart
+    if warmstart_env != "stage":  # (absent in the default: folders of earlier versions stay comparable)
+        out["pipeline.warmstart_env"] = warmstart_env
     return json.loads(json.dumps(out, default=str))

@@ -162,7 +162,12 @@ def step_train(s: RunSettings, k: int, d: Path, mixture: Mixture) -> dict:
 
     init = previous_policy(s, k)
     log(f"stage {k}: training" + (f" from {init}" if init else ""))
-    res = train_stage(s.stage_config(k), mixture, d, init_from=init)
+    warmstart_env = None
+    if s.warmstart_env == "space" and s.stage_config(k).train.warmstart.enabled:
+        from jaxlake.pipeline.pretrain import space_mixture
+
+        warmstart_env = space_mixture(s)  # GRPO stays on the stage's mixture
+    res = train_stage(s.stage_config(k), mixture, d, init_from=init, warmstart_env=warmstart_env)
     if res.eval_after is None:  # the trainer stopped before the end of its schedule
         raise PipelineError(
             f"training of stage {k} stopped after {res.warmstart_steps} warm-start and {res.grpo_steps} GRPO "

@@ -60,7 +60,12 @@ def default_config(tokenizer_size: int | None = None):
     path = MODEL_CONF_DIR / "tiny.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"the tiny model config {str(path)!r} is missing (conf/model/tiny.yaml)")
-    config = Qwen3Config.from_yaml(path)
+    import yaml
+
+    with open(path, encoding="utf-8") as fh:
+        fields = dict(yaml.safe_load(fh))
+    fields.pop("pretrained", None)  # where the weights come from (llm.training.config.ModelConfig), not a shape
+    config = Qwen3Config.from_dict(fields)
     size = game_tokenizer.DEFAULT_VOCAB_SIZE if tokenizer_size is None else int(tokenizer_size)
     return dataclasses.replace(
         config,
@@ -155,6 +160,19 @@ def default_model_dir(cache_dir: str | os.PathLike | None = None, seed: int = DE
     finally:
         shutil.rmtree(staging_parent, ignore_errors=True)
     return str(target)
+
+
+#: The pretrained tiny planner shipped in the package: a Hugging Face folder of the default
+#: architecture and tokenizer, trained by ``python -m jaxlake.pretrain`` (its ``pretrain.json``
+#: records the command, the settings and the suite curve).
+PLANNER_DIR = Path(__file__).resolve().parent / "planner"
+
+
+def planner_dir() -> str | None:
+    """The shipped pretrained planner's folder (:data:`PLANNER_DIR`), or ``None`` when this
+    installation has none (a checkout before the first ``python -m jaxlake.pretrain
+    pretrain.ship=true``)."""
+    return str(PLANNER_DIR) if _is_complete(PLANNER_DIR) else None
 
 
 def load_default(*, dtype: str | None = None, cache_dir: str | os.PathLike | None = None,

@@ -16,18 +16,21 @@ from jaxlake.generator import generate_batch, generate_mixture
 from jaxlake.mixture import Mixture
 
 
-def sample_lakes(key: jax.Array, env: Mixture | LakeConfig, n: int):
+def sample_lakes(key: jax.Array, env: Mixture | LakeConfig, n: int, split: str = "quota"):
     """``n`` lakes of ``env``, deterministic in ``key``.
 
     A one-component mixture draws exactly as its config does
     (:func:`jaxlake.generator.generate_batch`); a mixture of several draws its components in
-    blocks, component 0 first (:func:`jaxlake.generator.generate_mixture`, counts by largest
-    remainder; :func:`jaxlake.generator.mixture_components` says which lake is whose).
+    blocks (:func:`jaxlake.generator.generate_mixture`): ``split="quota"`` gives every key the
+    same largest-remainder counts, component 0 first (the evaluations, whose cells are the
+    components: :func:`jaxlake.generator.mixture_components` says which lake is whose);
+    ``split="random"`` draws the counts and the order from ``key`` (the trainers: a mixture
+    with more components than lakes per step still trains on every component).
     """
     mixture = Mixture.of(env)
     if len(mixture) == 1:
         return generate_batch(key, mixture.main, n)
-    return generate_mixture(key, mixture, n)
+    return generate_mixture(key, mixture, n, split=split)
 
 
 def env_horizon(env: Mixture | LakeConfig) -> int:

@@ -205,7 +205,7 @@ class TrainConfig:
 
 
 #: ``model`` fields that are not :class:`llm.model.config.Qwen3Config` fields.
-MODEL_SOURCE_FIELDS = ("path",)
+MODEL_SOURCE_FIELDS = ("path", "pretrained")
 #: Qwen3Config fields a stage never takes from ``model`` for a fresh architecture (the
 #: tokenizer decides them).
 _TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
@@ -218,6 +218,9 @@ class ModelConfig:
     Attributes:
       path: a Hugging Face Qwen3 folder (weights and tokenizer); ``None``: the embedded
         default model (:mod:`llm.game.default`).
+      pretrained: without ``path``, start from the pretrained tiny planner shipped in the
+        package (``True``, :func:`llm.game.default.planner_dir`; ``python -m jaxlake.pretrain``
+        made it) or from fresh weights (``False``: training from scratch).
       dtype / param_dtype: compute and storage (master) dtype (names of
         :data:`llm.model.config.DTYPES`); the AdamW moments follow ``param_dtype``. ``None`` keeps
         the checkpoint's ``config.json``. The ``qwen3_*`` presets train bfloat16 compute on
@@ -232,8 +235,11 @@ class ModelConfig:
     dtype: Optional[str] = None
     param_dtype: Optional[str] = None
     architecture: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    pretrained: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.pretrained, bool):
+            raise ValueError(f"model.pretrained={self.pretrained!r} must be true or false")
         for name in ("dtype", "param_dtype"):
             value = getattr(self, name)
             if value is not None and value not in DTYPES:
@@ -249,9 +255,10 @@ class ModelConfig:
         known = set(MODEL_SOURCE_FIELDS) | {f.name for f in dataclasses.fields(Qwen3Config)}
         reject_unknown("model", values, known, ValueError)
         path = values.pop("path", None)
+        pretrained = values.pop("pretrained", True)
         dtype, param_dtype = values.pop("dtype", None), values.pop("param_dtype", None)
         return cls(path=str(path) if path else None, dtype=str(dtype) if dtype else None,
-                   param_dtype=str(param_dtype) if param_dtype else None, architecture=values)
+                   param_dtype=str(param_dtype) if param_dtype else None, architecture=values, pretrained=pretrained)
 
     def precision(self) -> dict[str, str]:
         """The ``dtype`` / ``param_dtype`` overrides of a Hugging Face load (only those set)."""

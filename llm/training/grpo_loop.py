@@ -136,7 +136,7 @@ def run_grpo(
         keys = [jax.random.fold_in(k, step) for k in (data_key, sample_key, reward_key)]
         if r:  # round 0 keeps the keys of a step without dynamic sampling
             keys = [jax.random.fold_in(k, r) for k in keys]
-        lakes = sample_lakes(keys[0], env, n)
+        lakes = sample_lakes(keys[0], env, n, split="random")
         ref_soc = rewards.reference_costs(lakes)
         ids, pmask = prompter.encode(lakes)
         ids, pmask = np.repeat(ids, g, axis=0), np.repeat(pmask, g, axis=0)

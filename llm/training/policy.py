@@ -67,8 +67,10 @@ def load_policy(model: Optional[ModelConfig] = None, init_from: Optional[str | o
       directory of a previous stage (``llm.model.checkpoint`` format; the tokenizer then comes from
       ``model``);
     * else ``model.path``: a Hugging Face Qwen3 folder (model and tokenizer);
-    * else the embedded default (``llm.game.default.load_default()``), or fresh weights (``seed``)
-      when ``model.architecture`` differs from the default's.
+    * else the pretrained tiny planner shipped in the package (``model.pretrained``, the
+      default; :func:`llm.game.default.planner_dir`), or the embedded default's fresh weights
+      (``model.pretrained=false``: from scratch; ``llm.game.default.load_default()``), or fresh
+      weights (``seed``) when ``model.architecture`` differs from the default's.
 
     ``model`` (default ``ModelConfig()``: the embedded model) is resolved from the ``model``
     group once, by the caller (:meth:`llm.training.config.ModelConfig.from_dict`). A Hugging Face
@@ -111,6 +113,11 @@ def load_policy(model: Optional[ModelConfig] = None, init_from: Optional[str | o
         # another architecture than the embedded default: fresh weights, the game tokenizer
         config = dataclasses.replace(base, **{**arch, "vocab_size": max(int(arch.get("vocab_size", 0)), len(tokenizer))})
         module = Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed))
+    elif model.pretrained and default_model.planner_dir() is not None:
+        # the default architecture: the pretrained tiny planner shipped in the package
+        from llm.model.hf_io import from_pretrained
+
+        module, tokenizer = from_pretrained(default_model.planner_dir(), **model.precision(), mesh=mesh)
     return Policy.from_model(module, tokenizer)
 
 

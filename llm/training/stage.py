@@ -107,6 +107,7 @@ def train_stage(
     policy: Optional[Policy] = None,
     mesh=None,
     max_steps: Optional[Mapping[str, int]] = None,
+    warmstart_env: Optional[Mixture] = None,
 ) -> StageResult:
     """Train one stage: (optional) supervised warm start, then GRPO; resumable.
 
@@ -124,6 +125,8 @@ def train_stage(
         not use them again); a policy the stage loads itself is owned.
       mesh: the ``(data, fsdp)`` mesh (default: ``train.mesh`` over every device; :mod:`llm.model.sharding`).
       max_steps: ``{"warmstart": k, "grpo": k}`` stop early (simulates a killed run in tests).
+      warmstart_env: the warm start's environment (default ``env_config``): a stage may warm
+        start on a broad mixture (the engineers' whole space) and run GRPO on its own.
 
     Metrics go to the back ends of ``config.logger`` (:mod:`jaxlake.metrics`; default
     ``[jsonl]``: ``<stage_dir>/metrics.jsonl``; ``tensorboard``: ``<stage_dir>/tb/<phase>/``;
@@ -141,12 +144,13 @@ def train_stage(
     run_config = {"train": dict(config.record), "env": env_description(env_config)}
     with build_writer(config.logger, stage_dir, phases=PHASES, name=stage_dir.name,
                       run_config=run_config) as metrics:
-        return _train_stage(config, env_config, stage_dir, init_from, policy, mesh, max_steps, metrics)
+        return _train_stage(config, env_config, stage_dir, init_from, policy, mesh, max_steps, metrics,
+                            env_config if warmstart_env is None else Mixture.of(warmstart_env))
 
 
 def _train_stage(config: StageConfig, env_config: Mixture, stage_dir: Path, init_from: Optional[str | os.PathLike],
                  policy: Optional[Policy], mesh, max_steps: Optional[Mapping[str, int]],
-                 metrics: MetricsWriter) -> StageResult:
+                 metrics: MetricsWriter, warmstart_env: Mixture) -> StageResult:
     """:func:`train_stage` with its metrics writer open."""
     t_start = time.perf_counter()
     tcfg = config.train
@@ -178,7 +182,7 @@ def _train_stage(config: StageConfig, env_config: Mixture, stage_dir: Path, init
     ws_steps = 0
     ckpt_dir = stage_dir / "checkpoint"
     if wc.enabled and wc.steps > 0:
-        res = run_warmstart(policy, tcfg, env_config, stage_dir / "warmstart", metrics, prompter,
+        res = run_warmstart(policy, tcfg, warmstart_env, stage_dir / "warmstart", metrics, prompter,
                                   gc.max_new_tokens, mesh, max_steps.get("warmstart"))
         policy, ws_steps, resumed = dataclasses.replace(res.policy, owned=True), res.step, res.resumed_from is not None
         if ws_steps < wc.steps:  # stopped early on purpose

@@ -196,7 +196,7 @@ def run_warmstart(
     bar = progress_bar(wc.steps, start, "warmstart", config.progress)
     for step in range(start, end):
         t0 = time.perf_counter()
-        lakes = sample_lakes(jax.random.fold_in(data_key, step), env, wc.batch_size)
+        lakes = sample_lakes(jax.random.fold_in(data_key, step), env, wc.batch_size, split="random")
         tokens, mask, solved, _ = plan_targets(lakes, policy.tokenizer, completion_len, thinking_tokens)
         ids, pmask = prompter.encode(lakes)
         weights = mask / max(mask.sum(), 1)
@@ -216,7 +216,7 @@ def run_warmstart(
         if (step + 1) % wc.log_every == 0 or step + 1 == end:
             metrics.append(row)
         else:
-            metrics.append({"phase": "warmstart", "step": step + 1, "nll": row["nll"]})
+            metrics.append({"phase": "warmstart", "step": step + 1, "nll": row["nll"], "time/step_s": row["time/step_s"]})
         bar.update(1)
         bar.set_postfix(nll=f"{row['nll']:.3f}", acc=f"{row['token_acc']:.3f}")
         if (step + 1) % wc.checkpoint_every == 0 or step + 1 == wc.steps:

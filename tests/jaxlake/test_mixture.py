@@ -91,3 +91,33 @@ def test_trainer_lakes_come_from_the_mixture():
     jax.tree_util.tree_map(np.testing.assert_array_equal, sample_lakes(key, A, 4), alone)
     assert env_horizon([(1, A), (1, B)]) == 24 and env_description(A) == A.to_dict()
     assert env_description(Mixture([(1, A), (3, B)]))[1] == {"weight": 0.75, **B.to_dict()}
+
+
+def test_random_split_draws_every_component_at_its_weight():
+    """A 27-component mixture with 8 lakes per batch: the quota split gives every key the
+    same 8 components (the defect: the other 19 are never drawn); the trainers' random split
+    gives each component floor or ceil of its quota in every batch and draws all of them,
+    at their weights on average."""
+    from jaxlake.generator import mixture_components
+
+    comps = [(1.0 + (i % 3), LakeConfig(height=4, width=4, num_agents=1, hole_density=0.05 * (i % 5), max_steps=8 + i))
+             for i in range(27)]
+    mixture = Mixture(comps)
+    w = np.asarray(mixture.weights)
+    quota = {tuple(mixture_components(mixture, 8, key=jax.random.PRNGKey(s))) for s in range(20)}
+    assert len(quota) == 1  # the same 8 components every step: 19 are never drawn
+    counts = np.zeros(27)
+    for s in range(200):
+        ids = mixture_components(mixture, 8, key=jax.random.PRNGKey(s), split="random")
+        c = np.bincount(ids, minlength=27)
+        assert np.all(c >= np.floor(8 * w)) and np.all(c <= np.ceil(8 * w))
+        counts += c
+    assert counts.min() > 0
+    np.testing.assert_allclose(counts / counts.sum(), w, atol=0.016)
+    # the lakes follow the ids: lake i is of component ids[i]
+    key = jax.random.PRNGKey(5)
+    ids = mixture_components(mixture, 8, key=key, split="random")
+    lakes = generate_mixture(key, mixture, 8, split="random")
+    np.testing.assert_array_equal(np.asarray(lakes.max_steps), [comps[i][1].max_steps for i in ids])
+    with pytest.raises(ConfigError, match="split='rotate' not in"):
+        mixture_components(mixture, 8, key=key, split="rotate")

@@ -1,0 +1,127 @@
+"""The tiny planner's pretraining (``python -m jaxlake.pretrain``, jaxlake/pipeline/pretrain.py) and
+the pretrained planner the package ships (llm/game/planner), the default starting point.
+
+* the shipped folder loads, is what a run without ``model.path`` starts from, and scores on
+  the held-out suite what its record says (greedy decoding is deterministic);
+* ``model.pretrained=false`` starts from fresh weights instead;
+* (slow) the command, end to end with a one-layer model and a few steps: the warm start on
+  every config of the engineer's space, the suite curve, the record, shipping to a folder,
+  and a rerun that re-reads the finished folder;
+* its settings are checked before anything runs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from jaxlake.io import read_json
+
+ROOT = Path(__file__).resolve().parents[3]
+#: A one-layer model of the tiny planner's vocabulary (fresh weights: model.pretrained=false).
+MICRO = ["model.hidden_size=32", "model.intermediate_size=64", "model.num_hidden_layers=1",
+         "model.num_attention_heads=2", "model.num_key_value_heads=1", "model.head_dim=16"]
+
+
+def _leaves(policy):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(policy.state)]
+
+
+def test_the_default_starts_from_the_shipped_planner_at_its_recorded_level():
+    from jaxlake.pipeline.pretrain import _greedy_only
+    from jaxlake.suite import load_eval_conf
+    from llm.game.default import PLANNER_DIR, planner_dir
+    from llm.game.prompts import PromptConfig
+    from llm.model.hf_io import from_pretrained
+    from llm.training.config import ModelConfig
+    from llm.training.evaluate import evaluate_policy
+    from llm.training.policy import Policy, load_policy
+
+    assert planner_dir() == str(PLANNER_DIR), "the package ships no pretrained planner (llm/game/planner)"
+    record = read_json(PLANNER_DIR / "pretrain.json")
+    assert record["format"] == "jaxlake.pretrain/1" and record["command"].startswith("python -m jaxlake.pretrain")
+    assert record["steps"] >= 1000 and record["space_configs"] >= 1000
+    policy = load_policy(ModelConfig())  # no model.path: the shipped planner
+    module, _ = from_pretrained(PLANNER_DIR)
+    for a, b in zip(_leaves(policy), _leaves(Policy.from_model(module, policy.tokenizer))):
+        np.testing.assert_array_equal(a, b)
+    fresh = load_policy(ModelConfig(pretrained=False))  # from scratch: the embedded default's fresh weights
+    assert any(a.shape == b.shape and not np.array_equal(a, b) for a, b in zip(_leaves(fresh), _leaves(policy)))
+
+    node = _greedy_only(load_eval_conf(record["suite"]))
+    result = evaluate_policy(policy, node, PromptConfig.from_dict(record["settings"]["prompt"]))
+    n = result["modes"]["greedy"]["n"]
+    assert n == record["curve"][-1]["n"]
+    assert abs(result["score"] - record["success"]) <= 1.0 / n + 1e-9, (result["score"], record["success"])
+
+
+def test_pretrain_settings_are_checked():
+    from jaxlake.pipeline.pretrain import PretrainSettings
+    from jaxlake.pipeline.settings import PipelineError
+
+    assert PretrainSettings.from_node({"ship": True, "ship_to": "x"}).ship_to == Path("x")
+    with pytest.raises(PipelineError, match=r"pretrain has unknown key\(s\) \['shipp'\]"):
+        PretrainSettings.from_node({"shipp": True})
+    with pytest.raises(PipelineError, match="pretrain.curve='yes' must be true or false"):
+        PretrainSettings.from_node({"curve": "yes"})
+
+
+def _pretrain(tmp_path, *extra, timeout=900):
+    import os
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    args = [f"runs_dir={tmp_path}", "experiment=p", "eval=tiny", *MICRO, "train.warmstart.steps=4",
+            "train.warmstart.batch_size=8", "train.warmstart.checkpoint_every=2", "train.warmstart.log_every=2",
+            "train.progress=false", "train.plot=false", *extra]
+    return subprocess.run([sys.executable, "-m", "jaxlake.pretrain", *args], cwd=str(ROOT), env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_bad_pretrain_setting_is_one_line(tmp_path):
+    proc = _pretrain(tmp_path, "train.grpo.enabled=true", timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: pretraining is the supervised warm start alone: set train.grpo.enabled=false")
+    assert not list((tmp_path / "p").rglob("*")) if (tmp_path / "p").exists() else True  # nothing written
+
+
+@pytest.mark.slow
+def test_pretrain_command_trains_scores_ships_and_resumes(tmp_path):
+    from jaxlake.mixture import load_mixture
+    from llm.training.config import ModelConfig
+    from llm.training.policy import load_policy
+
+    shipped = tmp_path / "shipped"
+    proc = _pretrain(tmp_path, "pretrain.ship=true", f"pretrain.ship_to={shipped}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = tmp_path / "p"
+    space = load_mixture(d / "space.yaml")
+    assert len(space) == 3750  # every valid config of the policy engineer's space around env=tiny
+    assert {c.num_agents for c in space.configs} == {1, 2, 3, 4} and {c.height for c in space.configs} == set(range(2, 9))
+    rows = [r for r in map(__import__("json").loads, (d / "stage" / "metrics.jsonl").read_text().splitlines())]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and all(r["phase"] == "warmstart" for r in rows)
+    curve = read_json(d / "curve.json")
+    assert [p["step"] for p in curve] == [2, 4]
+    assert 0 < curve[0]["train_minutes"] < curve[1]["train_minutes"]
+    assert all(0.0 <= p["success"] <= 1.0 and p["n"] == 16 for p in curve)
+    record = read_json(d / "pretrain.json")
+    assert record["steps"] == 4 and record["space_configs"] == 3750 and record["curve"] == curve
+    assert record["success"] == curve[-1]["success"] and "pretrain.ship=true" in record["command"]
+    # shipped: the Hugging Face folder and the record, loadable as any model.path
+    assert read_json(shipped / "pretrain.json") == record
+    a = load_policy(ModelConfig(path=str(shipped)))
+    b = load_policy(ModelConfig(path=str(d / "stage" / "policy")))
+    for x, y in zip(_leaves(a), _leaves(b)):
+        np.testing.assert_array_equal(x, y)
+    assert not list(tmp_path.glob(".shipped.ship-*"))  # no staging folder left behind
+    # the same command again: the finished folder is re-read, nothing retrained
+    again = _pretrain(tmp_path, "pretrain.ship=true", f"pretrain.ship_to={shipped}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert read_json(d / "curve.json") == curve
+    assert len((d / "stage" / "metrics.jsonl").read_text().splitlines()) == 4
