@@ -61,6 +61,7 @@ from jaxlake.engineers import EngineerContext, build_engineer
 from jaxlake.io import read_json, write_json, write_text
 from jaxlake.metrics import build_writer
 from jaxlake.mixture import Mixture, load_mixture, mixture_to_obj, mixture_to_yaml, same_mixture
+from jaxlake.pipeline import cluster
 from jaxlake.pipeline.settings import SETTINGS, PipelineError, RunSettings  # noqa: F401 (re-exported)
 
 #: Files that make a stage complete (the checkpoint is named by train.json).
@@ -218,11 +219,9 @@ def step_train(s: RunSettings, k: int, d: Path, mixture: Mixture) -> dict:
     info = d / "train.json"
     if info.is_file():
         return read_json(info)
-    from llm.training.stage import train_stage
-
     init = previous_policy(s, k)
     _log(f"stage {k}: training" + (f" from {init}" if init else ""))
-    res = train_stage(s.stage_config(k), mixture, d, init_from=init)
+    res = cluster.collective("train_stage", s.stage_config(k), mixture, d, init_from=init)  # every process
     if res.eval_after is None:  # the trainer stopped before the end of its schedule
         raise PipelineError(
             f"training of stage {k} stopped after {res.warmstart_steps} warm-start and {res.grpo_steps} GRPO "
@@ -250,16 +249,15 @@ def _load(s: RunSettings, path: Optional[Path]):
 
 
 def step_eval(s: RunSettings, k: int, d: Path, mixture: Mixture, train: dict) -> dict:
-    from llm.training.evaluate import evaluate_policy, is_suite_eval, write_eval
+    from llm.training.evaluate import is_suite_eval, write_eval
 
     path = d / "eval.json"
     if is_suite_eval(path):
         return read_json(path)
     policy_path = Path(train.get("policy_dir") or train["checkpoint_dir"])
     _log(f"stage {k}: evaluating {policy_path} on the held-out suite")
-    policy = _load(s, policy_path)
-    result = evaluate_policy(policy, _require_eval(s).node, s.prompt, current=mixture, stage=k,
-                             checkpoint=str(policy_path))
+    _require_eval(s)
+    result = cluster.collective("evaluate_suite", s, k, policy_path, mixture)  # every process
     write_eval(path, result)
     return result
 
@@ -541,14 +539,16 @@ def main(cfg: Any) -> Any:
     The Hydra config is resolved once, here, into :class:`RunSettings`, which every step gets.
     ``train.distributed.enabled=true`` (or ``JAXLAKE_DISTRIBUTED=1``) then calls
     ``jax.distributed.initialize``, before anything touches JAX (resolving the settings
-    builds Python records only).
+    builds Python records only), and process 0 leads while the others follow
+    (:mod:`jaxlake.pipeline.cluster`).
     """
-    from llm.model.sharding import initialize_distributed
-
     s = RunSettings.from_cfg(cfg)
-    initialize_distributed(dict(s.distributed))
-    if s.stage is None:
-        return run_pipeline(s)
-    record = run_stage(s, s.stage)
-    print(stage_table([record]), flush=True)
-    return record
+
+    def run() -> Any:
+        if s.stage is None:
+            return run_pipeline(s)
+        record = run_stage(s, s.stage)
+        print(stage_table([record]), flush=True)
+        return record
+
+    return cluster.run(s, run)
