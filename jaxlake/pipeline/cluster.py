@@ -42,13 +42,22 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from jaxlake.io import set_writer
 
-#: The steps a follower runs when process 0 asks: name -> (module, function). Nothing else is
-#: ever called from a message.
-COLLECTIVE_STEPS = {
-    "train_stage": ("llm.training.stage", "train_stage"),
-    "evaluate_suite": ("jaxlake.pipeline.cluster", "evaluate_suite"),
-}
+#: The steps a follower runs when process 0 asks, by ``module:function``. Nothing else is ever
+#: called from a message.
+COLLECTIVE_STEPS = ("llm.training.stage:train_stage", "jaxlake.pipeline.cluster:evaluate_suite")
 _CHANNEL = "pipeline"
+
+
+def step_name(fn: Callable) -> str:
+    """``module:function`` of a step."""
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def _resolve(name: str) -> Callable:
+    if name not in COLLECTIVE_STEPS:
+        raise RuntimeError(f"{name!r} is not a collective step of the pipeline ({list(COLLECTIVE_STEPS)})")
+    module, attr = name.split(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 class LeaderStopped(RuntimeError):
@@ -85,18 +94,20 @@ def _log(msg: str) -> None:
 
 
 # ============================================================================ the protocol
-def collective(name: str, *args: Any, **kwargs: Any) -> Any:
-    """Run the step ``name`` of :data:`COLLECTIVE_STEPS` on every process: process 0 sends the
-    arguments to the followers, then runs it with them. With one process: a plain call."""
-    module, attr = COLLECTIVE_STEPS[name]
-    fn = getattr(importlib.import_module(module), attr)
+def collective(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Run the step ``fn`` (one of :data:`COLLECTIVE_STEPS`) on every process: process 0 sends
+    its name and arguments to the followers, all meet at a barrier, then each runs it. With one
+    process: a plain call (of whatever ``fn`` is)."""
     import jax
 
     if jax.process_count() > 1:
+        name = step_name(fn)
+        _resolve(name)  # only the listed steps travel
         if not is_leader():
             raise RuntimeError(f"collective({name!r}) is process 0's call; the followers run follow()")
-        _distributed().broadcast_object(_CHANNEL, ("call", name, args, kwargs))
-        _distributed().barrier(name)  # start together: XLA's CPU (gloo) collectives wait only 30 s for a peer
+        dist = _distributed()
+        dist.broadcast_object(_CHANNEL, ("call", name, args, kwargs))
+        dist.barrier(name)  # start together: XLA's CPU (gloo) collectives wait only 30 s for a peer
     return fn(*args, **kwargs)
 
 
@@ -112,11 +123,9 @@ def follow() -> int:
         kind = message[0]
         if kind == "call":
             _, name, args, kwargs = message
-            if name not in COLLECTIVE_STEPS:
-                raise RuntimeError(f"process {me}: process 0 asked for an unknown step {name!r}")
-            module, attr = COLLECTIVE_STEPS[name]
+            fn = _resolve(name)
             dist.barrier(name)
-            getattr(importlib.import_module(module), attr)(*args, **kwargs)
+            fn(*args, **kwargs)
         elif kind == "exit":
             _, error = message
             if error:

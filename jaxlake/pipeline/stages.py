@@ -219,9 +219,11 @@ def step_train(s: RunSettings, k: int, d: Path, mixture: Mixture) -> dict:
     info = d / "train.json"
     if info.is_file():
         return read_json(info)
+    from llm.training.stage import train_stage
+
     init = previous_policy(s, k)
     _log(f"stage {k}: training" + (f" from {init}" if init else ""))
-    res = cluster.collective("train_stage", s.stage_config(k), mixture, d, init_from=init)  # every process
+    res = cluster.collective(train_stage, s.stage_config(k), mixture, d, init_from=init)  # every process
     if res.eval_after is None:  # the trainer stopped before the end of its schedule
         raise PipelineError(
             f"training of stage {k} stopped after {res.warmstart_steps} warm-start and {res.grpo_steps} GRPO "
@@ -243,9 +245,11 @@ def step_train(s: RunSettings, k: int, d: Path, mixture: Mixture) -> dict:
 
 
 def _load(s: RunSettings, path: Optional[Path]):
+    from llm.model.distributed import solo
     from llm.training.policy import load_policy
 
-    return load_policy(s.model, path)
+    with solo():  # process 0 alone (the engineer's model): the others wait for its decision, not in its reads
+        return load_policy(s.model, path)
 
 
 def step_eval(s: RunSettings, k: int, d: Path, mixture: Mixture, train: dict) -> dict:
@@ -257,7 +261,7 @@ def step_eval(s: RunSettings, k: int, d: Path, mixture: Mixture, train: dict) ->
     policy_path = Path(train.get("policy_dir") or train["checkpoint_dir"])
     _log(f"stage {k}: evaluating {policy_path} on the held-out suite")
     _require_eval(s)
-    result = cluster.collective("evaluate_suite", s, k, policy_path, mixture)  # every process
+    result = cluster.collective(cluster.evaluate_suite, s, k, policy_path, mixture)  # every process
     write_eval(path, result)
     return result
 

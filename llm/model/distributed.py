@@ -19,13 +19,17 @@ Who writes (:func:`is_writer`)
     Process 0. Every other process computes the same things and writes no file (orbax's
     checkpoints excepted: every process writes its own shards, as orbax is built to).
 
+Working alone (:func:`solo`)
+    process 0's own checkpoint reads while the others wait (orbax otherwise waits for every
+    process at each read).
+
 Agreement (:func:`barrier`, :func:`broadcast_bytes`, :func:`broadcast_object`)
     through the coordination service's key-value store, with a timeout, without touching the
     devices: process 0 publishes, the others wait for it. With one process they return at
     once.
 
 Process-local rows (:func:`process_rows`, :func:`take_rows`, :func:`gather_rows`,
-:func:`global_batch`)
+:func:`global_batch`; :func:`llm.model.sharding.host_tree` brings arrays back whole)
     A batch's leading axis is split over every device of the mesh
     (:func:`llm.model.sharding.batch_sharding`), so each process holds a contiguous block of
     global rows; :func:`process_rows` says which, from the sharding itself. A process builds
@@ -34,11 +38,12 @@ Process-local rows (:func:`process_rows`, :func:`take_rows`, :func:`gather_rows`
     numbers that every process needs (e.g. token counts for the loss weights, the metrics)
     travel with :func:`gather_rows`. With one process each of these is the identity.
 
-Imports nothing of ``jaxlake`` (model layer).
+Imports nothing of ``jaxlake`` (model layer), nor :mod:`llm.model.sharding` (which builds on it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import itertools
@@ -199,6 +204,29 @@ def _client():
     return _distributed.global_state.client
 
 
+_SOLO = False
+
+
+@contextlib.contextmanager
+def solo():
+    """Inside, this process works alone: its checkpoint reads (:mod:`llm.model.checkpoint`)
+    wait for no other process (orbax's ``active_processes``). For process 0's own work while
+    the others wait (e.g. an engineer that loads the trained policy). A no-op with one
+    process. (Checkpoint *writes* are always every process's: orbax 0.12's multi-process save
+    does not finish with one active process.)"""
+    global _SOLO
+    before, _SOLO = _SOLO, True
+    try:
+        yield
+    finally:
+        _SOLO = before
+
+
+def alone() -> bool:
+    """Whether this process is inside :func:`solo` in a multi-process run."""
+    return _SOLO and jax.process_count() > 1
+
+
 # ============================================================================ agreement
 _counter = itertools.count()
 
@@ -251,27 +279,25 @@ def broadcast_object(name: str, obj: Any = None, timeout_s: Optional[float] = No
 
 
 # ============================================================================ process-local rows
-def process_rows(n: int, mesh: Any = None) -> slice:
+def process_rows(n: int, sharding: Any = None) -> slice:
     """The global rows ``[start, stop)`` of an ``n``-row batch that this process's devices hold.
 
-    From the batch sharding over ``mesh`` (:func:`llm.model.sharding.batch_sharding`; rows of
-    one process are contiguous when the mesh is built in ``jax.devices()`` order, as
-    :func:`llm.model.sharding.make_mesh` does). ``mesh=None``: all rows (one process) or an
-    even split by process index. Raises ``ValueError`` when this process's rows are not one
-    contiguous block.
+    From ``sharding``, the batch's (leading axis split over the mesh's devices:
+    :func:`llm.model.sharding.batch_sharding`; rows of one process are contiguous when the mesh
+    is built in ``jax.devices()`` order, as :func:`llm.model.sharding.make_mesh` does).
+    ``sharding=None``: all rows (one process) or an even split by process index. Raises
+    ``ValueError`` when this process's rows are not one contiguous block.
     """
     n = int(n)
     if jax.process_count() == 1:
         return slice(0, n)
-    if mesh is None:
+    if sharding is None:
         count, index = jax.process_count(), jax.process_index()
         if n % count:
             raise ValueError(f"{n} rows cannot be split evenly over {count} processes")
         per = n // count
         return slice(index * per, (index + 1) * per)
-    from llm.model.sharding import batch_sharding
-
-    index_map = batch_sharding(mesh).addressable_devices_indices_map((n,))
+    index_map = sharding.addressable_devices_indices_map((n,))
     spans = sorted({(s[0].start or 0, n if s[0].stop is None else s[0].stop) for s in index_map.values()})
     start, stop = spans[0][0], spans[0][0]
     for a, b in spans:
@@ -299,26 +325,13 @@ def gather_rows(tree: Any) -> Any:
                                   tree)
 
 
-def global_batch(tree: Any, mesh: Any, rows: int) -> Any:
-    """One global array per leaf of ``tree``, split on its leading axis over ``mesh``, from
-    this process's rows only (:func:`process_rows`): ``jax.make_array_from_process_local_data``.
-    ``rows`` is the global row count."""
-    from llm.model.sharding import batch_sharding
-
-    sharding = batch_sharding(mesh)
+def global_batch(tree: Any, sharding: Any, rows: int) -> Any:
+    """One global array per leaf of ``tree`` on ``sharding`` (a batch sharding: the leading
+    axis split over the mesh), from this process's rows only (:func:`process_rows`):
+    ``jax.make_array_from_process_local_data``. ``rows`` is the global row count."""
 
     def put(x):
         x = np.asarray(x)
         return jax.make_array_from_process_local_data(sharding, x, (int(rows),) + x.shape[1:])
 
     return jax.tree_util.tree_map(put, tree)
-
-
-def host_tree(tree: Any) -> Any:
-    """Every array of ``tree`` whole on this host (numpy). With several processes an array
-    that spans other processes' devices is all-gathered, so every process must call this at
-    the same point (e.g. before process 0 exports the policy)."""
-    from llm.model.sharding import to_host
-
-    return jax.tree_util.tree_map(to_host, tree)
-

@@ -376,7 +376,7 @@ def shard_batch(tree: Any, mesh: Mesh) -> Any:
 
     def put(x):
         x = np.asarray(x)
-        rows = distributed.process_rows(x.shape[0], mesh)
+        rows = distributed.process_rows(x.shape[0], sharding)
         return jax.make_array_from_process_local_data(sharding, x[rows], x.shape)
 
     return jax.tree_util.tree_map(put, tree)
@@ -396,6 +396,13 @@ def to_host(x: Any) -> np.ndarray:
     from jax.experimental import multihost_utils
 
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def host_tree(tree: Any) -> Any:
+    """Every array of ``tree`` whole on this host (numpy, :func:`to_host`). With several
+    processes an array that spans other processes' devices is all-gathered, so every process
+    must call this at the same point (e.g. before process 0 exports the policy)."""
+    return jax.tree_util.tree_map(to_host, tree)
 
 
 def replicate(tree: Any, mesh: Mesh) -> Any:

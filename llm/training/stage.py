@@ -215,10 +215,10 @@ def _train_stage(config: StageConfig, env_config: Mixture, stage_dir: Path, init
     })
     policy_dir = None
     if tcfg.export_hf:
-        from llm.model.distributed import host_tree, is_writer
+        from llm.model.distributed import is_writer
         from llm.model.hf_io import save_pretrained
 
-        host_state = host_tree(policy.state)  # on every process: an all-gather when the mesh spans several
+        host_state = shd.host_tree(policy.state)  # on every process: an all-gather when the mesh spans several
         policy_dir = stage_dir / "policy"
         if is_writer():  # process 0 writes the export
             policy_dir = save_pretrained(nnx.merge(policy.graphdef, host_state), policy.tokenizer, policy_dir)

@@ -195,10 +195,11 @@ def run_warmstart(
         completion_len = completion_len + thinking_tokens
     end = wc.steps if max_steps is None else min(wc.steps, max_steps)
     bar = progress_bar(wc.steps, start, "warmstart", config.progress)
+    rows_sharding = shd.batch_sharding(mesh) if mesh is not None else None
     for step in range(start, end):
         t0 = time.perf_counter()
         lakes = sample_lakes(jax.random.fold_in(data_key, step), env, wc.batch_size)  # the same on every process
-        rows = dist.process_rows(wc.batch_size, mesh)  # this process plans and encodes only its rows
+        rows = dist.process_rows(wc.batch_size, rows_sharding)  # this process plans and encodes only its rows
         lakes = dist.take_rows(lakes, rows)
         tokens, mask, solved, _ = plan_targets(lakes, policy.tokenizer, completion_len, thinking_tokens)
         ids, pmask = prompter.encode(lakes)
@@ -206,7 +207,7 @@ def run_warmstart(
         weights = mask / max(target_all.sum(), 1)
         batch = TokenBatch(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask,
                            weights=weights.astype(np.float32))
-        batch = dist.global_batch(batch, mesh, wc.batch_size) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, batch)
+        batch = dist.global_batch(batch, rows_sharding, wc.batch_size) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, batch)
         t_upd = time.perf_counter()
         state, opt_state, m = update(state, opt_state, batch)
         m = jax.device_get(m)

@@ -1,5 +1,6 @@
-"""Two processes join (``jax.distributed``), all-gather once, then process 1 is killed (a test
-helper of tests/jaxlake/pipeline/test_multihost.py).
+"""Two processes join (``jax.distributed``); process 0 restores a checkpoint (``PEER_CHECKPOINT_DIR``)
+on its own (``llm.model.distributed.solo``) while process 1 waits; both all-gather once; then process
+1 is killed (a test helper of tests/jaxlake/pipeline/test_multihost.py).
 
 Started by ``python -m jaxlake.launch -n 2 --module tests.jaxlake.pipeline.dying_peer``, which
 appends the ``train.distributed.*`` overrides; ``train.distributed.heartbeat_timeout_s`` comes
@@ -28,6 +29,14 @@ def main(argv) -> None:
     distributed.initialize(node)
     import jax
     import numpy as np
+
+    if jax.process_index() == 0:
+        from llm.model.checkpoint import restore_checkpoint
+
+        with distributed.solo():  # without it orbax would wait for process 1 in the read
+            back = restore_checkpoint(os.environ["PEER_CHECKPOINT_DIR"])
+        print(f"process 0: restored step {back.step} alone", flush=True)
+    distributed.barrier("after-the-solo-checkpoint", timeout_s=120)
 
     both = distributed.gather_rows(np.asarray([jax.process_index()]))
     print(f"process {jax.process_index()}: gathered {both.tolist()}", flush=True)
