@@ -42,18 +42,19 @@ TINY = [
     "stages=1", "engineer=heuristic", "eval=tiny",
     "model=tiny", "model.hidden_size=32", "model.intermediate_size=64", "model.num_hidden_layers=1",
     "model.num_attention_heads=2", "model.num_key_value_heads=2", "model.head_dim=16",
-    # lakes of the suite's canvas (4x4, 2 agents) and prompt length (64): shared compiles
+    # lakes of the suite's canvas (4x4, 2 agents) and prompt length (64), and lake counts of 8
+    # or 16 throughout (warm start and GRPO 8; held-out check, current environment, statistics
+    # and the suite 16): each program compiles once for all of them
     "env.height=3", "env.width=3", "env.num_agents=1", "env.max_steps=4", "env.max_height=4", "env.max_width=4",
     "env.max_agents=2", "train.max_prompt_tokens=64",
     "train.mesh.data=2", "train.mesh.fsdp=2",
     f"train.warmstart.steps={WARMSTART_STEPS}", "train.warmstart.batch_size=8",
     f"train.warmstart.checkpoint_every={WARMSTART_STEPS}", "train.warmstart.optim.lr=3e-2",
     "train.warmstart.optim.warmup_steps=0",
-    f"train.grpo.steps={GRPO_STEPS}", "train.grpo.lakes_per_step=2", "train.grpo.group_size=4",
+    f"train.grpo.steps={GRPO_STEPS}", "train.grpo.lakes_per_step=8", "train.grpo.group_size=2",
     "train.grpo.max_new_tokens=8", "train.grpo.checkpoint_every=1",
-    "train.eval.num_lakes=8", "train.eval.batch_size=8", "train.progress=false", "train.plot=false",
-    # the suite has 16 lakes: as many of the stage's own, one rollout compile for both
-    "eval.current_env_lakes=16", "eval.summary.env_stats_lakes=2", "eval.batch_size=8",
+    "train.eval.num_lakes=16", "train.eval.batch_size=16", "train.progress=false", "train.plot=false",
+    "eval.current_env_lakes=16", "eval.summary.env_stats_lakes=16", "eval.batch_size=16",
     "eval.sampled.num_samples=0", "eval.max_new_tokens=8",
 ]
 #: Metric keys that measure time, not results.
