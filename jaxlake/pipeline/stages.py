@@ -44,6 +44,12 @@ decision comes after them. With a shared folder the first run stores its finishe
 (without the engineer's files) under a key hashed from exactly those settings, and every
 later run with the same key copies it instead of retraining, then runs its own engineer. The
 results equal independent runs'; a sweep over engineers trains stage 1 once per seed.
+
+On several JAX processes (``train.distributed.enabled=true``; :mod:`jaxlake.pipeline.cluster`)
+process 0 runs everything above and writes every file; the others join it only in the steps
+on the global mesh, a stage's training (:func:`step_train`) and its suite evaluation
+(:func:`step_eval`), each started by :func:`jaxlake.pipeline.cluster.collective` with the
+step's whole input, and write nothing but their checkpoint shards.
 """
 
 from __future__ import annotations

@@ -16,8 +16,9 @@ Start-up (:func:`initialize`, settings :class:`DistributedConfig`, Hydra node
     default CPU client has none across processes), so nobody passes an extra flag.
 
 Who writes (:func:`is_writer`)
-    Process 0. Every other process computes the same things and writes no file (orbax's
-    checkpoints excepted: every process writes its own shards, as orbax is built to).
+    Process 0. Every other process writes no file (orbax's checkpoints excepted: every
+    process writes its own shards, as orbax is built to); ``jaxlake.io.set_writer`` makes the
+    package's writers honour it.
 
 Working alone (:func:`solo`)
     process 0's own checkpoint reads while the others wait (orbax otherwise waits for every
@@ -26,7 +27,8 @@ Working alone (:func:`solo`)
 Agreement (:func:`barrier`, :func:`broadcast_bytes`, :func:`broadcast_object`)
     through the coordination service's key-value store, with a timeout, without touching the
     devices: process 0 publishes, the others wait for it. With one process they return at
-    once.
+    once. (XLA's CPU collectives wait only 30 s for a peer when a device group first meets,
+    a fixed limit: steps that run collectives should start at a :func:`barrier`.)
 
 Process-local rows (:func:`process_rows`, :func:`take_rows`, :func:`gather_rows`,
 :func:`global_batch`; :func:`llm.model.sharding.host_tree` brings arrays back whole)

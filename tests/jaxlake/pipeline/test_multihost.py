@@ -10,16 +10,19 @@ four forced CPU devices and the same mesh. The tests below read their folders:
 * no file is written by two processes, the follower writes nothing but its checkpoint
   shards (a Python audit hook on every process: tests/jaxlake/pipeline/audited_run.py), and
   every metric row appears once;
-* the first warm-start and GRPO steps, and the final artifacts (the exported policy, the
-  held-out checks, the suite evaluation, the engineer's next environment), equal the
-  single process's;
+* the first warm-start and GRPO steps equal the single process's within 1e-4; the later steps
+  drift apart by float rounding only (the all-reduces sum in another order): losses within
+  1e-3, the exported weights within 1e-3, and the held-out check, the suite evaluation and
+  the engineer's next environment the same;
 * the checkpoint the two processes wrote restores in this (one-process, one-device) pytest
   process;
 * a process that dies makes the other end with JAX's error within a bounded time.
 
 The model is a one-layer Qwen3 of width 32 (``model=tiny`` made smaller); forty warm-start
 steps on 3x3 one-agent lakes make GRPO's first groups differ in reward (non-zero gradients).
-XLA's CPU back end compiles at ``-O0`` here (both runs alike) to keep compile time down.
+XLA's CPU back end compiles at ``-O0`` here (both runs alike) to keep compile time down; the
+two runs cost about 150 CPU-seconds together (three processes that each compile the stage's
+programs), the dead-peer test about 10.
 """
 
 from __future__ import annotations
