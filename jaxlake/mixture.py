@@ -231,7 +231,20 @@ def mixture_from_node(node: Any) -> Mixture:
 
 
 def load_mixture(path: os.PathLike | str) -> Mixture:
-    """Read an ``env.yaml`` / ``next_env.yaml`` (or any env YAML) into a mixture."""
+    """Read an ``env.yaml`` / ``next_env.yaml`` (or any env YAML) into a mixture. A file that is
+    not YAML or holds a bad value raises :class:`MixtureError` naming the file
+    (``stage_1/next_env.yaml: mixture[0].config: hole_density=1.5 not in [0.0, 0.9]``); a
+    missing one ``FileNotFoundError``."""
     from omegaconf import OmegaConf
 
-    return mixture_from_node(OmegaConf.load(str(path)))
+    try:
+        node = OmegaConf.load(str(path))
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise
+    except Exception as err:  # noqa: BLE001 - yaml's and omegaconf's parse errors have no common base
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise MixtureError(f"{path}: not a valid env YAML file ({first})") from None
+    try:
+        return mixture_from_node(node)
+    except (ConfigError, TypeError) as err:
+        raise MixtureError(f"{path}: {err}") from None

@@ -20,7 +20,8 @@ pieces of the GRPO loop. ``tests/test_public_api.py`` checks both rules.
 from llm.game.default import default_model_dir, load_default
 from llm.generation.decode import GenerationConfig, GenerationResult
 from llm.model.hf_io import from_pretrained, save_pretrained
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 
 __all__ = [
     "GenerationConfig",

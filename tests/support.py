@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -41,3 +44,26 @@ def run_cli(monkeypatch, args):
     finally:
         GlobalHydra.instance().clear()
     return None
+
+
+@contextlib.contextmanager
+def unwritable(folder: Path):
+    """``folder`` refuses new files for the block: mode 0o555, and for root (whom permissions do
+    not bind) the immutable attribute (``chattr +i``); skips the test where neither binds."""
+    folder = Path(folder)
+    mode = folder.stat().st_mode
+    immutable = False
+    folder.chmod(0o555)
+    try:
+        if os.access(folder, os.W_OK):
+            done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True)
+            immutable = done.returncode == 0
+            if not immutable:
+                import pytest
+
+                pytest.skip("cannot make a folder unwritable here (root, and chattr +i fails)")
+        yield folder
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(folder)], capture_output=True)
+        folder.chmod(mode)

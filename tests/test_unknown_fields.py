@@ -55,7 +55,7 @@ def _sites():
     from llm.game.prompts import PromptConfig, PromptError
     from llm.game.rewards import RewardConfig
     from llm.model.errors import ModelConfigError
-    from llm.model.qwen3 import Qwen3Config
+    from llm.model.config import Qwen3Config
     from llm.model.sharding import MeshConfig
     from llm.training.config import ModelConfig, TrainConfig
 

@@ -12,9 +12,10 @@
 # BIG_BATCHES (ours + transformers static cache only: the dynamic cache is the slow peer),
 # REPEATS, OUT, DEVICE (gpu|cpu; where torch runs), KV_BLOCK (GenerationConfig.kv_block:
 # 128 gives 2 decode segments at N=256, fewer unrolled layer bodies to compile than 64's 4),
-# ALSO_SCAN=1 (also time ours with the layer scan in the decode loop), ATTENTION (xla|cudnn:
-# ours' cached prefill and decode steps through jax.nn.dot_product_attention; default: the
-# preset's dense grouped attention), EOS_AFTER (e.g. 64,256: rows of the BATCHES run finish
+# ALSO_SCAN=1 (also time ours with the layer scan in the decode loop), ATTENTION (ours'
+# attention_impl: the prefill's causal kernel, default auto = cuDNN on a GPU; xla|cudnn also
+# send the decode steps through jax.nn.dot_product_attention, the others keep the dense
+# grouped attention there), EOS_AFTER (e.g. 64,256: rows of the BATCHES run finish
 # after these many tokens, cycled; adds the early-finish table of useful tok/s).
 # Compilations are cached in $JAX_COMPILATION_CACHE_DIR (default /tmp/jaxlake_jax_cache), so
 # a rerun on the same machine does not compile again.

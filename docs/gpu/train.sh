@@ -3,7 +3,8 @@
 # 16 completions x (256 + 1024) tokens, in 1 / 2 / 4 micro-batches (tokens/s, MFU against the
 # data sheet's dense bf16 peak, compile time, XLA and device peak memory), then one whole GRPO
 # step at paper-like settings (32 lakes x G = 8, 1024 new tokens, EOS off) with the time split
-# between sampling, old log-probs and the update. Writes $OUT/train_<model>.json and
+# between sampling, the reference log-probs (BETA > 0) and the updates; the old log-prob forward
+# the trainer skips (on-policy first update) is timed apart, with its saved share. Writes $OUT/train_<model>.json and
 # $OUT/grpo_<model>.json and prints markdown tables for docs/performance.md ("Training").
 #
 #   bash docs/gpu/train.sh                      # H200: qwen3_4b, f32 master weights, bf16 compute

@@ -160,13 +160,15 @@ def run(settings: Any, main: Callable[[], Any]) -> Any:
 
 
 # ============================================================================ collective steps
-def evaluate_suite(settings: Any, k: int, policy_path: str | os.PathLike, mixture: Any) -> dict:
+def evaluate_suite(settings: Any, k: int, policy_path: str | os.PathLike, mixture: Any,
+                   checkpoint: Optional[str] = None) -> dict:
     """The held-out suite evaluation of stage ``k``'s policy (``eval.json``'s dict).
 
     With several processes every process runs it: the policy is loaded onto the global
     ``train.mesh`` and every generation batch is split over all processes' devices (the
     batch size rounded up to a multiple of the device count). With one process it is the
-    single-device evaluation of the pipeline.
+    single-device evaluation of the pipeline. ``checkpoint`` is the name the record gives the
+    policy (the run folder's relative path; ``policy_path`` by default).
     """
     import jax
 
@@ -182,7 +184,8 @@ def evaluate_suite(settings: Any, k: int, policy_path: str | os.PathLike, mixtur
         n = mesh.devices.size
         node["batch_size"] = -(-int(node.get("batch_size", 64)) // n) * n
     policy = load_policy(settings.model, Path(policy_path), mesh=mesh)
-    return evaluate_policy(policy, node, settings.prompt, current=mixture, stage=k, checkpoint=str(policy_path),
+    return evaluate_policy(policy, node, settings.prompt, current=mixture, stage=k,
+                           checkpoint=checkpoint or str(policy_path),
                            mesh=mesh)
 
 

@@ -43,11 +43,66 @@ class PipelineError(RuntimeError):
     """A stage cannot run (missing inputs, inconsistent run directory, a bad pipeline setting)."""
 
 
+def user_error(err: BaseException) -> Optional[str]:
+    """The one line that ends a run stopped by a user's mistake, or ``None`` when ``err`` is not
+    one (a bug, an interrupt: those keep their traceback).
+
+    A user's mistake is a bad setting or run folder (:class:`PipelineError`, the layers'
+    :class:`~jaxlake.config.ConfigError`), a locked or unwritable folder
+    (:class:`~jaxlake.io.FolderLockError`), a missing, unreadable or unwritable file
+    (``OSError``: the line names the file) and a corrupt model folder
+    (:class:`llm.model.hf_io.CheckpointError`, naming the file). The line is the message with its
+    whitespace folded, so it is one line.
+    """
+    from jaxlake.config import ConfigError
+    from jaxlake.io import FolderLockError
+    from llm.model.hf_io import CheckpointError
+
+    if not isinstance(err, (PipelineError, ConfigError, FolderLockError, OSError, CheckpointError)):
+        return None
+    text = str(err)
+    if isinstance(err, OSError) and err.filename is not None and err.strerror:
+        text = f"{err.filename}: {err.strerror}"
+    return " ".join(text.split()) or type(err).__name__
+
+
 def _int(where: str, value: Any, low: Optional[int] = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
         bound = "" if low is None else f" in [{low}, inf)"
         raise PipelineError(f"{where}={value!r} must be an integer{bound}")
     return int(value)
+
+
+#: The held-out suite's decoding modes (``eval.greedy``, ``eval.sampled``).
+EVAL_MODES = ("greedy", "sampled")
+
+
+def _number(where: str, value: Any, low: float, high: float, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            (low < value if low_open else low <= value) and value <= high):
+        bracket = "(" if low_open else "["
+        raise PipelineError(f"{where}={value!r} must be a number in {bracket}{low:g}, {high:g}]")
+    return float(value)
+
+
+def _check_decoding(node: Mapping[str, Any]) -> None:
+    """The decoding fields of the ``eval`` group that :func:`llm.training.evaluate.
+    evaluate_policy` reads after training: checked here, before anything is written."""
+    _int("eval.batch_size", node.get("batch_size", 64), 1)
+    _int("eval.current_env_lakes", node.get("current_env_lakes") or 0, 0)
+    _int("eval.rollout_seed", node.get("rollout_seed", 7))
+    if node.get("max_new_tokens") is not None:
+        _int("eval.max_new_tokens", node["max_new_tokens"], 1)
+    sampled = node.get("sampled") or {}
+    if not isinstance(sampled, Mapping):
+        raise PipelineError(f"eval.sampled must be a mapping, got {type(sampled).__name__}")
+    samples = _int("eval.sampled.num_samples", sampled.get("num_samples", 0) or 0, 0)
+    if samples:
+        _number("eval.sampled.temperature", sampled.get("temperature", 1.0), 0.0, float("inf"))
+        _int("eval.sampled.top_k", sampled.get("top_k", 0), 0)
+        _number("eval.sampled.top_p", sampled.get("top_p", 1.0), 0.0, 1.0, low_open=True)
+    if not node.get("greedy", True) and not samples:
+        raise PipelineError("eval.greedy=false and eval.sampled.num_samples=0: enable at least one decoding mode")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,10 +138,15 @@ class EvalSettings:
         summary = plain.get("summary") or {}
         if not isinstance(summary, Mapping):
             raise PipelineError(f"eval.summary must be a mapping, got {type(summary).__name__}")
+        _check_decoding(plain)
+        mode = str(summary.get("mode", "greedy"))
+        if mode not in EVAL_MODES:
+            raise PipelineError(f"eval.summary.mode={mode!r} not in {list(EVAL_MODES)}")
+        suite = SuiteSpec.from_conf(plain)
         return cls(
-            suite=SuiteSpec.from_conf(plain),
+            suite=suite,
             planner=True if plain.get("planner") is None else bool(plain["planner"]),  # null: the default
-            summary_mode=str(summary.get("mode", "greedy")),
+            summary_mode=mode,
             k_failures=_int("eval.summary.k_failures", summary.get("k_failures", 6), 0),
             env_stats_lakes=_int("eval.summary.env_stats_lakes", summary.get("env_stats_lakes", 64), 1),
             node=plain,
@@ -117,6 +177,10 @@ class RunSettings:
       distributed: ``train.distributed`` (for ``jax.distributed.initialize``).
       settings: ``run.json``'s ``settings`` (the groups of :data:`SETTINGS` less cosmetic keys,
         plus ``pipeline.warmstart``), plain JSON data.
+      hydra_files: under Hydra, the run's ``.hydra/`` record (``config.yaml``, ``hydra.yaml``,
+        ``overrides.yaml``: name -> YAML text). ``conf/config.yaml`` turns Hydra's own writing of
+        it off (``hydra.output_subdir: null``) so that nothing lands in the run folder before the
+        settings are checked and the folder is locked; the pipeline writes it with ``run.json``.
     """
 
     experiment: str = "default"
@@ -135,6 +199,7 @@ class RunSettings:
     share_stage1: Optional[Path] = None
     distributed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    hydra_files: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -152,11 +217,13 @@ class RunSettings:
         experiment = str(cfg_get(cfg, "experiment", "default"))
         runs_dir = Path(str(cfg_get(cfg, "runs_dir", "runs")))
         run_dir, overrides = runs_dir / experiment, (f"experiment={experiment}",)
+        hydra_files: dict = {}
         try:
             from hydra.core.hydra_config import HydraConfig
 
             hydra = HydraConfig.get()
             run_dir, overrides = Path(hydra.runtime.output_dir), tuple(str(o) for o in hydra.overrides.task)
+            hydra_files = _hydra_files(cfg, HydraConfig.instance().cfg, hydra)
         except (ValueError, ImportError):
             pass
         stages = _int("stages", cfg_get(cfg, "stages", 3), 1)
@@ -171,6 +238,7 @@ class RunSettings:
             raise PipelineError(f"pipeline.warmstart={warmstart!r} not in {list(WARMSTART_MODES)}")
         share = cfg_get(pipeline, "share_stage1")
         env = cfg_get(cfg, "env")
+        env = None if env is None else _env_mixture(env)
         engineer = to_plain(cfg_get(cfg, "engineer"))
         eval_node = cfg_get(cfg, "eval")
         return cls(
@@ -181,7 +249,7 @@ class RunSettings:
             stages=stages,
             stage=stage,
             seed=_int("seed", cfg_get(cfg, "seed", 0)),
-            env=None if env is None else mixture_from_node(env),
+            env=env,
             engineer=None if engineer is None else dict(engineer),
             eval=None if eval_node is None else EvalSettings.from_node(eval_node),
             train=StageConfig.from_cfg(cfg),
@@ -190,6 +258,7 @@ class RunSettings:
             share_stage1=Path(str(share)) if share not in (None, "", False) else None,
             distributed=dict(to_plain(cfg_get(cfg_get(cfg, "train"), "distributed")) or {}),
             settings=_run_settings(cfg, warmstart),
+            hydra_files=hydra_files,
         )
 
     # ------------------------------------------------------------------ derived views
@@ -228,6 +297,32 @@ class RunSettings:
             warmstart = dataclasses.replace(warmstart, enabled=False)
         train = dataclasses.replace(cfg.train, seed=seed, warmstart=warmstart)
         return dataclasses.replace(cfg, train=train, record=record)
+
+
+def _env_mixture(node: Any) -> Mixture:
+    """Stage 1's environment from the ``env`` group; an error names the field as ``env.<field>``."""
+    from jaxlake.config import ConfigError
+
+    try:
+        return mixture_from_node(node)
+    except (ConfigError, TypeError) as err:
+        msg = str(err)
+        named = re.match(r"[A-Za-z_]\w*(\[\d+\])?[.=]", msg)
+        raise PipelineError(f"env.{msg}" if named else f"env: {msg}") from None
+
+
+def _hydra_files(cfg: Any, hydra_cfg: Any, hydra: Any) -> dict:
+    """The ``.hydra/`` record Hydra writes itself unless ``hydra.output_subdir`` is null (then
+    the pipeline writes it; with a folder set, Hydra does and this is empty)."""
+    if hydra.output_subdir is not None:
+        return {}
+    try:
+        from omegaconf import OmegaConf
+
+        return {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml(hydra_cfg),
+                "overrides.yaml": OmegaConf.to_yaml(hydra.overrides.task)}
+    except Exception:  # noqa: BLE001 - a record for the user; the run does not depend on it
+        return {}
 
 
 def _run_settings(cfg: Any, warmstart: str) -> dict:

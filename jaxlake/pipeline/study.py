@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from jaxlake.io import read_json, write_json, write_text
+from jaxlake.io import FolderLock, FolderLockError, read_json, write_json, write_text
 from jaxlake.mixture import load_mixture, mixture_to_obj
-from jaxlake.pipeline.stages import short_env
+from jaxlake.pipeline.records import short_env
 from jaxlake.pipeline.report import find_runs, load_run, plot_breakdown, plot_scores
 from jaxlake.stats import mean_ci
 from jaxlake.conf import CONF_DIR
@@ -69,17 +69,21 @@ def sweep_command(study: str, overrides: Sequence[str]) -> list[str]:
 
 
 def run_sweep(study: str, overrides: Sequence[str], root: Path) -> float:
-    """Run the sweep (output streamed); record its wall time in ``root/study.json``."""
+    """Run the sweep (output streamed); record its wall time in ``root/study.json``. The study
+    folder is locked meanwhile (``root/study.lock``, :class:`jaxlake.io.FolderLock`): a second
+    study into the same folder refuses at once, naming the first's PID and host (each job of
+    the sweep also locks its own run folder)."""
     cmd = sweep_command(study, overrides)
-    print("[study] " + " ".join(shlex.quote(c) for c in cmd[1:]), file=sys.stderr, flush=True)
-    t0 = time.time()
-    code = subprocess.call(cmd)  # in the current folder, like the runs' relative runs_dir
-    wall = time.time() - t0
     root.mkdir(parents=True, exist_ok=True)
-    log = _read(root / "study.json") or {"invocations": []}
-    log["invocations"].append({"study": study, "overrides": list(overrides), "wall_s": round(wall, 1),
-                               "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0)), "rc": code})
-    write_json(root / "study.json", log)
+    with FolderLock(root / "study.lock", what="study folder"):
+        print("[study] " + " ".join(shlex.quote(c) for c in cmd[1:]), file=sys.stderr, flush=True)
+        t0 = time.time()
+        code = subprocess.call(cmd)  # in the current folder, like the runs' relative runs_dir
+        wall = time.time() - t0
+        log = _read(root / "study.json") or {"invocations": []}
+        log["invocations"].append({"study": study, "overrides": list(overrides), "wall_s": round(wall, 1),
+                                   "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0)), "rc": code})
+        write_json(root / "study.json", log)
     if code != 0:
         raise StudyError(f"the sweep exited with status {code}; rerun the same command to resume it")
     return wall
@@ -380,7 +384,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not args.no_run:
             run_sweep(args.study, extra, root)
         payload = write_results(root, args.results, command)
-    except StudyError as err:
+    except (StudyError, FolderLockError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(payload["table_md"])

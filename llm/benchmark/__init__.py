@@ -6,5 +6,6 @@ runs :mod:`llm.benchmark.cli`; ``python -m llm.memory`` runs :mod:`llm.benchmark
 * :mod:`llm.benchmark.generate` -- generation throughput, the transformers comparison;
 * :mod:`llm.benchmark.train` -- one GRPO update and one whole GRPO step;
 * :mod:`llm.benchmark.roofline` -- accelerator peaks, measured bandwidth, MFU and roofline;
-* :mod:`llm.benchmark.memory` -- XLA's memory analysis compiled from abstract shapes.
+* :mod:`llm.benchmark.memory` -- XLA's memory analysis of one update, compiled from abstract shapes;
+* :mod:`llm.benchmark.step_plan` -- the same for every phase of one GRPO step of a run (``--plan``).
 """

@@ -40,6 +40,7 @@ import numpy as np
 
 from jaxlake.io import write_json
 from llm.game.default import preset_config
+from llm.model.attention import ATTENTION_IMPLS
 from llm.benchmark.roofline import (best_of, csv_ints, csv_names, decode_bytes_per_step, prefill_flops, resolve_bandwidth,
                           resolve_peak, timed)
 
@@ -464,9 +465,9 @@ def generate_main(argv: list[str] | None = None) -> list[GenRow]:
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
                         help="override the preset's param_dtype and dtype")
     parser.add_argument("--kv-block", type=int, default=64, help="GenerationConfig.kv_block")
-    parser.add_argument("--attention", choices=("auto", "xla", "cudnn", "chunked"), default=None,
-                        help="Qwen3Config.attention_impl of ours (default: the preset's); xla / cudnn send the "
-                             "cached prefill and the decode steps through jax.nn.dot_product_attention")
+    parser.add_argument("--attention", choices=ATTENTION_IMPLS, default=None,
+                        help="Qwen3Config.attention_impl of ours (default: the preset's): the prefill's causal "
+                             "kernel; xla / cudnn also send the decode steps through jax.nn.dot_product_attention")
     parser.add_argument("--also-scan", action="store_true",
                         help="also time ours with unroll_layers=False (the layer scan inside the decode loop)")
     parser.add_argument("--eos-after", default=None,

@@ -1,18 +1,16 @@
-"""XLA's memory analysis of the GRPO update, compiled from abstract shapes (no accelerator).
+"""XLA's memory analysis compiled from abstract shapes (no accelerator): ``python -m llm.memory``.
 
-``python -m llm.memory`` builds the jitted update of :func:`llm.rl.updates.make_grpo_update` for a
-model preset (``conf/model/<preset>.yaml``) and one micro-batch of ``rows`` completions
-of ``prompt + completion`` tokens, lowers and compiles it for the local backend (the CPU by
-default) from ``jax.ShapeDtypeStruct`` arguments only -- no parameter is ever allocated -- and
-prints XLA's ``memory_analysis()``: arguments (parameters, optimizer state, batch), outputs
-and temporaries (activations, gradients, logits). The temporaries are what the update needs
-on top of its state; on an accelerator the same program needs about the same.
+**One update** (``python -m llm.memory --preset qwen3_4b --rows 16 --prompt 256 --completion
+1024``): the jitted update of :func:`llm.rl.updates.make_grpo_update` for a model preset
+(``conf/model/<preset>.yaml``) and one micro-batch, and XLA's ``memory_analysis()``:
+arguments (parameters, optimizer state, batch), outputs and temporaries (activations,
+gradients, logits).
 
-Example (the setting of issue 11)::
+**The whole step** (``python -m llm.memory --plan ...``): :mod:`llm.benchmark.step_plan`, every
+phase of one GRPO step of a run, with a verdict per accelerator.
 
-    python -m llm.memory --preset qwen3_4b --rows 16 --prompt 256 --completion 1024
-
-Compiling a 4B update for the CPU takes a few minutes of one core; nothing runs.
+Compiling a 4B-shaped graph for the CPU takes seconds at a 2-3 layer cut and minutes at full
+depth; nothing runs.
 """
 
 from __future__ import annotations
@@ -104,8 +102,8 @@ def analyse_update(
       logprob_chunk: sequence chunk of the completion log-probs (:mod:`llm.model.logprobs`);
         ``None`` is the full-vocabulary path (``[B, T, V]`` float32 logits), ``0`` the
         trainer's default.
-      remat: per-layer rematerialisation (:data:`llm.model.qwen3.REMAT_POLICIES`).
-      overrides: further :class:`llm.model.qwen3.Qwen3Config` fields (e.g. a smaller
+      remat: per-layer rematerialisation (:data:`llm.model.config.REMAT_POLICIES`).
+      overrides: further :class:`llm.model.config.Qwen3Config` fields (e.g. a smaller
         ``num_hidden_layers`` for a quick look).
     """
     from llm.rl.grpo import GRPOLossConfig
@@ -134,8 +132,12 @@ def analyse_update(
     )
 
 
+
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llm.memory", description=__doc__.split("\n\n")[0])
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m llm.memory", description=__doc__.split("\n\n")[0],
+                                     epilog="--plan [options] <Hydra overrides>: the memory plan of a whole GRPO "
+                                            "step (python -m llm.memory --plan --help)")
     parser.add_argument("--preset", default="qwen3_4b")
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--prompt", type=int, default=256)

@@ -15,12 +15,17 @@ and, where the backend reports it (GPU, TPU), the device's ``peak_bytes_in_use``
 ``python -m llm.benchmark grpo ...`` (:func:`grpo_main`): one whole GRPO step as
 :func:`llm.training.grpo_loop.run_grpo` runs it on the device -- sampling ``lakes x group_size``
 completions (:func:`llm.generation.decode.generate_ids`, temperature sampling, EOS off so every row
-decodes ``new_tokens``: a step's worst case), the behaviour log-probs and, with ``beta > 0``,
-the reference's (:func:`llm.rl.updates.make_logprob_fn`), then ``mu`` updates -- with the time
-split between them. Prompts are random ids and advantages random numbers: the simulator's
-rewards and the text decoding (host work; ``python -m jaxlake.bench`` measures the simulator)
-are not timed. The first step compiles every piece; the report is the best of ``--repeats``
-later steps, part by part, and the compile time the first step's excess over it.
+decodes ``new_tokens``: a step's worst case), with ``beta > 0`` the reference's log-probs
+(:func:`llm.rl.updates.make_logprob_fn`, in ``micro_batches`` blocks), then the ``mu`` updates
+of :class:`llm.rl.updates.GRPOIterations` (on-policy: no old log-prob forward) -- with the
+time split between them. The old log-prob forward the trainer no longer runs is timed apart,
+after each step (``old_logp_s``), and ``old_logp_saved`` is its share of the step that would
+still run it (``old_logp_s / (step_s + old_logp_s)``). Prompts are random ids and advantages
+random numbers: the simulator's rewards and the text decoding (host work; ``python -m
+jaxlake.bench`` measures the simulator) are not timed, nor are dynamic sampling's extra
+rounds (each one is another sampling part). The first step compiles every piece; the report
+is the best of ``--repeats`` later steps, part by part, and the compile time the first
+step's excess over it.
 
 ``docs/gpu/train.sh`` runs both on one GPU; ``--models tiny`` runs them on a CPU.
 """
@@ -114,7 +119,7 @@ def bench_train(name: str, *, rows: int, prompt_len: int, completion_len: int, m
 
     from llm.rl import grpo
     from llm.rl.grpo import GRPOLossConfig
-    from llm.model.qwen3 import REMAT_POLICIES
+    from llm.model.config import REMAT_POLICIES
     from llm.rl.batches import GRPOBatch
     from llm.rl.updates import make_grpo_update
 
@@ -201,9 +206,9 @@ class StepRow:
     beta: float
     remat: str
     logprob_chunk: int | None
-    step_s: float  # best whole step
+    step_s: float  # best whole step (sampling + reference log-probs + updates)
     sample_s: float  # best of each part
-    old_logp_s: float
+    old_logp_s: float  # the old log-prob forward the step skips, timed apart (not in step_s)
     ref_logp_s: float  # 0 when beta == 0 (no reference forward)
     update_s: float  # all mu updates
     compile_s: float  # first step - best step
@@ -216,6 +221,11 @@ class StepRow:
     @property
     def rows(self) -> int:
         return self.lakes * self.group_size
+
+    @property
+    def old_logp_saved(self) -> float:
+        """Share of a step with the explicit old log-prob forward that skipping it saves."""
+        return self.old_logp_s / (self.step_s + self.old_logp_s)
 
 
 def bench_grpo_step(name: str, *, lakes: int, group_size: int, prompt_len: int, new_tokens: int,
@@ -230,10 +240,10 @@ def bench_grpo_step(name: str, *, lakes: int, group_size: int, prompt_len: int, 
     from llm.rl import grpo
     from llm.generation.decode import GenerationConfig, generate_ids
     from llm.rl.grpo import GRPOLossConfig
-    from llm.model.qwen3 import REMAT_POLICIES
+    from llm.model.config import REMAT_POLICIES
     from llm.training.policy import copy_state
     from llm.rl.batches import GRPOBatch
-    from llm.rl.updates import make_grpo_update, make_logprob_fn
+    from llm.rl.updates import GRPOIterations, make_logprob_fn
 
     _check_positive(lakes=lakes, group_size=group_size, prompt_len=prompt_len, new_tokens=new_tokens,
                     micro_batches=micro_batches, mu=mu, repeats=repeats)
@@ -252,9 +262,10 @@ def bench_grpo_step(name: str, *, lakes: int, group_size: int, prompt_len: int, 
     optimizer = _optimizer()
     opt_state = optimizer.init(state)
     loss_config = GRPOLossConfig(beta=beta)
-    update = make_grpo_update(graphdef, optimizer, loss_config, micro_batches=micro_batches,
-                              temperature=temperature, logprob_chunk=logprob_chunk, remat=remat)
-    logprob_fn = make_logprob_fn(graphdef, temperature=temperature, logprob_chunk=logprob_chunk)
+    iterations = GRPOIterations(graphdef, optimizer, loss_config, mu=mu, micro_batches=micro_batches,
+                                temperature=temperature, logprob_chunk=logprob_chunk, remat=remat)
+    logprob_fn = make_logprob_fn(graphdef, temperature=temperature, logprob_chunk=logprob_chunk,
+                                 micro_batches=micro_batches)
     gen = GenerationConfig(max_new_tokens=new_tokens, temperature=temperature, eos_token_ids=(), pad_token_id=0,
                            kv_block=kv_block)
     rng = np.random.RandomState(seed)
@@ -265,25 +276,24 @@ def bench_grpo_step(name: str, *, lakes: int, group_size: int, prompt_len: int, 
     key = jax.random.PRNGKey(seed)
 
     def step(state, opt_state, i: int):
-        times = {}
         t0 = time.perf_counter()
         tokens, cmask, _, _, _ = sync(generate_ids((graphdef, state), ids, pmask, jax.random.fold_in(key, i), gen))
         t1 = time.perf_counter()
         seq = (ids, pmask, tokens, cmask)
-        old_logp = sync(logprob_fn(state, *seq))
-        t2 = time.perf_counter()
         ref_logp = sync(logprob_fn(ref_state, *seq)) if ref_state is not None else None
-        t3 = time.perf_counter()
+        t2 = time.perf_counter()
         batch = GRPOBatch(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=cmask,
                           weights=grpo.token_weights(cmask, jnp.ones((rows,), bool), loss_config.aggregation),
-                          advantages=jnp.asarray(rng.randn(rows).astype(np.float32)), old_logp=old_logp,
-                          ref_logp=ref_logp)
-        metrics = None
-        for _ in range(mu):
-            state, opt_state, metrics = update(state, opt_state, batch)
-        metrics = jax.device_get(sync(metrics))
+                          advantages=jnp.asarray(rng.randn(rows).astype(np.float32)), ref_logp=ref_logp)
+        # the old log-prob forward the trainer skips (its first update is on-policy), timed apart
+        t_old = time.perf_counter()
+        sync(logprob_fn(state, *seq))
+        old_s = time.perf_counter() - t_old
+        t3 = time.perf_counter()
+        state, opt_state, metrics = iterations(state, opt_state, batch)
+        metrics = jax.device_get(sync(metrics[-1]))
         t4 = time.perf_counter()
-        times.update(step=t4 - t0, sample=t1 - t0, old=t2 - t1, ref=t3 - t2, update=t4 - t3)
+        times = dict(step=t4 - t0 - old_s, sample=t1 - t0, old=old_s, ref=t2 - t1, update=t4 - t3)
         return state, opt_state, times, metrics
 
     state, opt_state, first, metrics = step(state, opt_state, 0)
@@ -306,16 +316,17 @@ def bench_grpo_step(name: str, *, lakes: int, group_size: int, prompt_len: int, 
 
 
 def format_grpo(rows: list[StepRow]) -> str:
-    """Markdown table of :func:`bench_grpo_step` rows (shares of the best step in brackets)."""
-    head = ("| model | lakes x G | P + N | micro | mu | beta | step s | sampling s | old log-probs s "
-            "| ref log-probs s | update s | sampled tokens/s | update MFU | compile s |")
+    """Markdown table of :func:`bench_grpo_step` rows (shares of the best step in brackets; the
+    skipped old log-prob forward's share is of a step that would run it)."""
+    head = ("| model | lakes x G | P + N | micro | mu | beta | step s | sampling s | ref log-probs s "
+            "| update s | skipped old log-probs s (saved) | sampled tokens/s | update MFU | compile s |")
     lines = [head, "|" + "---|" * 14]
     for r in rows:
-        sample, old, ref, upd = (f"{x:.3f} ({x / r.step_s:.0%})" for x in (r.sample_s, r.old_logp_s, r.ref_logp_s,
-                                                                              r.update_s))
+        sample, ref, upd = (f"{x:.3f} ({x / r.step_s:.0%})" for x in (r.sample_s, r.ref_logp_s, r.update_s))
         lines.append(
             f"| {r.model} ({r.dtype}) | {r.lakes} x {r.group_size} | {r.prompt_len} + {r.new_tokens} "
-            f"| {r.micro_batches} | {r.mu} | {r.beta:g} | {r.step_s:.3f} | {sample} | {old} | {ref} | {upd} "
+            f"| {r.micro_batches} | {r.mu} | {r.beta:g} | {r.step_s:.3f} | {sample} | {ref} | {upd} "
+            f"| {r.old_logp_s:.3f} ({r.old_logp_saved:.0%}) "
             f"| {r.sample_tokens_per_s:,.0f} | {r.update_mfu:.1%} | {r.compile_s:.1f} |"
         )
     return "\n".join(lines)
@@ -402,7 +413,8 @@ def grpo_main(argv: list[str] | None = None) -> list[StepRow]:
     parser.add_argument("--group-size", type=int, default=4, help="completions per prompt (G)")
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=32, help="tokens decoded per completion (EOS off)")
-    parser.add_argument("--micro-batches", type=int, default=1)
+    parser.add_argument("--micro-batches", type=int, default=1,
+                        help="gradient accumulation; the reference (and timed-apart old) log-prob forward uses the same blocks")
     parser.add_argument("--mu", type=int, default=1, help="updates per sampled batch")
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient (> 0 adds the reference forward)")
     parser.add_argument("--remat", default="full", help="none | full | save_matmuls")

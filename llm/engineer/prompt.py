@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from jaxlake.config import ConfigError, reject_unknown
+from jaxlake.config import reject_unknown
 from jaxlake.engineers import ConfigSpace, EngineerContext, format_value
 from jaxlake.mixture import mixture_to_obj
 from jaxlake.summaries import PARTS, render_summary

@@ -49,13 +49,13 @@ def cache_root() -> Path:
 
 
 def default_config(tokenizer_size: int | None = None):
-    """The tiny :class:`llm.model.qwen3.Qwen3Config` from ``conf/model/tiny.yaml``, token ids set.
+    """The tiny :class:`llm.model.config.Qwen3Config` from ``conf/model/tiny.yaml``, token ids set.
 
     Args:
       tokenizer_size: vocabulary size of the game tokenizer (default: its nominal size).
     """
     from llm.game import tokenizer as game_tokenizer
-    from llm.model.qwen3 import Qwen3Config
+    from llm.model.config import Qwen3Config
 
     path = MODEL_CONF_DIR / "tiny.yaml"
     if not path.is_file():
@@ -72,11 +72,11 @@ def default_config(tokenizer_size: int | None = None):
 
 
 def preset_config(name: str, *, layers: int | None = None, **overrides: Any):
-    """The :class:`llm.model.qwen3.Qwen3Config` of a model preset: ``"tiny"`` is the embedded default
+    """The :class:`llm.model.config.Qwen3Config` of a model preset: ``"tiny"`` is the embedded default
     (:func:`default_config`, token ids set), any other name a file of ``conf/model``.
     ``overrides`` replace config fields (``None`` values are skipped: "the preset's");
     ``layers`` replaces ``num_hidden_layers`` (quick looks at a deep model)."""
-    from llm.model.qwen3 import Qwen3Config
+    from llm.model.config import Qwen3Config
 
     if name == "tiny":
         config = default_config()

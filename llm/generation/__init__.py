@@ -6,5 +6,6 @@ Imports :mod:`llm.model` only (and nothing of ``jaxlake``).
   decoding in one jitted loop, prompt buckets, early exit; ``GenerationConfig``;
 * :mod:`llm.generation.sampling` -- the sampling head (temperature, top-k, top-p, min-p);
 * :mod:`llm.generation.reasoning` -- the think-then-answer phases of a reasoning model;
-* :mod:`llm.generation.stops` -- which token ids end a completion, and the pad id.
+* :mod:`llm.generation.stops` -- which token ids end a completion, and the pad id;
+* :mod:`llm.generation.row_blocks` -- rows per sampling call, sized from XLA's memory analysis.
 """

@@ -6,13 +6,18 @@ How a call runs (:func:`generate`):
    to a bucketed length ``P`` (the longest prompt rounded up to a multiple of
    ``GenerationConfig.prompt_bucket``), so calls with similar prompts reuse one compiled
    function.
-2. **Device, one jitted function** (:func:`generate_ids`): prefill the whole padded prompt
-   into an empty cache of capacity ``P + max_new_tokens`` (attention over the ``P`` prompt
-   slots only), sample the first token, then decode one token per iteration of
-   ``lax.while_loop`` segments that exit early when every row has hit EOS. Segment ``j``
-   attends over the first ``P + (j + 1) * kv_block`` cache slots (a static bound), so a step
-   reads the weights once plus the *filled* prefix of the cache rounded up to a block, not
-   the capacity. The cache is carried through the loops and the layer scan and updated in
+2. **Device, one jitted function per block of rows** (:func:`generate_ids`; the whole batch
+   unless ``GenerationConfig.row_block`` says otherwise or, by default, the device's free
+   memory does not hold the compiled call: :func:`choose_row_block`). The weights are read
+   through one compute-dtype copy made per call (:func:`sampling_state`). Prefill the whole
+   padded prompt into an empty cache of capacity ``P + max_new_tokens`` (:func:`prefill`:
+   the causal self-attention of the prompt by the model's ``attention_impl``, no dense
+   score tensor, in blocks of rows), sample the first token, then decode one token per
+   iteration of ``lax.while_loop`` segments that exit early when every row has hit EOS.
+   Segment ``j`` attends over the first ``P + (j + 1) * kv_block`` cache slots (a static
+   bound), so a step reads the weights once plus the *filled* prefix of the cache rounded
+   up to a block, not the capacity. The cache (stacked for the layer scan, one head-major
+   buffer per layer for the unrolled layers) is carried through the loops and updated in
    place (``dynamic_update_slice`` on the carry); finished rows keep their batch slot (they
    still cost a step until every row is done; the batch is not refilled). No host
    synchronisation happens inside the loop. The compiled function is cached by
@@ -21,7 +26,8 @@ How a call runs (:func:`generate`):
    parameter *state* is an ordinary argument (``nnx.split``), so GRPO calls it with new
    parameters every step without recompiling; temperature, top-p mass, EOS ids, the pad
    id and per-row budgets (``max_lengths``) are traced too (only greedy-or-not, ``top_k``
-   and whether top-p is on are static).
+   and whether top-p is on are static). :func:`lower_sampling` lowers the same functions
+   from abstract shapes for the step plan (``python -m llm.memory --plan``).
 3. **Host**: decode texts, apply **stop strings** (see below), build a
    :class:`GenerationResult`.
 
@@ -56,7 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from llm.generation import sampling
+from llm.generation import row_blocks, sampling
 from llm.generation.stops import eos_and_pad
 from llm.generation.sampling import validate_sampling
 
@@ -65,7 +71,10 @@ __all__ = [
     "GenerationResult",
     "generate",
     "generate_ids",
+    "lower_sampling",
     "pad_prompts",
+    "prefill",
+    "sampling_state",
     "sequence_logprobs",
     "split_model",
     "trace_count",
@@ -105,6 +114,12 @@ class GenerationConfig:
         dynamic slice), at the price of compile time growing with depth and one extra copy
         of the layer weights per call. ``None`` (default) unrolls when the layer weights
         reach :data:`UNROLL_MIN_BYTES` (real models), and keeps the scan for tiny ones.
+      row_block: rows per compiled sampling call (a divisor of the batch; the calls run one
+        after the other, block ``i`` with the key ``fold_in(key, i)``). ``None`` (default)
+        chooses it from the compiler's memory analysis where the device reports its memory
+        (GPU, TPU): the whole batch when the call's temporaries and outputs fit the free
+        memory, else the largest divisor that fits (:func:`choose_row_block`); the whole
+        batch on the CPU.
     """
 
     max_new_tokens: int = 64
@@ -117,6 +132,7 @@ class GenerationConfig:
     pad_token_id: int | None = None
     kv_block: int = 64
     unroll_layers: bool | None = None
+    row_block: int | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1):
@@ -128,6 +144,9 @@ class GenerationConfig:
             raise ValueError(f"kv_block={self.kv_block!r} not an integer in [1, inf)")
         if self.unroll_layers is not None and not isinstance(self.unroll_layers, bool):
             raise ValueError(f"unroll_layers={self.unroll_layers!r} must be None, True or False")
+        if self.row_block is not None and (isinstance(self.row_block, bool) or not isinstance(self.row_block, int)
+                                           or self.row_block < 1):
+            raise ValueError(f"row_block={self.row_block!r} must be None or an integer in [1, batch]")
         if self.eos_token_ids is not None:
             object.__setattr__(self, "eos_token_ids", tuple(int(i) for i in self.eos_token_ids))
         if isinstance(self.stop_strings, str):
@@ -271,42 +290,111 @@ def decode_segments(prompt_len: int, max_new_tokens: int, kv_block: int) -> list
     return plan
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "greedy", "top_k", "use_top_p",
-                                             "kv_block", "unroll_layers"))
-def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, top_p, eos, pad_id, budget=None, *,
-                   max_new_tokens, greedy, top_k, use_top_p, kv_block=64, unroll_layers=True):
-    """Prefill + segmented ``lax.while_loop`` decode. ``temperature``, ``top_p``,
-    ``eos [MAX_EOS_IDS]``, ``pad_id`` and ``budget [B]`` (per-row token limits, ``None``: all
-    ``max_new_tokens``) are traced; the static arguments select the code path."""
-    _TRACES["generate"] += 1  # runs only while tracing
-    batch, prompt_len = input_ids.shape
-    n = max_new_tokens
-    model = nnx.merge(graphdef, state)
-    # per-layer weight buffers for the decode loop, sliced once here rather than at every step
-    layers = model.layer_states() if unroll_layers else None
+#: Prompt tokens per block of rows of a prefill (:func:`prefill_rows`): the prefill's
+#: activations (the MLP's ``[rows, P, intermediate]`` pair, the attention tiles) scale with
+#: the rows of one block, not with the batch. 32768 tokens of Qwen3-4B: 1.2 GiB of MLP
+#: activations per block.
+PREFILL_TOKENS = 32768
 
+
+def prefill_rows(batch: int, prompt_len: int, tokens: int = PREFILL_TOKENS) -> int:
+    """Rows per prefill block: the largest divisor of ``batch`` whose block holds at most
+    ``tokens`` prompt tokens (at least one row)."""
+    best = 1
+    for rows in range(1, batch + 1):
+        if batch % rows == 0 and rows * prompt_len <= tokens:
+            best = rows
+    return best
+
+
+def sampling_state(config: Any, state: Any) -> Any:
+    """The parameters the sampler reads: floating leaves cast to the compute dtype when it is
+    narrower than the storage dtype (float32 masters, bfloat16 compute: a bfloat16 copy, half
+    the bytes, made once per sampling call). The layers cast every weight to the compute
+    dtype before using it, so the values are the same; each decode step then reads half the
+    bytes. Other leaves and same-width dtypes pass through (no copy)."""
+    target = jnp.dtype(config.jnp_dtype)
+
+    def cast(x):
+        if jnp.issubdtype(x.dtype, jnp.floating) and jnp.dtype(x.dtype).itemsize > target.itemsize:
+            return x.astype(target)
+        return x
+
+    return jax.tree.map(cast, state)
+
+
+def prefill(model, input_ids, prompt_mask, capacity: int, *, block_rows: int | None = None,
+            layer_states: list | None = None):
+    """The whole left-padded prompt into one empty KV cache of ``capacity`` slots.
+
+    Returns ``(logits [B, V] float32 at each row's last prompt position, cache)``; the cache
+    holds slots ``[0, P)`` (index ``P``). Attention is the causal self-attention of the
+    prompt by ``config.attention_impl`` (``kv_len == P``: no dense ``[B, heads, P, P]``
+    scores), the LM head runs at the last position only. ``block_rows`` (static, a divisor
+    of ``B``; default :func:`prefill_rows`) prefills that many rows at a time, a
+    ``fori_loop`` writing each block's rows of the one cache in place: the activations are a
+    block's, the cache is allocated once. ``layer_states`` (``model.layer_states()``) runs
+    the layers unrolled into a per-layer cache (``init_cache(per_layer=True)``, what the
+    unrolled decode loop reads); ``None``: the layer scan and a stacked cache.
+    """
+    batch, prompt_len = input_ids.shape
+    positions = left_pad_positions(prompt_mask)
+    cache = model.init_cache(batch, capacity, per_layer=layer_states is not None)
+    rows = prefill_rows(batch, prompt_len) if block_rows is None else int(block_rows)
+    if rows < 1 or batch % rows:
+        raise ValueError(f"block_rows={block_rows!r} must divide the batch B={batch}")
+    if rows == batch:
+        logits, cache = model(input_ids, positions=positions, attention_mask=prompt_mask, cache=cache,
+                              logits_to_keep=1, kv_len=prompt_len, layer_states=layer_states)
+        return logits[:, -1], cache
+    vocab = model.config.vocab_size
+
+    def block(i, carry):
+        k, v, mask, out = carry
+        r0 = i * rows
+        take = lambda x: jax.lax.dynamic_slice_in_dim(x, r0, rows, axis=0)  # noqa: E731
+        sub = type(cache)(k=k, v=v, mask=mask, index=jnp.zeros((), jnp.int32))
+        logits, sub = model(take(input_ids), positions=take(positions), attention_mask=take(prompt_mask), cache=sub,
+                            logits_to_keep=1, kv_len=prompt_len, row_start=r0, layer_states=layer_states)
+        out = jax.lax.dynamic_update_slice_in_dim(out, logits[:, -1], r0, axis=0)
+        return sub.k, sub.v, sub.mask, out
+
+    init = (cache.k, cache.v, cache.mask, jnp.zeros((batch, vocab), jnp.float32))
+    k, v, mask, logits = jax.lax.fori_loop(0, batch // rows, block, init)
+    return logits, type(cache)(k=k, v=v, mask=mask, index=jnp.asarray(prompt_len, jnp.int32))
+
+
+def _sampler(key, greedy, temperature, top_k, top_p, use_top_p):
     def choose(step, logits):
         # one arg-max over the vocabulary (filters as a per-row threshold from a bounded
         # candidate set); the log-prob is logit - logsumexp (no [B, V] log-prob array)
         return sampling.choose_tokens(jax.random.fold_in(key, step), logits, greedy=greedy, temperature=temperature,
                                       top_k=top_k, top_p=top_p, use_top_p=use_top_p)
 
-    def is_eos(tok):
-        return jnp.any(tok[:, None] == eos[None, :], axis=-1)
+    return choose
 
-    # prefill: the whole prompt into the cache, attention over the prompt slots only, the LM
-    # head only at the last position; the layer scan (its weight slices are amortised over
-    # the P prompt tokens, unlike a decode step's)
-    positions = left_pad_positions(prompt_mask)
-    logits, cache = model(input_ids, positions=positions, attention_mask=prompt_mask,
-                          cache=model.init_cache(batch, prompt_len + n), logits_to_keep=1, kv_len=prompt_len)
-    tok, logp = choose(0, logits[:, -1])
+
+def _first_token(choose, logits, prompt_mask, eos, pad_id, budget, n):
+    """The decode loop's starting carry after the prefill: token 0 and the buffers."""
+    batch = logits.shape[0]
+    tok, logp = choose(0, logits)
     limit = jnp.full((batch,), n, jnp.int32) if budget is None else jnp.clip(budget.astype(jnp.int32), 1, n)
-    done = is_eos(tok) | (limit <= 1)
+    done = _is_eos(tok, eos) | (limit <= 1)
     tokens = jnp.full((batch, n), pad_id, jnp.int32).at[:, 0].set(tok)
     logps = jnp.zeros((batch, n), jnp.float32).at[:, 0].set(logp)
     lengths = jnp.ones((batch,), jnp.int32)
     next_pos = jnp.sum(prompt_mask.astype(jnp.int32), axis=-1)
+    return (jnp.asarray(1, jnp.int32), tok, done, tokens, logps, lengths), limit, next_pos
+
+
+def _is_eos(tok, eos):
+    return jnp.any(tok[:, None] == eos[None, :], axis=-1)
+
+
+def _decode_loop(graphdef, state, layers, cache, carry, limit, next_pos, choose, eos, pad_id, *, prompt_len, n,
+                 kv_block):
+    """The segmented ``lax.while_loop`` decode from the first token's carry to the end."""
+    step, tok, done, tokens, logps, lengths = carry
 
     def segment(end, kv_len):
         def cond(carry):
@@ -324,20 +412,92 @@ def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, to
             tokens = jax.lax.dynamic_update_slice(tokens, tok[:, None], (0, step))
             logps = jax.lax.dynamic_update_slice(logps, logp[:, None], (0, step))
             lengths = lengths + (~done).astype(jnp.int32)
-            done = done | is_eos(tok) | (lengths >= limit)
+            done = done | _is_eos(tok, eos) | (lengths >= limit)
             return step + 1, cache, tok, done, tokens, logps, lengths
 
         return cond, body
 
-    carry = (jnp.asarray(1, jnp.int32), cache, tok, done, tokens, logps, lengths)
+    loop = (step, cache, tok, done, tokens, logps, lengths)
     for _, end, kv_len in decode_segments(prompt_len, n, kv_block):
         cond, body = segment(end, kv_len)
-        carry = jax.lax.while_loop(cond, body, carry)
-    _, _, _, _, tokens, logps, lengths = carry
+        loop = jax.lax.while_loop(cond, body, loop)
+    _, cache, _, _, tokens, logps, lengths = loop
     mask = jnp.arange(n)[None, :] < lengths[:, None]
     # a row ended by EOS has it as its last token (a budget stop is a "length" finish)
-    hit_eos = is_eos(jnp.take_along_axis(tokens, lengths[:, None] - 1, axis=-1)[:, 0])
-    return tokens, mask, lengths, logps, hit_eos
+    hit_eos = _is_eos(jnp.take_along_axis(tokens, lengths[:, None] - 1, axis=-1)[:, 0], eos)
+    return (tokens, mask, lengths, logps, hit_eos), cache
+
+
+#: The static arguments of the compiled sampling functions (:func:`_generate_core`,
+#: :func:`_prefill_core`, :func:`_decode_core`).
+CORE_STATIC = ("graphdef", "max_new_tokens", "greedy", "top_k", "use_top_p", "kv_block", "unroll_layers",
+               "prefill_block")
+
+
+@functools.partial(jax.jit, static_argnames=CORE_STATIC)
+def _generate_core(graphdef, state, input_ids, prompt_mask, key, temperature, top_p, eos, pad_id, budget=None, *,
+                   max_new_tokens, greedy, top_k, use_top_p, kv_block=64, unroll_layers=True, prefill_block=None):
+    """Prefill + segmented ``lax.while_loop`` decode. ``temperature``, ``top_p``,
+    ``eos [MAX_EOS_IDS]``, ``pad_id`` and ``budget [B]`` (per-row token limits, ``None``: all
+    ``max_new_tokens``) are traced; the static arguments select the code path. The weights
+    are read through :func:`sampling_state` (one compute-dtype copy per call)."""
+    _TRACES["generate"] += 1  # runs only while tracing
+    prompt_len = input_ids.shape[1]
+    n = max_new_tokens
+    # per-layer weight buffers for the decode loop, sliced (and cast) once here rather than at
+    # every step
+    state, model, layers = _sampling_model(graphdef, state, unroll_layers)
+    choose = _sampler(key, greedy, temperature, top_k, top_p, use_top_p)
+    # prefill: the whole prompt into the one cache (per layer when the layers are unrolled),
+    # causal self-attention over the prompt (the configured kernel), the LM head only at the
+    # last position, in blocks of rows
+    logits, cache = prefill(model, input_ids, prompt_mask, prompt_len + n, block_rows=prefill_block, layer_states=layers)
+    carry, limit, next_pos = _first_token(choose, logits, prompt_mask, eos, pad_id, budget, n)
+    return _decode_loop(graphdef, state, layers, cache, carry, limit, next_pos, choose, eos, pad_id,
+                        prompt_len=prompt_len, n=n, kv_block=kv_block)[0]
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "prefill_block", "unroll_layers"))
+def _prefill_core(graphdef, state, input_ids, prompt_mask, *, max_new_tokens, prefill_block=None, unroll_layers=True):
+    """The prefill of :func:`_generate_core` alone (its own functions): ``(logits [B, V],
+    cache)``; compiled by the step plan (:mod:`llm.benchmark.step_plan`) to see the phase apart."""
+    _, model, layers = _sampling_model(graphdef, state, unroll_layers)
+    return prefill(model, input_ids, prompt_mask, input_ids.shape[1] + max_new_tokens, block_rows=prefill_block,
+                   layer_states=layers)
+
+
+@functools.partial(jax.jit, static_argnames=CORE_STATIC, donate_argnames=("cache",))
+def _decode_core(graphdef, state, cache, logits, prompt_mask, key, temperature, top_p, eos, pad_id, budget=None, *,
+                 max_new_tokens, greedy, top_k, use_top_p, kv_block=64, unroll_layers=True, prefill_block=None):
+    """The decode loop of :func:`_generate_core` alone, from a filled cache (donated: it comes
+    back, updated in place, after the call's outputs) and the prefill's last logits (the step
+    plan's decode phase; same functions, same compute-dtype copy)."""
+    del prefill_block
+    n = max_new_tokens
+    state, model, layers = _sampling_model(graphdef, state, unroll_layers)
+    choose = _sampler(key, greedy, temperature, top_k, top_p, use_top_p)
+    carry, limit, next_pos = _first_token(choose, logits, prompt_mask, eos, pad_id, budget, n)
+    return _decode_loop(graphdef, state, layers, cache, carry, limit, next_pos, choose, eos, pad_id,
+                        prompt_len=prompt_mask.shape[1], n=n, kv_block=kv_block)
+
+
+def _sampling_model(graphdef, state, unroll_layers: bool):
+    """``(state, model, layers)`` the sampler runs on: :func:`sampling_state` of a split
+    model, and, with ``unroll_layers``, the per-layer weights (``layer_states``) each cast
+    from its own slice of the stacked masters (the stacked compute-dtype copy never exists:
+    one copy of the layer weights per call, in the compute dtype)."""
+    config = nnx.merge(graphdef, state).config
+    if not unroll_layers:
+        state = sampling_state(config, state)
+        return state, nnx.merge(graphdef, state), None
+    layers = [sampling_state(config, s) for s in nnx.merge(graphdef, state).layer_states()]
+
+    def cast_outside_layers(path, x):
+        top = getattr(path[0], "key", None) if path else None
+        return x if top == "layers" else sampling_state(config, x)
+
+    state = jax.tree_util.tree_map_with_path(cast_outside_layers, state)
+    return state, nnx.merge(graphdef, state), layers
 
 
 def generate_ids(model: Any, input_ids, prompt_mask, key: jax.Array | None, config: GenerationConfig, *,
@@ -389,13 +549,86 @@ def generate_ids(model: Any, input_ids, prompt_mask, key: jax.Array | None, conf
                                  f"[1, max_new_tokens={config.max_new_tokens}], got {arr.tolist()}")
         budget = jnp.asarray(max_lengths, jnp.int32)
         chex.assert_shape(budget, (input_ids.shape[0],))
-    return _generate_core(
-        graphdef, state, input_ids, prompt_mask, key,
-        jnp.asarray(config.temperature if config.temperature > 0 else 1.0, jnp.float32),
-        jnp.asarray(config.top_p, jnp.float32), eos_arr, jnp.asarray(pad, jnp.int32), budget,
-        max_new_tokens=config.max_new_tokens, greedy=config.greedy, top_k=int(config.top_k),
-        use_top_p=config.top_p < 1.0, kv_block=int(config.kv_block), unroll_layers=_unroll_layers(config, state),
-    )
+    dynamic = (state, input_ids, prompt_mask, key,
+               jnp.asarray(config.temperature if config.temperature > 0 else 1.0, jnp.float32),
+               jnp.asarray(config.top_p, jnp.float32), eos_arr, jnp.asarray(pad, jnp.int32), budget)
+    statics = core_statics(config, state)
+    batch = input_ids.shape[0]
+    rows = config.row_block
+    if rows is None:
+        rows = _auto_row_block(graphdef, dynamic, statics)
+    if batch % rows:
+        raise ValueError(f"row_block={rows} must divide the batch B={batch}")
+    if rows == batch:
+        return _generate_core(graphdef, *dynamic, **statics)
+    parts = []
+    for b, start in enumerate(range(0, batch, rows)):
+        block = _row_slice(dynamic, start, rows)
+        block = (block[0], block[1], block[2], jax.random.fold_in(key, b)) + block[4:]
+        parts.append(_generate_core(graphdef, *block, **statics))
+    return tuple(jnp.concatenate(xs, axis=0) for xs in zip(*parts))
+
+
+def core_statics(config: GenerationConfig, state: Any) -> dict[str, Any]:
+    """The static arguments :func:`generate_ids` compiles :func:`_generate_core` with."""
+    return dict(max_new_tokens=config.max_new_tokens, greedy=config.greedy, top_k=int(config.top_k),
+                use_top_p=config.top_p < 1.0, kv_block=int(config.kv_block),
+                unroll_layers=_unroll_layers(config, state), prefill_block=None)
+
+
+def _row_slice(dynamic: tuple, start: int, rows: int) -> tuple:
+    """Rows ``[start, start + rows)`` of the per-row arguments (prompts, mask, budget)."""
+    state, ids, mask, key, temperature, top_p, eos, pad, budget = dynamic
+    cut = lambda x: x[start:start + rows]  # noqa: E731
+    return (state, cut(ids), cut(mask), key, temperature, top_p, eos, pad, cut(budget))
+
+
+def abstract_core_args(state: Any, rows: int, prompt_len: int) -> tuple:
+    """``ShapeDtypeStruct`` arguments of :func:`_generate_core` for ``rows`` prompts of
+    ``prompt_len`` tokens (``state`` may itself be abstract): what the step plan compiles."""
+    sds = jax.ShapeDtypeStruct
+    return (state, sds((rows, prompt_len), jnp.int32), sds((rows, prompt_len), jnp.bool_),
+            jax.eval_shape(lambda: jax.random.PRNGKey(0)), sds((), jnp.float32), sds((), jnp.float32),
+            sds((MAX_EOS_IDS,), jnp.int32), sds((), jnp.int32), sds((rows,), jnp.int32))
+
+
+def lower_sampling(graphdef: Any, state: Any, rows: int, prompt_len: int, config: GenerationConfig,
+                   part: str = "call", unroll_layers: bool | None = None):
+    """``jax.stages.Lowered`` of one compiled sampling function of :func:`generate_ids` for
+    ``rows`` prompts of ``prompt_len`` tokens, from abstract arguments (nothing allocated):
+    ``part="call"`` the whole call (:func:`_generate_core`: what runs), ``"prefill"`` its
+    prefill alone, ``"decode"`` its decode loop alone (from a filled cache; the cache is
+    donated, as it is carried inside the whole call). The step plan (:mod:`llm.benchmark.step_plan`)
+    reads their memory analyses. ``unroll_layers`` overrides the config's choice (the plan
+    compiles depth cuts of a model whose full depth decides it)."""
+    statics = core_statics(config, state)
+    if unroll_layers is not None:
+        statics["unroll_layers"] = bool(unroll_layers)
+    args = abstract_core_args(state, rows, prompt_len)
+    if part == "call":
+        return _generate_core.lower(graphdef, *args, **statics)
+    if part == "prefill":
+        return _prefill_core.lower(graphdef, state, args[1], args[2], max_new_tokens=statics["max_new_tokens"],
+                                   prefill_block=None, unroll_layers=statics["unroll_layers"])
+    if part == "decode":
+        logits, cache = jax.eval_shape(
+            lambda st, i, m: _prefill_core(graphdef, st, i, m, max_new_tokens=statics["max_new_tokens"],
+                                           unroll_layers=statics["unroll_layers"]), state, args[1], args[2])
+        return _decode_core.lower(graphdef, state, cache, logits, args[2], *args[3:], **statics)
+    raise ValueError(f"part={part!r} not in ('call', 'prefill', 'decode')")
+
+
+def _auto_row_block(graphdef: Any, dynamic: tuple, statics: dict) -> int:
+    """``row_block=None``: :func:`llm.generation.row_blocks.auto_row_block` on the compiled calls'
+    memory analyses (the choice is kept per graph, shapes and static arguments)."""
+    leaves = jax.tree.leaves(dynamic)
+    key = (graphdef, tuple((x.shape, str(x.dtype)) for x in leaves), tuple(sorted(statics.items())))
+
+    def need(rows):
+        block = _row_slice(dynamic, 0, rows)
+        return row_blocks.call_bytes(_generate_core.lower(graphdef, *block, **statics).compile())
+
+    return row_blocks.auto_row_block(key, dynamic[1].shape[0], dynamic[1], need)
 
 
 # ----------------------------------------------------------------------------- host wrapper

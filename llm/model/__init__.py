@@ -3,8 +3,9 @@
 The lowest layer of ``llm``: it imports no other ``llm`` subpackage and nothing of ``jaxlake``
 (a language model knows nothing of the game).
 
-* :mod:`llm.model.qwen3` -- ``Qwen3Config``, ``Qwen3ForCausalLM`` (Flax NNX), the layer scan
-  and its remat policy;
+* :mod:`llm.model.config` -- ``Qwen3Config``: the architecture's settings, validated;
+* :mod:`llm.model.qwen3` -- ``Qwen3ForCausalLM`` (Flax NNX), the KV cache, the layer scan and its
+  remat policy;
 * :mod:`llm.model.attention` -- the attention kernels (dense, chunked flash-style, cuDNN);
 * :mod:`llm.model.logprobs` -- per-token log-probabilities in vocabulary chunks;
 * :mod:`llm.model.hf_io` -- Hugging Face folders (safetensors + tokenizer), offline;

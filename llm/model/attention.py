@@ -1,4 +1,5 @@
-"""Grouped-query attention kernels: the dense reference, a chunked (flash-style) one, cuDNN.
+"""Grouped-query attention kernels: the dense reference, a chunked (flash-style) one, cuDNN,
+a TPU Pallas (splash) one.
 
 Every function here takes queries ``q [B, T, heads, d]`` and keys/values ``k, v [B, K, kv, d]``
 with ``heads`` a multiple of ``kv`` (grouped-query attention): query head ``n * (heads / kv) +
@@ -7,23 +8,36 @@ Scores and softmax are float32 whatever the input dtype; outputs are ``[B, T, he
 ``v``'s dtype.
 
 - :func:`grouped_attention` -- the reference: the whole ``[B, heads, T, K]`` float32 score
-  tensor under an arbitrary ``allowed [B, T, K]`` mask (the KV-cache decode path uses it).
-  Autodiff keeps the scores and the softmax for the backward pass: for Qwen3-4B, 16 rows x
-  1280 tokens, that is 3.4 GB per buffer per layer.
+  tensor under an arbitrary ``allowed [B, T, K]`` mask (the KV-cache decode path uses it;
+  ``impl="dense"`` for causal self-attention). Autodiff keeps the scores and the softmax for
+  the backward pass: for Qwen3-4B, 16 rows x 1280 tokens, that is 3.4 GB per buffer per layer.
 - :func:`chunked_attention` -- causal self-attention (``K = T``) with a key padding mask,
   computed over ``[q_block, k_block]`` tiles with an online softmax (``lax.scan`` over query
   blocks, a loop over the key blocks a query block can see, so tiles above the diagonal cost
   nothing). A ``jax.custom_vjp`` keeps only the output and the per-row log-sum-exp
   ``[B, heads, T]`` for the backward pass, which recomputes each tile's probabilities
   (FlashAttention-2's backward): memory is ``O(T)`` per row instead of ``O(T^2)``. Pure JAX:
-  the path for the CPU and the TPU.
-- :func:`fused_attention` -- ``jax.nn.dot_product_attention``: ``implementation="cudnn"`` is
-  cuDNN's fused flash attention on NVIDIA GPUs (bfloat16/float16 only);
-  ``implementation="xla"`` is JAX's dense path (used by the tests on the CPU).
+  the reference of the fused kernels on the CPU.
+- :func:`fused_attention` -- ``jax.nn.dot_product_attention`` with its own causal mask and
+  sequence lengths (``is_causal``, ``query_seq_lengths``, ``key_value_seq_lengths``), no
+  mask or bias tensor: each row's real tokens are moved to the front (the trainer's
+  ``[left-padded prompt | right-padded completion]`` rows become right-padded; RoPE positions
+  were applied before, from the mask), attended, and moved back (:func:`left_align`).
+  ``implementation="cudnn"`` is cuDNN's fused flash attention on NVIDIA GPUs (bfloat16 /
+  float16; causal tiles are skipped, no bias gradient is computed), ``"xla"`` JAX's dense
+  path, the CPU stand-in of the same layout transform.
+- :func:`splash_attention` -- the TPU: Pallas' splash attention
+  (``jax.experimental.pallas.ops.tpu.splash_attention``) with a causal mask and segment ids
+  (real tokens 1, padding 0), imported when called (the module imports on any backend).
 
 :func:`causal_attention` picks one by name (:data:`ATTENTION_IMPLS`, the model config's
-``attention_impl``); ``"auto"`` is ``"cudnn"`` on a GPU with a 16-bit compute dtype and
-``"chunked"`` everywhere else.
+``attention_impl``); ``"auto"`` is ``"cudnn"`` on a GPU with a 16-bit compute dtype,
+``"splash"`` on a TPU (``head_dim`` a multiple of 128), ``"chunked"`` everywhere else.
+
+Padding: ``dense``, ``chunked`` and ``splash`` take any key mask. ``cudnn`` / ``xla`` need
+each row's real tokens to be one contiguous run (left padding, right padding or both: every
+layout of the trainer and the sampler); a mask with holes is attended as its run from the
+first to the last real token.
 
 Rows with no allowed key at all (left-padding query rows: their own key is masked out) are
 meaningless and differ between implementations: the reference averages every value (all
@@ -40,8 +54,11 @@ import chex
 import jax
 import jax.numpy as jnp
 
-#: Attention implementations of the forward without a KV cache (training, scoring).
-ATTENTION_IMPLS = ("auto", "xla", "cudnn", "chunked")
+#: Attention implementations of the forward without a KV cache (training, scoring, prefill).
+ATTENTION_IMPLS = ("auto", "dense", "xla", "cudnn", "chunked", "splash")
+
+#: Query and key tile of :func:`splash_attention` (the sequence is padded to a multiple).
+SPLASH_BLOCK = 128
 
 #: Default query and key tile of :func:`chunked_attention`: a ``[B, heads, 256, 256]``
 #: float32 tile is 128 MiB for 16 rows of Qwen3-4B (32 heads).
@@ -74,7 +91,8 @@ def resolve_impl(impl: str, dtype: Any, backend: Optional[str] = None, head_dim:
 
     ``"auto"`` becomes ``"cudnn"`` on a GPU when ``dtype`` is bfloat16 or float16 (cuDNN's
     fused attention has no float32 kernel) and ``head_dim`` is a multiple of 8 up to 128 (its
-    limit before Hopper), and ``"chunked"`` otherwise; the others are kept.
+    limit before Hopper), ``"splash"`` on a TPU when ``head_dim`` is a multiple of 128 (the
+    kernel's lane width), and ``"chunked"`` otherwise; the others are kept.
     """
     if impl not in ATTENTION_IMPLS:
         raise ValueError(f"attention_impl={impl!r} not in {ATTENTION_IMPLS}")
@@ -84,6 +102,8 @@ def resolve_impl(impl: str, dtype: Any, backend: Optional[str] = None, head_dim:
     half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
     if backend in ("gpu", "cuda") and half and head_dim % 8 == 0 and head_dim <= 128:
         return "cudnn"
+    if backend == "tpu" and head_dim % 128 == 0:
+        return "splash"
     return "chunked"
 
 
@@ -101,7 +121,8 @@ def causal_attention(
     Args:
       q: ``[B, T, heads, d]`` queries (after RoPE).
       k, v: ``[B, T, kv, d]`` keys (after RoPE) and values.
-      key_mask: ``[B, T]`` bool, False on padding keys.
+      key_mask: ``[B, T]`` bool, False on padding keys (one contiguous run of real tokens
+        per row for ``"cudnn"`` / ``"xla"``, see the module doc).
       impl: one of :data:`ATTENTION_IMPLS` (see :func:`resolve_impl`).
       block: query/key tile of the ``"chunked"`` implementation.
 
@@ -113,35 +134,96 @@ def causal_attention(
     impl = resolve_impl(impl, q.dtype, head_dim=q.shape[-1])
     if impl == "chunked":
         return chunked_attention(q, k, v, key_mask, q_block=block, k_block=block)
-    if impl == "cudnn":
-        return fused_attention(q, k, v, key_mask, implementation="cudnn")
+    if impl in ("cudnn", "xla"):
+        return fused_attention(q, k, v, key_mask, implementation=impl)
+    if impl == "splash":
+        return splash_attention(q, k, v, key_mask)
     t = q.shape[1]
     allowed = jnp.tril(jnp.ones((t, t), bool))[None] & key_mask.astype(bool)[:, None, :]
     return grouped_attention(q, k, v, allowed, k.shape[2])
 
 
+def real_run(key_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(start [B], length [B])`` int32 of each row's run of real tokens: the first True
+    column (0 for a row without any) and the number of True columns."""
+    m = key_mask.astype(bool)
+    return jnp.argmax(m, axis=-1).astype(jnp.int32), jnp.sum(m, axis=-1, dtype=jnp.int32)
+
+
+def left_align(x: jax.Array, start: jax.Array, inverse: bool = False) -> jax.Array:
+    """Rotate each row of ``x [B, T, ...]`` left by ``start[b]`` positions (``inverse``:
+    right): a row whose real tokens begin at ``start`` then has them at the front, in order
+    (the trainer's left-padded-prompt-then-completion rows become right-padded). A gather
+    along ``T`` (its gradient, the scatter of the inverse rotation)."""
+    t = x.shape[1]
+    shift = -start if inverse else start
+    index = (jnp.arange(t, dtype=jnp.int32)[None, :] + shift[:, None]) % t
+    index = index.reshape(index.shape + (1,) * (x.ndim - 2))
+    return jnp.take_along_axis(x, index, axis=1)
+
+
 def fused_attention(
     q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array, *, implementation: str = "cudnn"
 ) -> jax.Array:
-    """Causal self-attention through ``jax.nn.dot_product_attention``.
+    """Causal self-attention through ``jax.nn.dot_product_attention`` with its causal mask
+    and sequence lengths, no mask or bias tensor.
 
-    The causal and padding masks are combined into one ``[B, 1, T, T]`` boolean mask (shared
-    by the heads; cuDNN turns it into an additive bias, and its training kernel with a bias
-    needs an even ``T``: an odd ``T`` gets one masked key and one dropped query row).
-    Grouped-query heads are passed as they are (the kernel reads each key/value head once).
-    ``implementation`` is passed through: ``"cudnn"`` on NVIDIA GPUs, ``"xla"`` anywhere
-    (JAX's dense path).
+    Each row's real tokens (one contiguous run, :func:`real_run`) are rotated to the front
+    (:func:`left_align`), so the rows are right-padded: ``is_causal=True`` with
+    ``query_seq_lengths = key_value_seq_lengths =`` the run's length is exactly the causal
+    self-attention of the real tokens (their order is kept; RoPE positions were applied
+    before). The output is rotated back; padding rows are meaningless (as in every
+    implementation). Grouped-query heads are passed as they are (the kernel reads each
+    key/value head once). ``implementation``: ``"cudnn"`` on NVIDIA GPUs (flash attention:
+    the tiles above the diagonal and past the lengths are skipped), ``"xla"`` anywhere
+    (JAX's dense path, the CPU check of the layout).
     """
-    t = q.shape[1]
-    key_mask = key_mask.astype(bool)
-    padded = t + t % 2
-    if padded != t:
-        widths = ((0, 0), (0, 1), (0, 0), (0, 0))
-        q, k, v = jnp.pad(q, widths), jnp.pad(k, widths), jnp.pad(v, widths)
-        key_mask = jnp.pad(key_mask, ((0, 0), (0, 1)))
-    allowed = jnp.tril(jnp.ones((padded, padded), bool))[None] & key_mask[:, None, :]
-    out = jax.nn.dot_product_attention(q, k, v.astype(q.dtype), mask=allowed[:, None], implementation=implementation)
-    return out[:, :t].astype(v.dtype)
+    start, length = real_run(key_mask)
+    length = jnp.maximum(length, 1)  # a row without real tokens: meaningless, kept finite
+    qs, ks, vs = (left_align(x, start) for x in (q, k, v.astype(q.dtype)))
+    out = jax.nn.dot_product_attention(qs, ks, vs, is_causal=True, query_seq_lengths=length,
+                                       key_value_seq_lengths=length, implementation=implementation)
+    return left_align(out, start, inverse=True).astype(v.dtype)
+
+
+def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array, *,
+                     block: int = SPLASH_BLOCK, interpret: bool = False) -> jax.Array:
+    """Causal self-attention with Pallas' TPU splash attention kernel and segment ids.
+
+    Real tokens get segment id 1, padding 0: a real query attends the real keys at or before
+    it (the causal mask), never a padding key, whatever the padding layout. ``T`` is padded
+    to a multiple of ``block`` (padding of segment 0). Each key/value head's ``heads / kv``
+    query heads go through the MQA kernel (one kernel reads one key/value head); rows and
+    key/value heads are ``vmap``-ed. Queries are scaled by ``d ** -0.5`` first (the kernel
+    does not scale). The kernel module is imported here, so this module imports on any
+    backend; ``interpret=True`` runs the kernel in Pallas' interpreter (any backend, slow).
+    One device per call: under a multi-device mesh XLA does not partition the Pallas call
+    (a ``shard_map`` over the batch would; not wired).
+    """
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    chex.assert_rank([q, k, v, key_mask], [4, 4, 4, 2])
+    b, t, heads, d = q.shape
+    kv = k.shape[2]
+    groups = heads // kv
+    padded = -(-t // block) * block
+    widths = ((0, 0), (0, padded - t), (0, 0), (0, 0))
+    q, k, v = (jnp.pad(x, widths) for x in (q, k, v))
+    segments = jnp.pad(key_mask.astype(jnp.int32), ((0, 0), (0, padded - t)))
+    mask = sm.MultiHeadMask([sm.CausalMask((padded, padded)) for _ in range(groups)])
+    sizes = sk.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
+                          block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
+    kernel = sk.make_splash_mqa_single_device(mask, block_sizes=sizes, interpret=interpret)
+    qg = (q * jnp.asarray(d**-0.5, q.dtype)).reshape(b, padded, kv, groups, d).transpose(0, 2, 3, 1, 4)
+    kt, vt = k.transpose(0, 2, 1, 3), v.astype(q.dtype).transpose(0, 2, 1, 3)  # [B, kv, T, d]
+
+    def row(qb, kb, vb, seg):  # one row: [kv, G, T, d], [kv, T, d], [T]
+        ids = sk.SegmentIds(q=seg, kv=seg)
+        return jax.vmap(lambda qi, ki, vi: kernel(qi, ki, vi, segment_ids=ids))(qb, kb, vb)
+
+    out = jax.vmap(row)(qg, kt, vt, segments)  # [B, kv, G, T, d]
+    return out.transpose(0, 3, 1, 2, 4).reshape(b, padded, heads, d)[:, :t].astype(v.dtype)
 
 
 # --------------------------------------------------------------------------- chunked (flash)

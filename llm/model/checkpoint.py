@@ -31,7 +31,8 @@ from flax import nnx
 
 from llm.model import distributed
 from llm.model import sharding as shd
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 
 
 @dataclasses.dataclass

@@ -6,7 +6,8 @@ A folder holds ``config.json``, the weights as ``model.safetensors`` or as shard
 stacked tensor. Tied checkpoints carry no ``lm_head.weight`` (one that is present anyway is
 ignored).
 
-Public entry points: :func:`from_pretrained`, :func:`save_pretrained`; the pieces they are
+Public entry points: :func:`from_pretrained`, :func:`save_pretrained`, :func:`check_pretrained`
+(the same checks as a load, reading no tensor data); the pieces they are
 built from (:func:`load_config`, :func:`load_model`, :func:`hf_tensor_shapes`,
 :func:`model_to_hf_tensors`, :func:`portable_tokenizer_config`,
 :func:`make_tokenizer_folder_portable`) are public too. What is written reads the same in
@@ -37,7 +38,8 @@ import numpy as np
 from flax import nnx
 
 from llm.model import sharding as shd
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -68,7 +70,21 @@ _GLOBAL_TENSORS: dict[str, tuple[tuple[str, ...], bool]] = {
 
 
 class CheckpointError(ValueError):
-    """A checkpoint folder is readable but its contents do not fit the model."""
+    """A checkpoint folder is readable but its contents do not fit the model, or one of its
+    files is corrupt (the message names the file)."""
+
+
+def _safe_open(path: Path) -> Any:
+    """``safetensors.safe_open`` of one weights file; a truncated or corrupt file raises
+    :class:`CheckpointError` naming it (safetensors' own error names no file)."""
+    from safetensors import safe_open
+
+    try:
+        return safe_open(str(path), framework="np")
+    except OSError:
+        raise
+    except Exception as err:  # noqa: BLE001 - SafetensorError is not importable under one stable name
+        raise CheckpointError(f"{str(path)!r} is not a valid safetensors file (truncated or corrupt?): {err}") from None
 
 
 # --------------------------------------------------------------------------- shapes / names
@@ -139,9 +155,7 @@ def weight_files(path: str | os.PathLike) -> dict[str, Path]:
     single = root / WEIGHTS_FILE
     if not single.is_file():
         raise FileNotFoundError(f"missing {WEIGHTS_FILE} (or {INDEX_FILE}) in checkpoint folder {str(root)!r}")
-    from safetensors import safe_open
-
-    with safe_open(str(single), framework="np") as fh:
+    with _safe_open(single) as fh:
         return {name: single for name in fh.keys()}
 
 
@@ -149,10 +163,8 @@ class _TensorReader:
     """Reads named tensors lazily from a set of safetensors files (kept open)."""
 
     def __init__(self, files: Mapping[str, Path]):
-        from safetensors import safe_open
-
         self._files = dict(files)
-        self._handles = {f: safe_open(str(f), framework="np") for f in set(self._files.values())}
+        self._handles = {f: _safe_open(f) for f in sorted(set(self._files.values()))}
 
     def names(self) -> set[str]:
         return set(self._files)
@@ -372,6 +384,19 @@ def load_tokenizer(path: str | os.PathLike) -> Any:
                                                                            **overrides)
             return AutoTokenizer.from_pretrained(str(root), local_files_only=True, **overrides)
     return AutoTokenizer.from_pretrained(str(root), local_files_only=True)
+
+
+def check_pretrained(path: str | os.PathLike, *, tokenizer: bool = True) -> Qwen3Config:
+    """Check that :func:`from_pretrained` can load the folder, without loading it: ``config.json``
+    is valid, every weights file is present and readable (each safetensors header is parsed and
+    its length checked against the file's size, so a truncated shard is found) and holds the
+    tensors ``config.json`` implies, and (``tokenizer``) tokenizer files are there. Reads no
+    tensor data; raises ``FileNotFoundError`` / :class:`CheckpointError` naming the file."""
+    config = load_config(path)
+    _check_tensors(config, _TensorReader(weight_files(path)))
+    if tokenizer and not any((Path(path) / f).is_file() for f in TOKENIZER_FILES):
+        raise FileNotFoundError(f"no tokenizer files ({', '.join(TOKENIZER_FILES)}) in {str(path)!r}")
+    return config
 
 
 def from_pretrained(

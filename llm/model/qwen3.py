@@ -15,17 +15,16 @@ Shapes (B batch, T new tokens, S cache capacity, L layers, V vocab)::
     positions       [B, T]  int32   RoPE positions
     attention_mask  [B, T]  bool    True = real token, False = (left) padding
     logits          [B, T, V] float32
-    KVCache.k / .v  [L, B, S, num_key_value_heads, head_dim]  compute dtype
+    KVCache.k / .v  [L, B, S, num_key_value_heads, head_dim]  compute dtype (stacked), or
+                    L x [B, kv, S, head_dim] (per layer, for the unrolled decode layers)
     KVCache.mask    [B, S]  bool
     KVCache.index   []      int32
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import os
-from typing import Any, Mapping
+from typing import Any
 
 import chex
 import flax
@@ -33,267 +32,26 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from llm.model.errors import ModelConfigError, reject_unknown
-from llm.model.attention import ATTENTION_IMPLS, causal_attention, grouped_attention
-
-#: Supported parameter / compute dtypes, by name.
-DTYPES: dict[str, Any] = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+from llm.model.attention import causal_attention, grouped_attention
+from llm.model.config import INIT_STD, REMAT_POLICIES, Qwen3Config
 
 #: Up to this many rows (B * T) the tied LM head is computed as ``table @ x.T`` (see __call__).
 _SMALL_HEAD_ROWS = 64
 
-#: Standard deviation of the normal initialiser (``initializer_range`` in transformers).
-INIT_STD = 0.02
-
-#: Rematerialisation of the decoder layers in the forward without a cache (what the backward
-#: pass keeps; :meth:`Qwen3ForCausalLM.hidden_states`): ``"none"`` every intermediate of every
-#: layer; ``"full"`` only each layer's input, the layer is recomputed in the backward pass
-#: (about one extra forward, ~1.33x the FLOPs of forward + backward); ``"save_matmuls"`` each
-#: layer's matmul outputs without a batch dimension (the projections) are kept, the rest
-#: (norms, RoPE, attention, activations) recomputed.
-REMAT_POLICIES = ("none", "full", "save_matmuls")
-
-_INT_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "max_position_embeddings",
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class Qwen3Config:
-    """Architecture and precision of a Qwen3 decoder.
-
-    Frozen (hashable) so it can live in a module's static graph. ``param_dtype`` is the
-    storage dtype of the weights, ``dtype`` the compute dtype; both are ``"float32"`` or
-    ``"bfloat16"``. Logits are always returned in float32.
-
-    ``attention_impl`` (one of :data:`llm.model.attention.ATTENTION_IMPLS`) is how the forward
-    without a KV cache (training, scoring) computes attention: ``"xla"`` the dense scores,
-    ``"chunked"`` tiles with an online softmax (no ``[B, heads, T, T]`` buffer), ``"cudnn"``
-    cuDNN's fused kernel (NVIDIA GPUs, 16-bit compute), ``"auto"`` cuDNN where it applies and
-    chunked elsewhere. The cached path (prefill into a KV cache, decode steps) calls
-    ``jax.nn.dot_product_attention`` with ``implementation="xla"`` / ``"cudnn"`` when this
-    names one, and the dense grouped attention for ``"auto"`` and ``"chunked"``. It changes no
-    architecture field and is not written to ``config.json``.
-    """
-
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    rope_theta: float = 1_000_000.0
-    rms_norm_eps: float = 1e-6
-    tie_word_embeddings: bool = True
-    max_position_embeddings: int = 4096
-    param_dtype: str = "float32"
-    dtype: str = "float32"
-    bos_token_id: int | None = None
-    eos_token_id: int | None = None
-    pad_token_id: int | None = None
-    attention_impl: str = "auto"
-
-    def __post_init__(self) -> None:
-        for name in _INT_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ModelConfigError(f"{name}={value!r} must be an integer >= 1")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ModelConfigError(
-                f"num_attention_heads={self.num_attention_heads} must be a multiple of "
-                f"num_key_value_heads={self.num_key_value_heads}"
-            )
-        if self.head_dim % 2:
-            raise ModelConfigError(f"head_dim={self.head_dim} must be even (RoPE rotates pairs)")
-        if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
-            raise ModelConfigError(f"rope_theta={self.rope_theta!r} must be a number > 0")
-        if not (isinstance(self.rms_norm_eps, (int, float)) and 0 < self.rms_norm_eps < 1):
-            raise ModelConfigError(f"rms_norm_eps={self.rms_norm_eps!r} must be in (0, 1)")
-        for name in ("param_dtype", "dtype"):
-            if getattr(self, name) not in DTYPES:
-                raise ModelConfigError(f"{name}={getattr(self, name)!r} not in {sorted(DTYPES)}")
-        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ModelConfigError(f"{name}={value!r} must be None or an integer >= 0")
-        if self.attention_impl not in ATTENTION_IMPLS:
-            raise ModelConfigError(f"attention_impl={self.attention_impl!r} not in {ATTENTION_IMPLS}")
-
-    # ----------------------------------------------------------------- derived values
-    @property
-    def jnp_dtype(self) -> Any:
-        """Compute dtype as a numpy/JAX dtype."""
-        return DTYPES[self.dtype]
-
-    @property
-    def jnp_param_dtype(self) -> Any:
-        """Parameter storage dtype as a numpy/JAX dtype."""
-        return DTYPES[self.param_dtype]
-
-    def num_parameters(self) -> int:
-        """Number of weights of the model this config describes (tied head counted once)."""
-        h, hd = self.hidden_size, self.head_dim
-        attn = h * hd * (2 * self.num_attention_heads + 2 * self.num_key_value_heads) + 2 * hd
-        mlp = 3 * h * self.intermediate_size
-        layer = attn + mlp + 2 * h
-        head = 0 if self.tie_word_embeddings else self.vocab_size * h
-        return self.vocab_size * h + self.num_hidden_layers * layer + h + head
-
-    # ----------------------------------------------------------------- (de)serialisation
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Qwen3Config":
-        """Build from a plain mapping of this class's fields (e.g. a ``conf/model`` preset).
-
-        Unknown keys raise :class:`ModelConfigError` naming them; ``_target_``-style Hydra keys
-        (leading underscore) are ignored.
-        """
-        names = {f.name for f in dataclasses.fields(cls)}
-        d = {k: v for k, v in dict(d).items() if not str(k).startswith("_")}
-        reject_unknown("Qwen3Config", d, names)
-        d = dict(d)
-        for name in ("rope_theta", "rms_norm_eps"):
-            if name in d and isinstance(d[name], (int, str)) and not isinstance(d[name], bool):
-                d[name] = float(d[name])  # YAML reads 1e6 as a string and 1000000 as an int
-        return cls(**d)
-
-    @classmethod
-    def from_yaml(cls, path: str | os.PathLike) -> "Qwen3Config":
-        """Read a ``conf/model/*.yaml`` preset."""
-        import yaml
-
-        with open(path, encoding="utf-8") as fh:
-            d = yaml.safe_load(fh)
-        if not isinstance(d, Mapping):
-            raise ModelConfigError(f"{path}: expected a mapping of Qwen3Config fields, got {type(d).__name__}")
-        return cls.from_dict(d)
-
-    @classmethod
-    def from_hf_dict(cls, d: Mapping[str, Any]) -> "Qwen3Config":
-        """Translate a Hugging Face ``config.json`` mapping.
-
-        Reads the RoPE base from ``rope_parameters`` (transformers 5) or the top-level
-        ``rope_theta`` (older files). The weights' dtype (``dtype`` or ``torch_dtype``) becomes
-        both ``param_dtype`` and ``dtype``: float32 and bfloat16 are kept, anything else
-        (float16, missing) becomes float32. Features this implementation does not have
-        (attention bias, sliding windows, scaled RoPE, other activations) raise ``ModelConfigError``.
-        """
-        archs = d.get("architectures")
-        model_type = d.get("model_type")
-        if archs is not None:
-            if "Qwen3ForCausalLM" not in archs:
-                raise ModelConfigError(
-                    f"unsupported architecture {list(archs)} (model_type={model_type!r}); "
-                    "only Qwen3ForCausalLM is supported"
-                )
-        elif model_type != "qwen3":
-            raise ModelConfigError(
-                f"unsupported model_type={model_type!r}; only Qwen3ForCausalLM (model_type 'qwen3') "
-                "is supported"
-            )
-        rope = d.get("rope_parameters") or {}
-        scaling = d.get("rope_scaling") or {}
-        rope_type = rope.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
-        if rope_type != "default":
-            raise ModelConfigError(f"rope_type={rope_type!r} is not supported; only 'default' RoPE")
-        theta = rope.get("rope_theta", d.get("rope_theta", 10_000.0))
-        if d.get("attention_bias", False):
-            raise ModelConfigError("attention_bias=true is not supported (Qwen3 has no attention bias)")
-        if d.get("use_sliding_window", False):
-            raise ModelConfigError("use_sliding_window=true is not supported")
-        if d.get("hidden_act", "silu") != "silu":
-            raise ModelConfigError(f"hidden_act={d.get('hidden_act')!r} is not supported; only 'silu'")
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
-            if name not in d:
-                raise ModelConfigError(f"config.json lacks the required field {name!r}")
-        heads = int(d["num_attention_heads"])
-        weights_dtype = d.get("dtype", d.get("torch_dtype"))
-        dtype = weights_dtype if weights_dtype in DTYPES else "float32"
-        eos = d.get("eos_token_id")
-        if isinstance(eos, (list, tuple)):
-            eos = eos[0] if eos else None
-        return cls(
-            vocab_size=int(d["vocab_size"]),
-            hidden_size=int(d["hidden_size"]),
-            intermediate_size=int(d["intermediate_size"]),
-            num_hidden_layers=int(d["num_hidden_layers"]),
-            num_attention_heads=heads,
-            num_key_value_heads=int(d.get("num_key_value_heads") or heads),
-            head_dim=int(d.get("head_dim") or int(d["hidden_size"]) // heads),
-            rope_theta=float(theta),
-            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-            max_position_embeddings=int(d.get("max_position_embeddings", 4096)),
-            param_dtype=dtype,
-            dtype=dtype,
-            bos_token_id=d.get("bos_token_id"),
-            eos_token_id=eos,
-            pad_token_id=d.get("pad_token_id"),
-        )
-
-    def to_hf_dict(self) -> dict[str, Any]:
-        """The ``config.json`` mapping transformers 5.24 writes for this architecture, plus the
-        keys transformers 4.57 reads (top-level ``rope_theta`` and ``rope_scaling``)."""
-        try:
-            from importlib.metadata import version
-
-            tf_version = version("transformers")
-        except Exception:  # pragma: no cover - transformers is a dependency
-            tf_version = "5.24.0"
-        return {
-            "architectures": ["Qwen3ForCausalLM"],
-            "attention_bias": False,
-            "attention_dropout": 0.0,
-            "bos_token_id": self.bos_token_id,
-            "dtype": self.param_dtype,
-            "eos_token_id": self.eos_token_id,
-            "head_dim": self.head_dim,
-            "hidden_act": "silu",
-            "hidden_size": self.hidden_size,
-            "initializer_range": INIT_STD,
-            "intermediate_size": self.intermediate_size,
-            "layer_types": ["full_attention"] * self.num_hidden_layers,
-            "max_position_embeddings": self.max_position_embeddings,
-            "max_window_layers": self.num_hidden_layers,
-            "model_type": "qwen3",
-            "num_attention_heads": self.num_attention_heads,
-            "num_hidden_layers": self.num_hidden_layers,
-            "num_key_value_heads": self.num_key_value_heads,
-            "pad_token_id": self.pad_token_id,
-            "rms_norm_eps": self.rms_norm_eps,
-            # transformers 5 reads the RoPE base from rope_parameters, 4.x from the top-level
-            # rope_theta / rope_scaling (without them it takes 10000): write both.
-            "rope_parameters": {"rope_theta": float(self.rope_theta), "rope_type": "default"},
-            "rope_scaling": None,
-            "rope_theta": float(self.rope_theta),
-            "sliding_window": None,
-            "tie_word_embeddings": self.tie_word_embeddings,
-            "transformers_version": tf_version,
-            "use_cache": True,
-            "use_sliding_window": False,
-            "vocab_size": self.vocab_size,
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain mapping of the fields (inverse of :meth:`from_dict`)."""
-        return dataclasses.asdict(self)
-
 
 @flax.struct.dataclass
 class KVCache:
-    """Stacked key/value cache for batched decoding.
+    """Key/value cache for batched decoding.
 
     ``k``/``v`` are ``[L, B, S, num_key_value_heads, head_dim]`` in the compute dtype (S is the
-    capacity); ``mask[b, s]`` is True where slot ``s`` holds a real (non-pad) token of row
-    ``b``; ``index`` is the next slot to write, shared by the whole batch. Keys are stored
-    after RoPE. Writing past the capacity is not detected inside ``jit``: callers size
+    capacity), stacked over the layers (the layer ``scan`` carries them), or tuples of ``L``
+    per-layer head-major ``[B, num_key_value_heads, S, head_dim]`` arrays
+    (``init_cache(per_layer=True)``, for the unrolled layers of ``layer_states``: each
+    layer's write updates its own buffer in place, where XLA copies a stacked buffer that
+    several layers of one loop iteration write, and a decode step's attention reads each
+    head's slots as one contiguous matrix, with no transposed copy); ``mask[b, s]`` is True where slot ``s`` holds a real (non-pad) token of row ``b``;
+    ``index`` is the next slot to write, shared by the whole batch. Keys are stored after
+    RoPE. Writing past the capacity is not detected inside ``jit``: callers size
     ``S >= prompt length + new tokens``.
     """
 
@@ -377,21 +135,26 @@ class Attention(nnx.Module):
         cos: jax.Array,
         sin: jax.Array,
         allowed: jax.Array,
-        cache_kv: tuple[jax.Array, jax.Array, jax.Array] | None,
+        cache_kv: tuple[jax.Array, ...] | None,
         index: jax.Array | None,
         kv_len: int | None = None,
         key_mask: jax.Array | None = None,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
         """``x [B, T, H]``; ``allowed [B, T, K]`` (K = T without cache, ``kv_len`` with one).
 
-        Without a cache, ``allowed=None`` and ``key_mask [B, T]`` (False on padding) select
-        causal self-attention by the config's ``attention_impl`` (:mod:`llm.model.attention`).
+        ``allowed=None`` and ``key_mask [B, T]`` (False on padding) select causal
+        self-attention over the ``T`` new tokens by the config's ``attention_impl``
+        (:mod:`llm.model.attention`): the forward without a cache, and a prefill into an
+        empty cache (``kv_len == T``: the new tokens are all the keys there are).
 
-        With a cache, ``cache_kv = (k_all, v_all, layer)``: the *whole* stacked cache
-        ``[L, B, S, kv, d]`` and this layer's index. The new keys/values are written in place
-        at ``[layer, :, index:index+T]`` and attention reads slots ``[0, kv_len)`` of this
-        layer only (``kv_len`` static, ``>= index + T``); the updated stacked arrays are
-        returned so they can stay in the layer scan's carry (no per-step cache copy).
+        With a cache, ``cache_kv = (k_all, v_all, layer[, row_start])``: the *whole* stacked
+        cache ``[L, B_cache, S, kv, d]`` and this layer's index, or (``layer=None``) this
+        layer's own head-major ``[B_cache, kv, S, d]`` buffers, and the first cache row of this
+        call's ``B`` rows (default 0; a row-blocked prefill writes one block of rows). The new
+        keys/values are written in place at ``[layer, rows, index:index+T]`` and attention
+        reads slots ``[0, kv_len)`` of those rows of this layer only (``kv_len`` static,
+        ``>= index + T``); the updated stacked arrays are returned so they can stay in the
+        layer scan's carry (no per-step cache copy).
         """
         b, t, _ = x.shape
         q = self.q_norm(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim))
@@ -401,16 +164,33 @@ class Attention(nnx.Module):
         k = apply_rope(k, cos, sin)
         new_kv = None
         if cache_kv is not None:
-            k_all, v_all, layer = cache_kv
+            k_all, v_all, layer = cache_kv[:3]
             zero = jnp.zeros((), jnp.int32)
-            at = (layer.astype(jnp.int32), zero, index.astype(jnp.int32), zero, zero)
-            k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
-            v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
-            span = k_all.shape[2] if kv_len is None else kv_len
-            read = (layer.astype(jnp.int32), zero, zero, zero, zero)
-            size = (1, b, span, self.num_kv_heads, self.head_dim)
-            k = jax.lax.dynamic_slice(k_all, read, size)[0].astype(q.dtype)
-            v = jax.lax.dynamic_slice(v_all, read, size)[0].astype(q.dtype)
+            row0 = cache_kv[3].astype(jnp.int32) if len(cache_kv) > 3 else zero
+            slot = index.astype(jnp.int32)
+            fresh = allowed is None  # prefill into an empty cache: the new keys are all the keys
+            if layer is None:  # this layer's own head-major [B_cache, kv, S, d] buffers
+                span = k_all.shape[2] if kv_len is None else kv_len
+                k_all = jax.lax.dynamic_update_slice(k_all, k.transpose(0, 2, 1, 3).astype(k_all.dtype),
+                                                     (row0, zero, slot, zero))
+                v_all = jax.lax.dynamic_update_slice(v_all, v.transpose(0, 2, 1, 3).astype(v_all.dtype),
+                                                     (row0, zero, slot, zero))
+                if not fresh:
+                    size = (b, self.num_kv_heads, span, self.head_dim)
+                    read = (row0, zero, zero, zero)
+                    k = jax.lax.dynamic_slice(k_all, read, size).transpose(0, 2, 1, 3).astype(q.dtype)
+                    v = jax.lax.dynamic_slice(v_all, read, size).transpose(0, 2, 1, 3).astype(q.dtype)
+            else:  # the stacked [L, B_cache, S, kv, d] buffers, this layer's slice
+                span = k_all.shape[2] if kv_len is None else kv_len
+                li = layer.astype(jnp.int32)
+                at = (li, row0, slot, zero, zero)
+                k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
+                v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
+                if not fresh:
+                    size = (1, b, span, self.num_kv_heads, self.head_dim)
+                    read = (li, row0, zero, zero, zero)
+                    k = jax.lax.dynamic_slice(k_all, read, size)[0].astype(q.dtype)
+                    v = jax.lax.dynamic_slice(v_all, read, size)[0].astype(q.dtype)
             new_kv = (k_all, v_all)
         if allowed is None:
             out = causal_attention(q, k, v, key_mask, impl=self.attention_impl)
@@ -494,16 +274,20 @@ class Qwen3ForCausalLM(nnx.Module):
         _, state = nnx.split(self.layers)
         return [jax.tree.map(lambda a, i=i: a[i], state) for i in range(self.config.num_hidden_layers)]
 
-    def init_cache(self, batch_size: int, capacity: int) -> KVCache:
-        """An empty cache: zero keys/values, mask all False, index 0."""
+    def init_cache(self, batch_size: int, capacity: int, *, per_layer: bool = False) -> KVCache:
+        """An empty cache: zero keys/values, mask all False, index 0; stacked ``[L, B, S, kv,
+        d]`` keys and values, or (``per_layer``) tuples of ``L`` head-major ``[B, kv, S, d]``
+        arrays for the unrolled layers (``layer_states``)."""
         c = self.config
-        shape = (c.num_hidden_layers, batch_size, capacity, c.num_key_value_heads, c.head_dim)
-        return KVCache(
-            k=jnp.zeros(shape, c.jnp_dtype),
-            v=jnp.zeros(shape, c.jnp_dtype),
-            mask=jnp.zeros((batch_size, capacity), bool),
-            index=jnp.zeros((), jnp.int32),
-        )
+        shape = (batch_size, capacity, c.num_key_value_heads, c.head_dim)
+        if per_layer:
+            heads_first = (batch_size, c.num_key_value_heads, capacity, c.head_dim)
+            k = tuple(jnp.zeros(heads_first, c.jnp_dtype) for _ in range(c.num_hidden_layers))
+            v = tuple(jnp.zeros(heads_first, c.jnp_dtype) for _ in range(c.num_hidden_layers))
+        else:
+            k = jnp.zeros((c.num_hidden_layers,) + shape, c.jnp_dtype)
+            v = jnp.zeros((c.num_hidden_layers,) + shape, c.jnp_dtype)
+        return KVCache(k=k, v=v, mask=jnp.zeros((batch_size, capacity), bool), index=jnp.zeros((), jnp.int32))
 
     def _layer_scan(self, x: jax.Array, cos: jax.Array, sin: jax.Array, key_mask: jax.Array, remat: str) -> jax.Array:
         """The decoder layers without a cache: one ``lax.scan`` over the stacked weights, the
@@ -570,6 +354,7 @@ class Qwen3ForCausalLM(nnx.Module):
         logits_to_keep: int | None = None,
         kv_len: int | None = None,
         layer_states: list[Any] | None = None,
+        row_start: jax.Array | None = None,
     ) -> tuple[jax.Array, KVCache | None]:
         """Logits ``[B, T, V]`` (float32) and the updated cache (``None`` without one).
 
@@ -589,6 +374,17 @@ class Qwen3ForCausalLM(nnx.Module):
         ``jit``), so a decode step reads the filled prefix of the cache, not its capacity.
         ``None`` reads all ``S`` slots. The cache travels through the layer scan as part of
         the carry and is updated with ``dynamic_update_slice``, which XLA performs in place.
+        ``kv_len == T`` is a **prefill into an empty cache** (``index`` is then 0): the new
+        tokens are every key there is, so attention is the causal self-attention of the
+        forward without a cache, by ``config.attention_impl`` (the chunked kernel on the CPU
+        and the TPU, cuDNN on a GPU: no ``[B, heads, T, T]`` score tensor), and the keys and
+        values are written to the cache on the way.
+
+        ``row_start`` (traced int, cache only): this call's ``B`` rows are rows
+        ``[row_start, row_start + B)`` of a cache with at least ``B`` rows; only those rows'
+        keys, values and mask are written and read (a prefill in blocks of rows fills one
+        cache, :func:`llm.generation.decode.prefill`). ``None``: the cache has exactly ``B``
+        rows.
 
         ``layer_states`` (from :meth:`layer_states`, same values as ``self.layers``) runs the
         layers as an unrolled Python loop over those per-layer states instead of the
@@ -606,18 +402,39 @@ class Qwen3ForCausalLM(nnx.Module):
         chex.assert_shape([positions, attention_mask], (b, t))
         attention_mask = attention_mask.astype(bool)
 
+        row0 = jnp.zeros((), jnp.int32) if row_start is None else jnp.asarray(row_start, jnp.int32)
         if cache is None:
+            if row_start is not None:
+                raise ValueError("row_start needs a cache")
             allowed = None  # causal + attention_mask, by config.attention_impl (llm.model.attention)
         else:
-            chex.assert_shape(cache.k, (c.num_hidden_layers, b, None, c.num_key_value_heads, c.head_dim))
-            capacity = cache.k.shape[2]
+            per_layer = isinstance(cache.k, (tuple, list))
+            if per_layer:
+                if layer_states is None:
+                    raise ValueError("a per-layer cache (init_cache(per_layer=True)) needs layer_states")
+                if len(cache.k) != c.num_hidden_layers or len(cache.v) != c.num_hidden_layers:
+                    raise ValueError(f"the per-layer cache has {len(cache.k)} layers; need {c.num_hidden_layers}")
+                rows = cache.k[0].shape[0] if row_start is not None else b
+                chex.assert_shape(list(cache.k) + list(cache.v), (rows, c.num_key_value_heads, None, c.head_dim))
+            else:
+                rows = cache.k.shape[1] if row_start is not None else b
+                chex.assert_shape(cache.k, (c.num_hidden_layers, rows, None, c.num_key_value_heads, c.head_dim))
+            if rows < b:
+                raise ValueError(f"the cache has {rows} rows, fewer than the call's B={b}")
+            capacity = cache.mask.shape[1]
             span = capacity if kv_len is None else kv_len
             if not (isinstance(span, int) and t <= span <= capacity):
                 raise ValueError(f"kv_len={kv_len!r} must be an int in [T={t}, capacity={capacity}]")
-            key_mask = jax.lax.dynamic_update_slice(cache.mask, attention_mask, (jnp.zeros((), jnp.int32), start))
-            q_slot = start + jnp.arange(t, dtype=jnp.int32)
-            causal = jnp.arange(span, dtype=jnp.int32)[None, :] <= q_slot[:, None]
-            allowed = causal[None] & key_mask[:, None, :span]
+            key_mask = jax.lax.dynamic_update_slice(cache.mask, attention_mask, (row0, start))
+            if span == t:
+                # prefill into an empty cache (index + T <= kv_len = T: index is 0): causal
+                # self-attention over the new tokens, by attention_impl (no dense scores)
+                allowed = None
+            else:
+                q_slot = start + jnp.arange(t, dtype=jnp.int32)
+                causal = jnp.arange(span, dtype=jnp.int32)[None, :] <= q_slot[:, None]
+                own = jax.lax.dynamic_slice_in_dim(key_mask, row0, b, axis=0) if row_start is not None else key_mask
+                allowed = causal[None] & own[:, None, :span]
 
         cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta)
         x = self.embed_tokens(input_ids.astype(jnp.int32)).astype(c.jnp_dtype)
@@ -629,13 +446,21 @@ class Qwen3ForCausalLM(nnx.Module):
                 raise ValueError(f"layer_states has {len(layer_states)} entries; need {c.num_hidden_layers}")
             k_new = None if cache is None else cache.k
             v_new = None if cache is None else cache.v
-            for i, state in enumerate(layer_states):
-                layer = nnx.merge(graphdef, state)
-                if cache is None:
-                    x, _ = layer(x, cos, sin, None, None, None, None, attention_mask)
-                else:
-                    kv = (k_new, v_new, jnp.asarray(i, jnp.int32))
-                    x, (k_new, v_new) = layer(x, cos, sin, allowed, kv, start, span)
+            if cache is not None and isinstance(k_new, (tuple, list)):  # each layer its own buffers
+                ks, vs = list(k_new), list(v_new)
+                for i, state in enumerate(layer_states):
+                    kv = (ks[i], vs[i], None, row0)
+                    x, (ks[i], vs[i]) = nnx.merge(graphdef, state)(x, cos, sin, allowed, kv, start, span,
+                                                                   attention_mask)
+                k_new, v_new = tuple(ks), tuple(vs)
+            else:
+                for i, state in enumerate(layer_states):
+                    layer = nnx.merge(graphdef, state)
+                    if cache is None:
+                        x, _ = layer(x, cos, sin, None, None, None, None, attention_mask)
+                    else:
+                        kv = (k_new, v_new, jnp.asarray(i, jnp.int32), row0)
+                        x, (k_new, v_new) = layer(x, cos, sin, allowed, kv, start, span, attention_mask)
         elif cache is None:
             x = self._layer_scan(x, cos, sin, attention_mask, "none")
         else:
@@ -644,7 +469,8 @@ class Qwen3ForCausalLM(nnx.Module):
                 h, k_all, v_all = carry
                 state, layer_index = xs
                 layer = nnx.merge(graphdef, state)
-                h, (k_all, v_all) = layer(h, cos, sin, allowed, (k_all, v_all, layer_index), start, span)
+                h, (k_all, v_all) = layer(h, cos, sin, allowed, (k_all, v_all, layer_index, row0), start, span,
+                                          attention_mask)
                 return (h, k_all, v_all), None
 
             layer_ids = jnp.arange(c.num_hidden_layers, dtype=jnp.int32)

@@ -4,8 +4,8 @@ Both records hold one row per completion; ``B`` rows, prompts left-padded to ``P
 completions right-padded to ``T`` tokens. As pytrees they pass through ``jax.jit``,
 ``jax.tree_util.tree_map`` (micro-batch splits, :func:`llm.model.sharding.shard_batch`) and
 ``jax.eval_shape`` (leaves may be ``jax.ShapeDtypeStruct``), and ``.replace(...)`` gives a
-changed copy. A field left ``None`` (``GRPOBatch.ref_logp`` without a reference) is an empty
-subtree.
+changed copy. A field left ``None`` (``GRPOBatch.ref_logp`` without a reference,
+``GRPOBatch.old_logp`` of an on-policy batch) is an empty subtree.
 
 * :class:`TokenBatch` -- the supervised warm start's batch (:func:`llm.training.warmstart.
   make_sft_update`);
@@ -59,7 +59,11 @@ class GRPOBatch:
         (:func:`llm.rl.grpo.token_weights`: 0 off the mask and on dropped sequences).
       advantages: ``[B]`` float32, each completion's group-normalised advantage.
       old_logp: ``[B, T]`` float32, the behaviour policy's log-probs of ``tokens`` at the
-        sampling temperature (:func:`llm.rl.updates.make_logprob_fn`), 0 off the mask.
+        sampling temperature, 0 off the mask; or ``None`` for an *on-policy* batch, one whose
+        update gets the state that sampled it: the loss then takes the stop-gradient of the
+        update's own log-probs (:func:`llm.rl.grpo.grpo_loss`), with no forward of its own.
+        (The trainer's :class:`llm.rl.updates.GRPOIterations` passes a placeholder and a
+        traced ``on_policy`` flag instead, so its ``mu`` updates share one compilation.)
       ref_logp: ``[B, T]`` float32, the reference policy's, or ``None`` when the loss has no KL
         term (``beta == 0``).
     """
@@ -70,7 +74,7 @@ class GRPOBatch:
     mask: Any
     weights: Any
     advantages: Any
-    old_logp: Any
+    old_logp: Optional[Any] = None
     ref_logp: Optional[Any] = None
 
     @property

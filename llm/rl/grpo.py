@@ -16,7 +16,13 @@ the full-batch loss and gradient, whatever the aggregation mode.
 Modes (see the docstrings for the exact formulas):
 
 * advantages: ``"grpo"`` group z-score (default), ``"dr_grpo"`` mean-only, ``"rloo"``
-  leave-one-out baseline;
+  leave-one-out baseline; the z-score divides by the *sample* standard deviation (ddof 1)
+  plus ``std_eps = 1e-4`` by default, as Hugging Face TRL's GRPOTrainer does, so learning
+  curves compare with TRL's; ``std="population"`` (ddof 0) is the other choice. The sample
+  std is ``sqrt(G / (G - 1))`` times the population one (1.069x at G = 8, 1.41x at G = 2), and
+  the larger ``std_eps`` keeps a near-tied group small: rewards ``[0, 0, 0, 1e-5]`` get
+  advantages of about ``+-0.07``, where the population std + 1e-6 gives ``+-1.41`` (a
+  rounding-level reward difference would weigh as much as a real one);
 * aggregation: ``"token_mean"`` (DAPO), ``"seq_mean_token_mean"`` (original GRPO),
   ``"constant"`` (Dr. GRPO: divide by ``B * max_len``, ``B`` the number of sequences in the
   batch whatever is masked: a fixed constant);
@@ -41,6 +47,7 @@ import jax
 import jax.numpy as jnp
 
 ADVANTAGE_MODES = ("grpo", "dr_grpo", "rloo")
+ADVANTAGE_STDS = ("sample", "population")
 AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "constant")
 KL_ESTIMATORS = ("k2", "k3")
 
@@ -69,9 +76,13 @@ class GRPOLossConfig:
         ``KL(ref || pi)``, DeepSeekMath); ``"k1"`` raises (zero expected gradient as a loss).
       max_len: the constant completion length of the ``"constant"`` aggregation (tokens);
         ``None`` means the padded length ``T`` of the batch.
-      std_eps: added to the group standard deviation in the z-score.
-      dynamic_sampling: drop (mask out) groups whose rewards are all equal.
+      std: the z-score's group standard deviation: ``"sample"`` (ddof 1, TRL's) or
+        ``"population"`` (ddof 0).
+      std_eps: added to the group standard deviation in the z-score (TRL: 1e-4).
       overlong_mask: mask out completions that were truncated at the token limit.
+
+    Dynamic sampling (DAPO) is a setting of the trainer, not of the loss:
+    ``train.grpo.dynamic_sampling`` (:class:`llm.rl.dynamic.DynamicSamplingConfig`).
     """
 
     advantage: str = "grpo"
@@ -81,8 +92,8 @@ class GRPOLossConfig:
     beta: float = 0.0
     kl_estimator: str = "k3"
     max_len: Optional[int] = None
-    std_eps: float = 1e-6
-    dynamic_sampling: bool = False
+    std: str = "sample"
+    std_eps: float = 1e-4
     overlong_mask: bool = False
 
     def __post_init__(self) -> None:
@@ -99,6 +110,8 @@ class GRPOLossConfig:
             raise ValueError(f"beta={self.beta} must be >= 0")
         if self.max_len is not None and self.max_len < 1:
             raise ValueError(f"max_len={self.max_len} must be >= 1 (or None)")
+        if self.std not in ADVANTAGE_STDS:
+            raise ValueError(f"std={self.std!r} not in {ADVANTAGE_STDS}")
         if not self.std_eps > 0.0:
             raise ValueError(f"std_eps={self.std_eps} must be > 0")
 
@@ -109,15 +122,17 @@ class GRPOLossConfig:
 
 
 # ----------------------------------------------------------------------------- advantages
-def group_advantages(rewards: jax.Array, mode: str = "grpo", std_eps: float = 1e-6) -> jax.Array:
+def group_advantages(rewards: jax.Array, mode: str = "grpo", std_eps: float = 1e-4,
+                     std: str = "sample") -> jax.Array:
     """Advantages from grouped rewards.
 
     Args:
       rewards: ``[N, G]`` float rewards, one row per group (``G >= 2``).
-      mode: ``"grpo"``: ``(r - mean) / (std + std_eps)`` with the population std (ddof 0);
+      mode: ``"grpo"``: ``(r - mean) / (std + std_eps)``;
         ``"dr_grpo"``: ``r - mean`` (no std division, Dr. GRPO);
         ``"rloo"``: ``r_i - mean_{j != i} r_j = G / (G - 1) * (r_i - mean)``.
       std_eps: stabiliser of the z-score.
+      std: ``"sample"`` (ddof 1, as TRL) or ``"population"`` (ddof 0) standard deviation.
 
     Returns:
       ``[N, G]`` float32 advantages; a group whose rewards are all equal gets zeros in every
@@ -126,13 +141,16 @@ def group_advantages(rewards: jax.Array, mode: str = "grpo", std_eps: float = 1e
     chex.assert_rank(rewards, 2)
     if mode not in ADVANTAGE_MODES:
         raise ValueError(f"advantage mode={mode!r} not in {ADVANTAGE_MODES}")
+    if std not in ADVANTAGE_STDS:
+        raise ValueError(f"advantage std={std!r} not in {ADVANTAGE_STDS}")
     group = rewards.shape[1]
     if group < 2:
         raise ValueError(f"group size G={group} must be >= 2 for group-relative advantages")
     rewards = rewards.astype(jnp.float32)
     centred = rewards - jnp.mean(rewards, axis=1, keepdims=True)
     if mode == "grpo":
-        return centred / (jnp.std(rewards, axis=1, keepdims=True) + std_eps)
+        ddof = 1 if std == "sample" else 0
+        return centred / (jnp.std(rewards, axis=1, keepdims=True, ddof=ddof) + std_eps)
     if mode == "dr_grpo":
         return centred
     return centred * (group / (group - 1.0))
@@ -148,7 +166,7 @@ def sequence_mask(
     rewards: jax.Array,
     truncated: jax.Array,
     *,
-    dynamic_sampling: bool,
+    drop_tied: bool,
     overlong_mask: bool,
     atol: float = 1e-6,
 ) -> jax.Array:
@@ -158,13 +176,15 @@ def sequence_mask(
       rewards: ``[N, G]`` rewards.
       truncated: ``[N * G]`` bool, the completion hit the token limit without an end token
         (the length is counted in tokens, not characters).
-      dynamic_sampling: drop every completion of a group whose rewards are all equal.
+      drop_tied: drop every completion of a group whose rewards are all equal (dynamic
+        sampling: such a group has zero advantage, and dropped it also leaves the token mean's
+        divisor).
       overlong_mask: drop truncated completions.
     """
     n, g = rewards.shape
     chex.assert_shape(truncated, (n * g,))
     keep = jnp.ones((n * g,), dtype=bool)
-    if dynamic_sampling:
+    if drop_tied:
         keep &= jnp.repeat(~zero_variance_groups(rewards, atol), g)
     if overlong_mask:
         keep &= ~truncated.astype(bool)
@@ -233,26 +253,54 @@ def kl_estimate(logp: jax.Array, ref_logp: jax.Array, estimator: str = "k3") -> 
     return jnp.exp(-d) + d - 1.0
 
 
+@jax.custom_jvp
+def on_policy_ratio(logp: jax.Array) -> jax.Array:
+    """``exp(logp - stop_gradient(logp))`` as it should be: exactly 1, with derivative 1.
+
+    The importance ratio of the first update after sampling, where the current policy *is*
+    the behaviour policy. Written as the subtraction, the value could come out at ``1 +-
+    1e-7`` (XLA may compute the two operands in different fusions); here the value is 1 by
+    construction and the gradient is ``grad logp``, the gradient of ``exp(logp - old_logp)``
+    at ``old_logp = logp``.
+    """
+    return jnp.ones_like(logp)
+
+
+@on_policy_ratio.defjvp
+def _on_policy_ratio_jvp(primals, tangents):
+    (logp,), (dlogp,) = primals, tangents
+    return jnp.ones_like(logp), dlogp
+
+
 def clipped_surrogate(
     logp: jax.Array,
-    old_logp: jax.Array,
+    old_logp: Optional[jax.Array],
     advantages: jax.Array,
     eps_low: float,
     eps_high: float,
+    on_policy: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """PPO-style clipped per-token loss (to minimise).
 
     ``loss = max(-A * r, -A * clip(r, 1 - eps_low, 1 + eps_high))`` with ``r = exp(logp -
-    old_logp)`` and the sequence advantage ``A`` broadcast over its tokens.
+    old_logp)`` and the sequence advantage ``A`` broadcast over its tokens. On-policy -- with
+    ``old_logp=None`` (known when tracing) or where the traced bool scalar ``on_policy`` is
+    True (``old_logp`` then ignored) -- ``r`` is :func:`on_policy_ratio`: 1, derivative 1.
 
     Returns:
       ``(loss [B, T], ratio [B, T], clipped_low [B, T] bool, clipped_high [B, T] bool)``;
       ``clipped_*`` mark tokens where the clipped term is active (no gradient):
       ``r < 1 - eps_low`` with ``A < 0`` and ``r > 1 + eps_high`` with ``A > 0``.
     """
-    chex.assert_equal_shape([logp, old_logp])
     adv = advantages.astype(jnp.float32)[:, None]
-    ratio = jnp.exp(logp - old_logp)
+    if old_logp is None:
+        ratio = on_policy_ratio(logp)
+    else:
+        chex.assert_equal_shape([logp, old_logp])
+        ratio = jnp.exp(logp - old_logp)
+        if on_policy is not None:
+            chex.assert_rank(on_policy, 0)
+            ratio = jnp.where(on_policy, on_policy_ratio(logp), ratio)
     unclipped = -adv * ratio
     clipped = -adv * jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
     loss = jnp.maximum(unclipped, clipped)
@@ -270,18 +318,24 @@ def token_entropy(logits: jax.Array) -> jax.Array:
 
 def grpo_loss(
     logp: jax.Array,
-    old_logp: jax.Array,
+    old_logp: Optional[jax.Array],
     advantages: jax.Array,
     weights: jax.Array,
     config: GRPOLossConfig,
     ref_logp: Optional[jax.Array] = None,
     entropy: Optional[jax.Array] = None,
+    on_policy: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The GRPO objective of one (micro-)batch.
 
     Args:
       logp: ``[B, T]`` log-probs of the completion tokens under the current policy.
-      old_logp: ``[B, T]`` log-probs under the policy that sampled them.
+      old_logp: ``[B, T]`` log-probs under the policy that sampled them, or ``None`` when
+        ``logp`` *is* that policy's (the first update after sampling: ``mu == 1``, or the
+        first of ``mu`` inner iterations): ``stop_gradient(logp)`` stands in for it, the
+        ratio is exactly 1 and its gradient ``grad logp`` (:func:`on_policy_ratio`), so
+        loss, metrics and gradient are those of the stored old log-probs, without their
+        forward pass (TRL skips it the same way).
       advantages: ``[B]`` per-sequence advantages.
       weights: ``[B, T]`` aggregation weights from :func:`token_weights` (computed over the
         *global* batch, so summing micro-batch losses gives the full-batch loss).
@@ -289,6 +343,10 @@ def grpo_loss(
       ref_logp: ``[B, T]`` reference log-probs; required when ``config.beta > 0`` and ignored
         (may be ``None``) when it is 0.
       entropy: optional ``[B, T]`` per-token entropies for the metric.
+      on_policy: optional traced bool scalar: where True, the batch is on-policy as with
+        ``old_logp=None`` and the given ``old_logp`` is ignored -- one compiled update serves
+        the first (on-policy) and the later inner iterations
+        (:class:`llm.rl.updates.GRPOIterations`).
 
     Returns:
       ``(loss, metrics)``; every metric is a weighted *sum* with the same weights, so metrics
@@ -297,10 +355,10 @@ def grpo_loss(
       ``clip_frac_high``, ``ratio_mean``, ``entropy`` (if given), and ``weight`` (the sum of
       the weights).
     """
-    chex.assert_rank([logp, old_logp, weights], 2)
-    chex.assert_equal_shape([logp, old_logp, weights])
+    chex.assert_rank([logp, weights], 2)
+    chex.assert_equal_shape([logp, weights] + ([] if old_logp is None else [old_logp]))
     chex.assert_shape(advantages, logp.shape[:1])
-    pg, ratio, low, high = clipped_surrogate(logp, old_logp, advantages, config.eps_low, config.eps_high)
+    pg, ratio, low, high = clipped_surrogate(logp, old_logp, advantages, config.eps_low, config.eps_high, on_policy)
     per_token = pg
     metrics: dict[str, jax.Array] = {}
     if config.use_reference:

@@ -5,8 +5,11 @@
 * :func:`accumulate_gradients`: loss, metrics and gradients summed over micro-batches in a
   ``lax.scan`` (gradient accumulation; the warm start's update uses it too);
 * :func:`make_grpo_update`: the GRPO update ``(state, opt_state, batch) -> (state, opt_state,
-  metrics)`` of a :class:`llm.rl.batches.GRPOBatch`, and :func:`make_logprob_fn`, the
-  behaviour / reference log-probs of a batch.
+  metrics)`` of a :class:`llm.rl.batches.GRPOBatch`; :class:`GRPOIterations`, the ``mu``
+  updates of one sampled batch without a separate old log-prob forward (one compiled
+  update for all of them); and
+  :func:`make_logprob_fn`, the reference (or behaviour) log-probs of a batch, in
+  micro-batches.
 
 Shapes are fixed for a whole stage, so each update compiles once (:func:`trace_counts`).
 """
@@ -64,7 +67,7 @@ def completion_forward(
     ``chunk`` tokens at a time go through the LM head (:mod:`llm.model.logprobs`: the ``[B, T, V]``
     float32 logits are never materialised, and the backward pass recomputes each chunk);
     ``None`` computes the full logits at once (the reference path, same values). ``remat``:
-    the decoder layers' rematerialisation (:data:`llm.model.qwen3.REMAT_POLICIES`).
+    the decoder layers' rematerialisation (:data:`llm.model.config.REMAT_POLICIES`).
     """
     model = nnx.merge(graphdef, state)
     t = tokens.shape[1]
@@ -92,6 +95,12 @@ def _micro_split(x: jax.Array, micro: int) -> jax.Array:
     return jnp.swapaxes(x.reshape((b // micro, micro) + x.shape[1:]), 0, 1)
 
 
+def _micro_merge(x: jax.Array) -> jax.Array:
+    """The inverse of :func:`_micro_split`: ``[M, B/M, ...] -> [B, ...]``."""
+    micro, per = x.shape[:2]
+    return jnp.swapaxes(x, 0, 1).reshape((micro * per,) + x.shape[2:])
+
+
 def _constrain_micro(tree: Any, mesh) -> Any:
     if mesh is None:
         return tree
@@ -101,12 +110,31 @@ def _constrain_micro(tree: Any, mesh) -> Any:
     return jax.tree_util.tree_map(lambda x: jax.lax.with_sharding_constraint(x, spec), tree)
 
 
-def accumulate_gradients(loss_fn: Callable, state: Any, batch: Any, micro: int, mesh):
+def _constrain_rows(tree: Any, mesh) -> Any:
+    """Pin ``[B, ...]`` arrays to the batch layout (rows over the mesh's batch axes)."""
+    if mesh is None:
+        return tree
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    spec = NamedSharding(mesh, PartitionSpec(shd.batch_axes(mesh)))
+    return jax.tree_util.tree_map(lambda x: jax.lax.with_sharding_constraint(x, spec), tree)
+
+
+def _check_micro(rows: int, micro: int, what: str) -> None:
+    if isinstance(micro, bool) or not isinstance(micro, int) or micro < 1:
+        raise ValueError(f"micro_batches={micro!r} must be an integer >= 1")
+    if rows % micro:
+        raise ValueError(f"{what}: {rows} rows must be divisible by micro_batches={micro}")
+
+
+def accumulate_gradients(loss_fn: Callable, state: Any, batch: Any, micro: int, mesh, *, per_row: bool = False):
     """Sum of loss, metrics and gradients over ``micro`` micro-batches (a ``lax.scan``).
 
     ``batch``: a pytree of ``[B, ...]`` arrays (a :class:`llm.rl.batches.TokenBatch` or
     :class:`~llm.rl.batches.GRPOBatch`); ``loss_fn(state, micro_batch)`` gets the same record
-    with ``B / micro`` rows.
+    with ``B / micro`` rows and returns ``(loss, metrics)``, or with ``per_row`` ``(loss,
+    (metrics, rows))`` where ``rows`` is a pytree of ``[B / micro, ...]`` arrays (no gradient)
+    that comes back whole, ``[B, ...]`` in the batch's row order, as a fourth output.
 
     One micro-batch takes the gradient directly: no zero-initialised accumulator, which would
     hold a second parameter-sized gradient buffer (15 GiB for a 4B model in float32).
@@ -115,24 +143,32 @@ def accumulate_gradients(loss_fn: Callable, state: Any, batch: Any, micro: int, 
     layout (:func:`llm.model.sharding.constrain_state`): XLA reduce-scatters them instead of
     all-reducing whole gradients.
     """
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     if micro == 1:
-        (loss, msum), grads = jax.value_and_grad(loss_fn, has_aux=True)(state, batch)
-        return loss, msum, shd.constrain_state(grads, mesh)
+        (loss, aux), grads = grad_fn(state, batch)
+        msum, rows = aux if per_row else (aux, None)
+        out = (loss, msum, shd.constrain_state(grads, mesh))
+        return out + (_constrain_rows(rows, mesh),) if per_row else out
     mbs = _constrain_micro(jax.tree_util.tree_map(lambda x: _micro_split(x, micro), batch), mesh)
     first = jax.tree_util.tree_map(lambda x: x[0], mbs)
-    _, metric_shapes = jax.eval_shape(loss_fn, state, first)
+    _, aux_shapes = jax.eval_shape(loss_fn, state, first)
+    metric_shapes = aux_shapes[0] if per_row else aux_shapes
     zeros_m = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
     zeros_g = shd.constrain_state(jax.tree_util.tree_map(jnp.zeros_like, state), mesh)
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
     def body(carry, mb):
         g_acc, m_acc, l_acc = carry
-        (loss, m), g = grad_fn(state, mb)
+        (loss, aux), g = grad_fn(state, mb)
+        m, rows = aux if per_row else (aux, None)
         g = shd.constrain_state(g, mesh)
-        return (jax.tree_util.tree_map(jnp.add, g_acc, g), jax.tree_util.tree_map(jnp.add, m_acc, m), l_acc + loss), None
+        carry = (jax.tree_util.tree_map(jnp.add, g_acc, g), jax.tree_util.tree_map(jnp.add, m_acc, m), l_acc + loss)
+        return carry, rows
 
-    (grads, msum, loss), _ = jax.lax.scan(body, (zeros_g, zeros_m, jnp.zeros((), jnp.float32)), mbs)
-    return loss, msum, shd.constrain_state(grads, mesh)
+    (grads, msum, loss), rows = jax.lax.scan(body, (zeros_g, zeros_m, jnp.zeros((), jnp.float32)), mbs)
+    out = (loss, msum, shd.constrain_state(grads, mesh))
+    if not per_row:
+        return out
+    return out + (_constrain_rows(jax.tree_util.tree_map(_micro_merge, rows), mesh),)
 
 
 def make_grpo_update(
@@ -146,8 +182,9 @@ def make_grpo_update(
     temperature: float = 1.0,
     logprob_chunk: Optional[int] = DEFAULT_LOGPROB_CHUNK,
     remat: str = "full",
+    return_logp: bool = False,
 ) -> Callable:
-    """The jitted GRPO update ``(state, opt_state, batch) -> (state, opt_state, metrics)``.
+    """The jitted GRPO update ``(state, opt_state, batch[, on_policy]) -> (state, opt_state, metrics)``.
 
     ``batch``: a :class:`llm.rl.batches.GRPOBatch` (``ref_logp`` given when
     ``loss_config.beta > 0``); its ``weights`` are the global aggregation weights
@@ -155,46 +192,113 @@ def make_grpo_update(
     to the full-batch gradient. Metrics are weighted means plus ``loss`` and ``grad_norm``
     (before clipping). Parameters and optimizer state are donated.
 
+    On-policy batches (``state`` sampled them: the first update after sampling) need no old
+    log-probs: with ``batch.old_logp=None``, or ``on_policy`` a True bool scalar (a traced
+    argument, ``old_logp`` then ignored), the loss takes the stop-gradient of the log-probs
+    this forward computes (ratio exactly 1, :func:`llm.rl.grpo.on_policy_ratio`): the loss and
+    gradient of stored old log-probs without their forward pass. ``return_logp``: also return
+    those log-probs, ``(state, opt_state, metrics, logp [B, T])`` in the batch layout -- the
+    old log-probs of the later inner iterations (:class:`GRPOIterations`).
+
     The policy's log-probs and entropies are those of the sampling distribution at
-    ``temperature`` (:func:`completion_forward`); ``old_logp`` and ``ref_logp`` must come from
-    :func:`make_logprob_fn` at the same temperature, so the ratio is exactly 1 on the first
-    inner iteration. ``logprob_chunk`` and ``remat`` (per-layer rematerialisation, default
-    ``"full"``): see :func:`completion_forward`.
+    ``temperature`` (:func:`completion_forward`); a given ``old_logp`` / ``ref_logp`` must
+    come from this forward or :func:`make_logprob_fn` at the same temperature.
+    ``logprob_chunk`` and ``remat`` (per-layer rematerialisation, default ``"full"``): see
+    :func:`completion_forward`.
     """
 
-    def loss_fn(state, mb: GRPOBatch):
+    def loss_fn(state, mb: GRPOBatch, on_policy):
         logp, ent, _ = completion_forward(graphdef, state, *mb.sequences, entropy=compute_entropy,
                                           temperature=temperature, chunk=logprob_chunk, remat=remat)
-        return grpo.grpo_loss(logp, mb.old_logp, mb.advantages, mb.weights, loss_config, ref_logp=mb.ref_logp,
-                              entropy=ent)
+        loss, metrics = grpo.grpo_loss(logp, mb.old_logp, mb.advantages, mb.weights, loss_config,
+                                       ref_logp=mb.ref_logp, entropy=ent, on_policy=on_policy)
+        return (loss, (metrics, jax.lax.stop_gradient(logp))) if return_logp else (loss, metrics)
 
-    def update(state, opt_state, batch: GRPOBatch):
+    def update(state, opt_state, batch: GRPOBatch, on_policy=None):
         if not isinstance(batch, GRPOBatch):
             raise TypeError(f"the GRPO update takes a llm.rl.batches.GRPOBatch, got {type(batch).__name__}")
+        _check_micro(batch.rows, micro_batches, "the GRPO update")
         _TRACES["grpo_update"] += 1
-        loss, msum, grads = accumulate_gradients(loss_fn, state, batch, micro_batches, mesh)
+        out = accumulate_gradients(lambda st, mb: loss_fn(st, mb, on_policy), state, batch, micro_batches, mesh,
+                                   per_row=return_logp)
+        loss, msum, grads = out[:3]
         state, opt_state, gnorm = apply_gradients(optimizer, state, opt_state, grads, mesh)
         metrics = grpo.metric_means(msum)
         metrics["loss"] = loss
         metrics["grad_norm"] = gnorm
-        return state, opt_state, metrics
+        return (state, opt_state, metrics, out[3]) if return_logp else (state, opt_state, metrics)
 
     return jax.jit(update, donate_argnums=(0, 1))
 
 
-def make_logprob_fn(graphdef: Any, temperature: float = 1.0,
-                    logprob_chunk: Optional[int] = DEFAULT_LOGPROB_CHUNK) -> Callable:
-    """Jitted ``(state, prompt_ids, prompt_mask, tokens, mask) -> logp [B, T]`` (no grad).
+class GRPOIterations:
+    """The ``mu`` inner updates of one sampled batch, as the trainer runs them.
 
-    The log-probs at ``temperature`` (:func:`completion_forward`): with the policy's state
-    these are the behaviour log-probs ``old_logp`` of the GRPO batch (recomputed with the
-    training forward rather than taken from the sampler), with the reference's the
-    ``ref_logp``.
+    ``iterations(state, opt_state, batch) -> (state, opt_state, [metrics of each update])``
+    for a batch that ``state`` sampled (``batch.old_logp`` is ignored; the batch's arrays in
+    their final layout). No forward pass computes the old log-probs: the first update is
+    on-policy (``on_policy=True``: the stop-gradient of its own log-probs, ratio 1) and
+    returns its log-probs, the sampling policy's, which updates 2 .. ``mu`` take as
+    ``old_logp`` (``on_policy=False``). All ``mu`` are calls of ONE jitted update
+    (:attr:`update`, :func:`make_grpo_update` with ``return_logp``; the first one gets a zero
+    ``old_logp`` of the same layout), so it compiles once whatever ``mu``.
+
+    Keyword arguments: those of :func:`make_grpo_update` (``micro_batches``, ``mesh``, ...).
     """
 
+    def __init__(self, graphdef: Any, optimizer: optax.GradientTransformation, loss_config: GRPOLossConfig, *,
+                 mu: int = 1, **update_kwargs):
+        if isinstance(mu, bool) or not isinstance(mu, int) or mu < 1:
+            raise ValueError(f"mu={mu!r} must be an integer >= 1")
+        self.mu = mu
+        self.update = make_grpo_update(graphdef, optimizer, loss_config, return_logp=True, **update_kwargs)
+
+    @staticmethod
+    def placeholder(batch: GRPOBatch) -> Any:
+        """A zero ``old_logp`` for the first, on-policy update: ``[B, T]`` float32 in the
+        layout of ``batch.mask`` -- its sharding, and committed to it only if the mask is --,
+        so the later updates, whose ``old_logp`` comes out of the update in that layout, reuse
+        the first one's compilation (and nothing downstream sees newly committed arrays)."""
+        return jnp.zeros_like(batch.mask, dtype=jnp.float32)
+
+    def __call__(self, state: Any, opt_state: Any, batch: GRPOBatch):
+        logp = self.placeholder(batch)
+        out = []
+        for i in range(self.mu):
+            state, opt_state, metrics, new = self.update(state, opt_state, batch.replace(old_logp=logp),
+                                                         jnp.asarray(i == 0))
+            if i == 0:
+                logp = new  # the sampling policy's log-probs: old_logp of updates 2 .. mu
+            out.append(metrics)
+        return state, opt_state, out
+
+
+def make_logprob_fn(graphdef: Any, temperature: float = 1.0,
+                    logprob_chunk: Optional[int] = DEFAULT_LOGPROB_CHUNK, *, micro_batches: int = 1,
+                    mesh=None) -> Callable:
+    """Jitted ``(state, prompt_ids, prompt_mask, tokens, mask) -> logp [B, T]`` (no grad).
+
+    The log-probs at ``temperature`` (:func:`completion_forward`): with the reference's state
+    the ``ref_logp`` of the GRPO batch (``beta > 0``); with the policy's, the behaviour
+    log-probs (which the trainer no longer computes apart: :class:`GRPOIterations`).
+
+    ``micro_batches``: the rows go through the forward in that many blocks, one after the
+    other (a ``lax.map`` over the update's micro-batch split, :func:`_micro_split`), so the
+    forward's temporaries (activations, one log-prob chunk's logits) are those of ``B /
+    micro_batches`` rows; the log-probs are the same as in one block. The trainer passes
+    ``grpo.micro_batches``, the update's split. With a ``mesh`` each block stays spread over
+    the batch axes, and the result comes back in the batch layout.
+    """
+
+    def one(state, seq):
+        return completion_forward(graphdef, state, *seq, temperature=temperature, chunk=logprob_chunk)[0]
+
     def fn(state, prompt_ids, prompt_mask, tokens, mask):
-        return completion_forward(graphdef, state, prompt_ids, prompt_mask, tokens, mask, temperature=temperature,
-                                  chunk=logprob_chunk)[0]
+        seq = (prompt_ids, prompt_mask, tokens, mask)
+        _check_micro(int(tokens.shape[0]), micro_batches, "the log-prob forward")
+        if micro_batches == 1:
+            return one(state, seq)
+        blocks = _constrain_micro(jax.tree_util.tree_map(lambda x: _micro_split(x, micro_batches), seq), mesh)
+        return _constrain_rows(_micro_merge(jax.lax.map(lambda b: one(state, b), blocks)), mesh)
 
     return jax.jit(fn)
-

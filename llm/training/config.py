@@ -16,10 +16,11 @@ from typing import Any, Mapping, Optional
 
 from jaxlake.config import cfg_get, reject_unknown, to_plain
 from jaxlake.metrics import LoggerConfig
+from llm.rl.dynamic import DynamicSamplingConfig
 from llm.rl.grpo import GRPOLossConfig
 from llm.rl.optim import OptimConfig
 from llm.model.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
-from llm.model.qwen3 import DTYPES, REMAT_POLICIES, Qwen3Config
+from llm.model.config import DTYPES, Qwen3Config, REMAT_POLICIES
 from llm.game.prompts import PromptConfig
 from llm.game.rewards import RewardConfig
 from llm.model.sharding import MeshConfig
@@ -30,6 +31,19 @@ def _from_mapping(cls, values: Optional[Mapping[str, Any]], where: str):
     values = dict(values or {})
     reject_unknown(where, values, (f.name for f in dataclasses.fields(cls)), ValueError)
     return cls(**values)
+
+
+def _train_part(cls, values: Optional[Mapping[str, Any]], where: str):
+    """:func:`_from_mapping` for a part of the ``train`` group: its range errors, which name
+    the field within the part (``grpo.steps=-1 ...``), name it from the top (``train.grpo.steps``)."""
+    try:
+        return _from_mapping(cls, values, where)
+    except ValueError as err:
+        part = where.split(".", 1)[1] + "."
+        msg = str(err)
+        if msg.startswith(part):
+            raise ValueError(f"train.{msg}") from None
+        raise
 
 
 def _positive_int(where: str, value: Any, low: int = 1) -> None:
@@ -66,7 +80,11 @@ class WarmStartConfig:
 
 @dataclasses.dataclass(frozen=True)
 class GRPOConfig:
-    """GRPO settings: ``lakes_per_step`` groups of ``group_size`` completions per step."""
+    """GRPO settings: ``lakes_per_step`` groups of ``group_size`` completions per step.
+
+    ``dynamic_sampling``: DAPO's refill of the batch with informative groups, in at most
+    ``max_rounds`` sampling rounds (:mod:`llm.rl.dynamic`).
+    """
 
     enabled: bool = True
     steps: int = 30
@@ -76,6 +94,7 @@ class GRPOConfig:
     micro_batches: int = 1
     optim: OptimConfig = OptimConfig(lr=1e-4, warmup_steps=3)
     loss: GRPOLossConfig = GRPOLossConfig()
+    dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig()
     max_new_tokens: int = 32
     temperature: float = 1.0
     top_k: int = 0
@@ -163,22 +182,29 @@ class TrainConfig:
         if "optim" in g:
             g["optim"] = _from_mapping(OptimConfig, g["optim"], "train.grpo.optim")
         if "loss" in g:
-            g["loss"] = _from_mapping(GRPOLossConfig, g["loss"], "train.grpo.loss")
+            loss = dict(g["loss"] or {})
+            if "dynamic_sampling" in loss:
+                raise ValueError("train.grpo.loss.dynamic_sampling moved: set train.grpo.dynamic_sampling.enabled "
+                                 "(and .max_rounds, the refill's sampling rounds)")
+            g["loss"] = _from_mapping(GRPOLossConfig, loss, "train.grpo.loss")
+        if "dynamic_sampling" in g:
+            g["dynamic_sampling"] = _from_mapping(DynamicSamplingConfig, g["dynamic_sampling"],
+                                                  "train.grpo.dynamic_sampling")
         ev = dict(t.pop("eval", {}) or {})
         t["distributed"] = dict(t.get("distributed") or {})
         t["mesh"] = MeshConfig.from_dict(t.get("mesh"))
         out = _from_mapping(cls, t, "train")
         return dataclasses.replace(
             out,
-            warmstart=_from_mapping(WarmStartConfig, ws, "train.warmstart"),
-            grpo=_from_mapping(GRPOConfig, g, "train.grpo"),
-            eval=_from_mapping(EvalConfig, ev, "train.eval"),
+            warmstart=_train_part(WarmStartConfig, ws, "train.warmstart"),
+            grpo=_train_part(GRPOConfig, g, "train.grpo"),
+            eval=_train_part(EvalConfig, ev, "train.eval"),
             reward=RewardConfig.from_dict(reward or {}),
             prompt=PromptConfig.from_dict(prompt) if prompt is not None else PromptConfig(),
         )
 
 
-#: ``model`` fields that are not :class:`llm.model.qwen3.Qwen3Config` fields.
+#: ``model`` fields that are not :class:`llm.model.config.Qwen3Config` fields.
 MODEL_SOURCE_FIELDS = ("path",)
 #: Qwen3Config fields a stage never takes from ``model`` for a fresh architecture (the
 #: tokenizer decides them).
@@ -193,11 +219,11 @@ class ModelConfig:
       path: a Hugging Face Qwen3 folder (weights and tokenizer); ``None``: the embedded
         default model (:mod:`llm.game.default`).
       dtype / param_dtype: compute and storage (master) dtype (names of
-        :data:`llm.model.qwen3.DTYPES`); the AdamW moments follow ``param_dtype``. ``None`` keeps
+        :data:`llm.model.config.DTYPES`); the AdamW moments follow ``param_dtype``. ``None`` keeps
         the checkpoint's ``config.json``. The ``qwen3_*`` presets train bfloat16 compute on
         float32 master weights and moments (12 bytes per parameter of state, README's
         Precision section).
-      architecture: the other :class:`llm.model.qwen3.Qwen3Config` fields given (``None`` values
+      architecture: the other :class:`llm.model.config.Qwen3Config` fields given (``None`` values
         dropped). Without ``path``, an architecture that differs from the embedded default's
         builds fresh weights of that shape with the game tokenizer.
     """

@@ -7,21 +7,34 @@ One GRPO step:
    Prompter`);
 2. sample ``G`` completions per lake with the KV-cache generator (:func:`llm.training.completions.
    sample_completions`) at ``grpo.temperature`` (no top-k / top-p);
-3. score them in the simulator (:mod:`llm.game.rewards`), group advantages, sequence masks and
-   global token weights (:mod:`llm.rl.grpo`);
-4. the *old* (behaviour) log-probs, recomputed with the training forward at the sampling
-   temperature (:func:`llm.rl.updates.make_logprob_fn`), and the reference's when ``beta > 0``
-   (skipped entirely when ``beta == 0``): ratio, KL and entropy all refer to the
-   distribution that drew the tokens;
-5. ``mu`` calls of ONE jitted update function (:func:`llm.rl.updates.make_grpo_update`):
-   parameters and optimizer state in, new ones out; inside, a ``lax.scan`` over
-   micro-batches accumulates the gradient (gradient accumulation), then optax (warmup +
-   cosine, global-norm clipping) applies it. Shapes are fixed for the whole stage, so nothing
-   recompiles across steps.
+3. score them in the simulator (:mod:`llm.game.rewards`). With ``grpo.dynamic_sampling``
+   (DAPO, :mod:`llm.rl.dynamic`) steps 1-3 repeat on fresh lakes (round ``r`` folds ``r`` into
+   the step's keys) until ``N`` groups whose rewards differ are in hand or
+   ``max_rounds`` rounds are spent; the batch takes ``N`` groups, informative ones first,
+   tied fillers masked out; a batch with no informative group (or no token left in the
+   loss) takes no update at all (``update_skipped``);
+4. group advantages, sequence masks and global token weights (:mod:`llm.rl.grpo`); the
+   reference's log-probs when ``beta > 0`` (:func:`llm.rl.updates.make_logprob_fn`, in the
+   update's micro-batches; skipped entirely when ``beta == 0``);
+5. ``mu`` updates (:class:`llm.rl.updates.GRPOIterations`): parameters and optimizer state in,
+   new ones out; inside, a ``lax.scan`` over micro-batches accumulates the gradient, then
+   optax (warmup + cosine, global-norm clipping, decay by role) applies it. No forward pass
+   computes the old log-probs: the first update is on-policy (the stop-gradient of its own
+   log-probs, ratio 1) and hands its log-probs to updates 2 .. ``mu`` as ``old_logp``. Ratio,
+   KL and entropy all refer to the distribution at the sampling temperature. Shapes are
+   fixed for the whole stage, so nothing recompiles across steps.
 
 Data parallelism: a 1-D mesh over every device (:mod:`llm.model.sharding`); batch arrays are
 sharded on their leading axis, parameters and optimizer state replicated; XLA inserts the
 gradient all-reduce. The same code runs on one CPU and on many accelerators.
+
+Metrics of a step: the reward terms, lengths, ``zero_adv_share`` and thinking statistics of
+the step's *first* sampling round (a plain sample of the policy, as without dynamic
+sampling); ``kept_share`` and the loss metrics of the batch trained on; with dynamic sampling
+``sampling_rounds``, ``informative_groups`` (found in all rounds) and ``kept_groups`` (in the
+batch); ``update_skipped`` (1: no optimizer update, and no loss metrics in the row); ``lr``
+of the step's first update, read from the optimizer's own count (a skipped step does not
+advance the schedule).
 
 Checkpoints (:class:`llm.training.phase.Checkpoints`) every ``checkpoint_every`` steps and at the end;
 restarting resumes from the latest one and truncates the metrics to it.
@@ -29,6 +42,7 @@ restarting resumes from the latest one and truncates the metrics to it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any, Callable, Optional
@@ -47,13 +61,14 @@ from llm.model import sharding as shd
 from llm.training.completions import sample_completions
 from llm.generation.decode import GenerationConfig
 from llm.game.lakes import env_horizon, sample_lakes
-from llm.rl.optim import make_optimizer, schedule_value
+from llm.rl.dynamic import all_groups, enough, select_groups
+from llm.rl.optim import make_optimizer, schedule_value, update_count
 from llm.training.phase import Checkpoints, PhaseResult, progress_bar
 from llm.training.policy import Policy, copy_state
 from llm.game.prompter import Prompter
 from llm.model.sharding import to_host
 from llm.training.config import TrainConfig
-from llm.rl.updates import make_grpo_update, make_logprob_fn
+from llm.rl.updates import GRPOIterations, make_logprob_fn
 
 
 def run_grpo(
@@ -100,11 +115,12 @@ def run_grpo(
         if lc.use_reference:
             ref_state = shd.place_state(ref_state, mesh)
     policy = Policy(policy.graphdef, state, policy.tokenizer)
-    update = make_grpo_update(policy.graphdef, optimizer, lc, micro_batches=gc.micro_batches,
-                              compute_entropy=gc.compute_entropy, mesh=mesh, temperature=gc.temperature,
-                              logprob_chunk=gc.logprob_chunk, remat=gc.remat)
-    # behaviour (old) and reference log-probs: the training forward at the sampling temperature
-    logprob_fn = make_logprob_fn(policy.graphdef, temperature=gc.temperature, logprob_chunk=gc.logprob_chunk)
+    iterations = GRPOIterations(policy.graphdef, optimizer, lc, mu=gc.mu, micro_batches=gc.micro_batches,
+                                compute_entropy=gc.compute_entropy, mesh=mesh, temperature=gc.temperature,
+                                logprob_chunk=gc.logprob_chunk, remat=gc.remat)
+    # the reference's log-probs: the training forward at the sampling temperature, in the update's micro-batches
+    ref_logprob_fn = make_logprob_fn(policy.graphdef, temperature=gc.temperature, logprob_chunk=gc.logprob_chunk,
+                                     micro_batches=gc.micro_batches, mesh=mesh) if lc.use_reference else None
     gen = GenerationConfig(max_new_tokens=gc.max_new_tokens, temperature=gc.temperature, top_k=gc.top_k,
                            top_p=gc.top_p)
     reasoning = prompter.config.reasoning
@@ -113,81 +129,132 @@ def run_grpo(
     end = gc.steps if max_steps is None else min(gc.steps, max_steps)
     bar = progress_bar(gc.steps, start, "grpo", config.progress)
     n, g = gc.lakes_per_step, gc.group_size
-    for step in range(start, end):
-        t0 = time.perf_counter()
-        lakes = sample_lakes(jax.random.fold_in(data_key, step), env, n)
+    ds = gc.dynamic_sampling
+
+    def sample_round(step: int, r: int) -> _Round:
+        """Round ``r`` of a step: ``N`` fresh lakes, ``G`` completions each, scored."""
+        keys = [jax.random.fold_in(k, step) for k in (data_key, sample_key, reward_key)]
+        if r:  # round 0 keeps the keys of a step without dynamic sampling
+            keys = [jax.random.fold_in(k, r) for k in keys]
+        lakes = sample_lakes(keys[0], env, n)
         ref_soc = rewards.reference_costs(lakes)
         ids, pmask = prompter.encode(lakes)
         ids, pmask = np.repeat(ids, g, axis=0), np.repeat(pmask, g, axis=0)
-        t_gen = time.perf_counter()
-        out = sample_completions(policy, ids, pmask, jax.random.fold_in(sample_key, step), gen, mesh,
-                                 reasoning=reasoning)
-        t_rew = time.perf_counter()
-        res = rewards.compute_rewards(rewards.repeat_lakes(lakes, g), out.texts, jax.random.fold_in(reward_key, step),
-                                      config.reward, ref_soc=np.repeat(ref_soc, g), horizon=horizon,
-                                      reasoning=reasoning.enabled,
+        t = time.perf_counter()
+        out = sample_completions(policy, ids, pmask, keys[1], gen, mesh, reasoning=reasoning)
+        gen_s = time.perf_counter() - t
+        res = rewards.compute_rewards(rewards.repeat_lakes(lakes, g), out.texts, keys[2], config.reward,
+                                      ref_soc=np.repeat(ref_soc, g), horizon=horizon, reasoning=reasoning.enabled,
                                       forced_close=out.thinking.hit_budget if reasoning.enabled else None)
-        grouped = jnp.asarray(res.reward).reshape(n, g)
-        adv = grpo.group_advantages(grouped, lc.advantage, lc.std_eps).reshape(-1)
-        truncated = ~out.hit_eos
+        truncated = ~np.asarray(out.hit_eos, bool)
         if reasoning.enabled:  # a forced close is a cut by the thinking budget
-            truncated = truncated | out.thinking.hit_budget
-        seq_mask = grpo.sequence_mask(grouped, jnp.asarray(truncated), dynamic_sampling=lc.dynamic_sampling,
+            truncated = truncated | np.asarray(out.thinking.hit_budget, bool)
+        grouped = np.asarray(res.reward, np.float32).reshape(n, g)
+        return _Round(ids=ids, pmask=pmask, out=out, res=res, grouped=grouped, truncated=truncated,
+                      tokens=np.asarray(out.tokens_np), mask=np.asarray(to_host(out.mask)),
+                      train_mask=np.asarray(to_host(out.train_mask)),
+                      informative=~np.asarray(grpo.zero_variance_groups(jnp.asarray(grouped))), gen_s=gen_s)
+
+    for step in range(start, end):
+        t0 = time.perf_counter()
+        rounds = [sample_round(step, 0)]
+        while ds.enabled and len(rounds) < ds.max_rounds and not enough([x.informative for x in rounds], n):
+            rounds.append(sample_round(step, len(rounds)))
+        sel = select_groups([x.informative for x in rounds], n) if ds.enabled else all_groups(rounds[0].informative)
+        which, rows = sel.rows(g)
+
+        def gather(field: str) -> np.ndarray:
+            return np.stack([getattr(x, field) for x in rounds])[which, rows]
+
+        grouped = jnp.asarray(gather_groups(rounds, sel))
+        adv = grpo.group_advantages(grouped, lc.advantage, lc.std_eps, lc.std).reshape(-1)
+        seq_mask = grpo.sequence_mask(grouped, jnp.asarray(gather("truncated")), drop_tied=ds.enabled,
                                       overlong_mask=lc.overlong_mask)
-        cmask = out.mask
         # forced tokens (reasoning mode) are attended to but take no policy-gradient loss
-        weights = grpo.token_weights(jnp.asarray(to_host(out.train_mask)), seq_mask, lc.aggregation,
-                                     lc.max_len)
-        # old_logp is a placeholder until the policy's forward below fills it in
-        batch = GRPOBatch(prompt_ids=ids, prompt_mask=pmask, tokens=out.tokens_np, mask=to_host(cmask),
-                          weights=np.asarray(weights), advantages=np.asarray(adv), old_logp=None)
-        if mesh is not None:
-            batch = shd.shard_batch(batch, mesh)
-        else:
-            batch = jax.tree_util.tree_map(jnp.asarray, batch)
-        # recomputed, not the sampler's: same forward and temperature as the update (ratio 1 at first)
-        batch = batch.replace(old_logp=logprob_fn(state, *batch.sequences),
-                              ref_logp=logprob_fn(ref_state, *batch.sequences) if lc.use_reference else None)
-        t_upd = time.perf_counter()
+        weights = np.asarray(grpo.token_weights(jnp.asarray(gather("train_mask")), seq_mask, lc.aggregation,
+                                                lc.max_len))
+        ids, pmask = gather("ids"), gather("pmask")
+        skipped = (ds.enabled and sel.kept == 0) or not float(weights.sum()) > 0.0
+        lr = schedule_value(gc.optim, total_updates, update_count(opt_state))
+        t_upd = t_ref = time.perf_counter()
         inner = []
-        for _ in range(gc.mu):
-            state, opt_state, m = update(state, opt_state, batch)
-            inner.append(m)
-        inner = jax.device_get(inner)
-        policy = Policy(policy.graphdef, state, policy.tokenizer)
+        if not skipped:
+            # no old_logp: the first update is on-policy and its forward gives the later ones theirs
+            batch = GRPOBatch(prompt_ids=ids, prompt_mask=pmask, tokens=gather("tokens"), mask=gather("mask"),
+                              weights=weights, advantages=np.asarray(adv))
+            if mesh is not None:
+                batch = shd.shard_batch(batch, mesh)
+            else:
+                batch = jax.tree_util.tree_map(jnp.asarray, batch)
+            if ref_logprob_fn is not None:
+                batch = batch.replace(ref_logp=ref_logprob_fn(ref_state, *batch.sequences))
+            t_upd = time.perf_counter()
+            state, opt_state, inner = iterations(state, opt_state, batch)
+            inner = jax.device_get(inner)
+            policy = Policy(policy.graphdef, state, policy.tokenizer)
         t_end = time.perf_counter()
 
+        first = rounds[0]
+        out, res = first.out, first.res
         lengths = out.lengths
-        completion_tokens = int(lengths.sum())
-        processed = int(pmask.sum()) + completion_tokens
+        completion_tokens = int(sum(int(x.out.lengths.sum()) for x in rounds))
+        processed = int(pmask.sum()) + int(np.sum(gather("mask")))
         row: dict[str, Any] = {"phase": "grpo", "step": step + 1}
         row.update(rewards.reward_metrics(res))
-        row.update({k: float(v) for k, v in inner[0].items()})  # first inner iteration: ratio == 1 for mu == 1
-        if gc.mu > 1:
-            row.update({f"last/{k}": float(v) for k, v in inner[-1].items()})
-        zero = np.asarray(grpo.zero_variance_groups(grouped))
-        row["zero_adv_share"] = float(zero.mean())
-        row["kept_share"] = float(np.mean(np.asarray(seq_mask)))
+        if inner:
+            row.update({k: float(v) for k, v in inner[0].items()})  # the first update: ratio == 1
+            if gc.mu > 1:
+                row.update({f"last/{k}": float(v) for k, v in inner[-1].items()})
+        row["update_skipped"] = int(skipped)
+        row["zero_adv_share"] = float(np.mean(~first.informative))
+        row["kept_share"] = 0.0 if skipped else float(np.mean(np.asarray(seq_mask)))
+        if ds.enabled:
+            row["sampling_rounds"] = len(rounds)
+            row["informative_groups"] = sel.found
+            row["kept_groups"] = sel.kept
         row["truncated_rate"] = float(np.mean(~out.hit_eos))
         row["completion_len"] = float(lengths.mean())
         row["completion_len_max"] = int(lengths.max())
         if reasoning.enabled:
             row.update(reasoning_mod.thinking_metrics(out.thinking))
         row["reward_std"] = float(np.std(res.reward))
-        row["lr"] = schedule_value(gc.optim, total_updates, step * gc.mu)
+        row["lr"] = lr
         row["time/step_s"] = t_end - t0
-        row["time/generate_s"] = t_rew - t_gen
+        row["time/generate_s"] = float(sum(x.gen_s for x in rounds))
+        row["time/ref_logp_s"] = t_upd - t_ref
         row["time/update_s"] = t_end - t_upd
         row["tokens_per_s"] = completion_tokens / max(t_end - t0, 1e-9)
-        row["generate_tokens_per_s"] = completion_tokens / max(t_rew - t_gen, 1e-9)
-        row["train_tokens_per_s"] = gc.mu * processed / max(t_end - t_upd, 1e-9)
+        row["generate_tokens_per_s"] = completion_tokens / max(row["time/generate_s"], 1e-9)
+        row["train_tokens_per_s"] = (gc.mu * processed / max(t_end - t_upd, 1e-9)) if inner else 0.0
         if eval_fn is not None and gc.eval_every and (step + 1) % gc.eval_every == 0 and step + 1 < gc.steps:
             row["eval"] = eval_fn(policy, step + 1)
         metrics.append(row)
         bar.update(1)
-        bar.set_postfix(reward=f"{row['reward']:.3f}", success=f"{row['success']:.2f}", kl=f"{row['kl']:.3f}")
+        bar.set_postfix(reward=f"{row['reward']:.3f}", success=f"{row['success']:.2f}",
+                        kl=f"{row.get('kl', float('nan')):.3f}")
         if (step + 1) % gc.checkpoint_every == 0 or step + 1 == gc.steps:
             ckpt.save(policy, opt_state, step + 1, rng, step + 1)
     bar.close()
     return PhaseResult(policy=policy, step=end, resumed_from=resumed)
 
+
+@dataclasses.dataclass
+class _Round:
+    """One sampling round of a step, on the host: ``N * G`` rows (group ``n``'s contiguous)."""
+
+    ids: np.ndarray  # [N * G, P] prompt ids (left-padded)
+    pmask: np.ndarray  # [N * G, P]
+    out: Any  # the Completions
+    res: Any  # the RewardResult
+    grouped: np.ndarray  # [N, G] rewards
+    truncated: np.ndarray  # [N * G] bool: cut by a token budget
+    tokens: np.ndarray  # [N * G, T]
+    mask: np.ndarray  # [N * G, T] completion tokens
+    train_mask: np.ndarray  # [N * G, T] tokens that take the policy-gradient loss
+    informative: np.ndarray  # [N] bool: rewards not all equal
+    gen_s: float
+
+
+def gather_groups(rounds: list[_Round], sel) -> np.ndarray:
+    """``[N, G]`` rewards of the selected groups (:class:`llm.rl.dynamic.GroupSelection`)."""
+    return np.stack([x.grouped for x in rounds])[sel.round, sel.group]

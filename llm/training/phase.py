@@ -79,8 +79,11 @@ class Checkpoints:
     def start(self, policy: Policy, optimizer: optax.GradientTransformation, seed: int):
         """A phase's starting point: ``(state, opt_state, step, rng, resumed)``, fresh (step 0,
         ``rng = PRNGKey(seed)``, ``resumed`` None) or from the latest checkpoint (``resumed``
-        = its step). ``state`` is a copy: the updates donate their inputs."""
-        state = copy_state(policy.state)
+        = its step). The updates donate their inputs, so ``state`` is a copy, unless
+        ``policy.owned`` (nobody else holds its arrays: they become the phase's state, no
+        second copy of the weights). ``policy.state`` may be abstract
+        (``jax.ShapeDtypeStruct`` leaves) when a checkpoint exists: only its shapes are read."""
+        state = policy.state if policy.owned else copy_state(policy.state)
         opt_state = optimizer.init(state)
         if self.latest() is None:
             return state, opt_state, 0, jax.random.PRNGKey(seed), None

@@ -22,11 +22,19 @@ from llm.training.config import ModelConfig
 
 @dataclasses.dataclass
 class Policy:
-    """A model split for jitted training: static ``graphdef`` and the parameter ``state``."""
+    """A model split for jitted training: static ``graphdef`` and the parameter ``state``.
+
+    ``owned``: nobody else holds ``state``'s arrays, so a training phase may take them as
+    its starting state and donate them to its updates (:meth:`llm.training.phase.Checkpoints.start`)
+    instead of copying them: :func:`llm.training.stage.train_stage` marks the policies it loads
+    or a phase hands it. ``False`` (the default, e.g. a policy a caller passes in): the phase
+    copies, and the caller's arrays stay valid.
+    """
 
     graphdef: Any
     state: Any
     tokenizer: Any
+    owned: bool = False
 
     @classmethod
     def from_model(cls, model: nnx.Module, tokenizer: Any) -> "Policy":

@@ -93,6 +93,11 @@ class StageResult:
     wall_s: float
 
 
+def _abstract(x):
+    """The shape, dtype and sharding of an array, without its buffer."""
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None))
+
+
 def train_stage(
     config: StageConfig,
     env_config: Mixture,
@@ -114,7 +119,9 @@ def train_stage(
       stage_dir: output folder (created); rerunning with the same folder resumes.
       init_from: start from this policy (orbax checkpoint dir or HF folder) instead of
         ``config.model``.
-      policy: start from this in-memory :class:`Policy` (wins over both).
+      policy: start from this in-memory :class:`Policy` (wins over both). The stage copies
+        its weights unless ``policy.owned`` (then it takes the arrays over: the caller must
+        not use them again); a policy the stage loads itself is owned.
       mesh: the ``(data, fsdp)`` mesh (default: ``train.mesh`` over every device; :mod:`llm.model.sharding`).
       max_steps: ``{"warmstart": k, "grpo": k}`` stop early (simulates a killed run in tests).
 
@@ -147,8 +154,12 @@ def _train_stage(config: StageConfig, env_config: Mixture, stage_dir: Path, init
     stage_dir.mkdir(parents=True, exist_ok=True)
     max_steps = dict(max_steps or {})
     mesh = shd.make_mesh(config=tcfg.mesh) if mesh is None else mesh
-    if policy is None:
-        policy = load_policy(config.model, init_from, tcfg.seed, mesh)
+    if policy is None:  # loaded here: nobody else holds its arrays, the phases may take them over
+        policy = dataclasses.replace(load_policy(config.model, init_from, tcfg.seed, mesh), owned=True)
+    if policy.owned:
+        # laid out on the mesh now (a view of the same buffers where it already is), so no
+        # single-device original outlives the phases' placed state
+        policy = Policy(policy.graphdef, shd.place_state(policy.state, mesh), policy.tokenizer, owned=True)
     ec, gc, wc = tcfg.eval, tcfg.grpo, tcfg.warmstart
 
     eval_lakes = sample_lakes(jax.random.PRNGKey(ec.seed), env_config, max(ec.num_lakes, 1))
@@ -169,7 +180,7 @@ def _train_stage(config: StageConfig, env_config: Mixture, stage_dir: Path, init
     if wc.enabled and wc.steps > 0:
         res = run_warmstart(policy, tcfg, env_config, stage_dir / "warmstart", metrics, prompter,
                                   gc.max_new_tokens, mesh, max_steps.get("warmstart"))
-        policy, ws_steps, resumed = res.policy, res.step, res.resumed_from is not None
+        policy, ws_steps, resumed = dataclasses.replace(res.policy, owned=True), res.step, res.resumed_from is not None
         if ws_steps < wc.steps:  # stopped early on purpose
             return StageResult(stage_dir, stage_dir / "warmstart", None, metrics.path, stage_dir / "train_eval.json", None,
                                None, None, ws_steps, 0, resumed, time.perf_counter() - t_start)
@@ -190,7 +201,17 @@ def _train_stage(config: StageConfig, env_config: Mixture, stage_dir: Path, init
             m = run_eval(pol)
             return {k: v for k, v in m.items() if k != "examples"}
 
-        res = run_grpo(policy, policy.state, tcfg, env_config, ckpt_dir, metrics, prompter, mesh, periodic,
+        # The starting weights are handed over, not kept: they become the GRPO state (an owned
+        # policy is not copied; the updates donate it) and, with beta > 0, the reference (which
+        # run_grpo copies). Resuming, the state comes from the checkpoint and only the weights'
+        # shapes are passed, so nothing here holds a second copy while GRPO samples: resident
+        # are the weights, the AdamW moments and the reference when beta > 0 (tests/llm/
+        # training/test_memory_plan.py counts them).
+        handed = [policy.state if gc.loss.use_reference else None]
+        if Checkpoints(ckpt_dir, gc.keep_checkpoints).latest() is not None:
+            policy = Policy(policy.graphdef, jax.tree_util.tree_map(_abstract, policy.state), policy.tokenizer,
+                            owned=True)
+        res = run_grpo(policy, handed.pop(), tcfg, env_config, ckpt_dir, metrics, prompter, mesh, periodic,
                        max_steps.get("grpo"))
         policy, grpo_steps = res.policy, res.step
         resumed = resumed or res.resumed_from is not None

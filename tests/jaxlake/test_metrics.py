@@ -159,7 +159,7 @@ def test_stage_rows_of_the_pipeline(tmp_path):
     """The pipeline's per-stage row (suite scores, own-environment scores, engineer decision)
     goes to ``stages.jsonl`` and ``tb/stage``; a stage logged again replaces its old row."""
     pytest.importorskip("tensorboardX")
-    from jaxlake.pipeline.stages import log_stage
+    from jaxlake.pipeline.records import log_stage
 
     cfg = {"runs_dir": str(tmp_path), "experiment": "x", "logger": ["jsonl", "tensorboard"]}
 

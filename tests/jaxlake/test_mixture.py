@@ -69,6 +69,17 @@ def test_yaml_obj_and_node_roundtrip(tmp_path):
         mixture_from_node({"mixture": [{"weight": 1, "config": {**A.to_dict(), "height": 9}}]})
 
 
+def test_a_bad_env_file_is_named(tmp_path):
+    """A hand-edited env.yaml / next_env.yaml with a bad value, or one that is not YAML."""
+    path = tmp_path / "next_env.yaml"
+    path.write_text(mixture_to_yaml(Mixture([(1, A)])).replace("hole_density: 0.0", "hole_density: 1.5"))
+    with pytest.raises(MixtureError, match=rf"^{path}: mixture\[0\].config: hole_density=1.5 not in \[0.0, 0.9\]$"):
+        load_mixture(path)
+    path.write_text("mixture: [\n")
+    with pytest.raises(MixtureError, match=rf"^{path}: not a valid env YAML file"):
+        load_mixture(path)
+
+
 def test_trainer_lakes_come_from_the_mixture():
     from llm.game.lakes import env_description, env_horizon, sample_lakes
     from jaxlake.generator import generate_batch

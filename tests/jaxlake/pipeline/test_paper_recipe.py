@@ -40,6 +40,8 @@ def test_presets_compose_into_valid_typed_settings():
                                           OmegaConf.to_container(cfg.reward), OmegaConf.to_container(cfg.prompt))
             g = train.grpo
             assert not train.warmstart.enabled and g.loss.beta == 0.0 and g.loss.eps_high > g.loss.eps_low
+            assert g.dynamic_sampling.enabled and g.dynamic_sampling.max_rounds >= 2  # DAPO's refill
+            assert (g.loss.std, g.loss.std_eps) == ("sample", 1e-4) and g.optim.weight_decay > 0
             assert g.rows % g.micro_batches == 0 and g.rows // g.micro_batches == 16  # the memory plan's micro-batch
             # a completion fits the memory plan's 1024 tokens: thinking + close + answer
             assert cfg.prompt.reasoning.thinking_tokens + 3 + g.max_new_tokens <= 1024
@@ -60,6 +62,10 @@ def test_one_stage_with_the_paper_recipe_on_a_qwen3_shaped_model(monkeypatch, tm
         "stages=1", "eval=tiny", "prompt=default",
         "train.grpo.steps=2", "train.grpo.lakes_per_step=2", "train.grpo.group_size=2",
         "train.grpo.micro_batches=2", "train.grpo.max_new_tokens=16", "train.grpo.checkpoint_every=1",
+        # a random model's plans are all malformed, so every group ties: with the recipe's dynamic
+        # sampling no step would update (3 sampling rounds, then skipped); its refill and skip are
+        # tested in tests/llm/training/test_grpo_sampling.py, here the update runs
+        "train.grpo.dynamic_sampling.enabled=false",
         "train.eval.num_lakes=0", "train.progress=false", "train.plot=false",
         "eval.current_env_lakes=2", "eval.summary.env_stats_lakes=2", "eval.batch_size=16",
         "eval.sampled.num_samples=0", "eval.max_new_tokens=16",
@@ -74,9 +80,10 @@ def test_one_stage_with_the_paper_recipe_on_a_qwen3_shaped_model(monkeypatch, tm
     for r in grpo_rows:
         assert math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) and "last/loss" in r  # mu = 2
         assert 0.0 <= r["kept_share"] <= 1.0 and r["completion_len"] > 0
-    # the preset's lr (2e-6) on the recipe's linear warmup, which a 2-step run caps at
-    # total updates - 1 = 2 x mu - 1 = 3: step 2 starts at update 2, lr = 2e-6 x 2 / 3
-    assert grpo_rows[1]["lr"] == pytest.approx(2e-6 * 2 / 3, rel=1e-4)
+    # the preset's lr (2e-6) on the recipe's linear warmup, which a 2-step run caps at its
+    # total updates, 2 x mu = 4: update k takes lr x (k + 1) / 4, and step 2 starts at update 2
+    assert grpo_rows[0]["lr"] == pytest.approx(2e-6 * 1 / 4, rel=1e-4)  # the first update is not 0
+    assert grpo_rows[1]["lr"] == pytest.approx(2e-6 * 3 / 4, rel=1e-4)
     train = json.loads((d / "train.json").read_text())
     assert train["warmstart_steps"] == 0 and train["grpo_steps"] == 2
     assert (d / "checkpoint").is_dir() and any((d / "checkpoint").iterdir())

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from jaxlake.conf import CONF_DIR
 
 from jaxlake.engineers import build_engineer
-from jaxlake.pipeline.stages import PipelineError, read_json, write_run_info
-from jaxlake.conf import CONF_DIR
+from jaxlake.io import read_json
+from jaxlake.pipeline.folder import write_run_info
+from jaxlake.pipeline.settings import PipelineError
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -47,3 +49,34 @@ def test_old_run_folders_without_settings_still_resume(tmp_path):
     del info["settings"]
     (tmp_path / "x" / "run.json").write_text(__import__("json").dumps(info))
     assert _write(tmp_path, "train.grpo.steps=31")["settings"]["train"]["grpo"]["steps"] == 31
+
+
+def test_a_moved_folder_s_old_absolute_paths_point_into_it(tmp_path):
+    """Run folders of earlier versions recorded absolute paths (train.json); moved or copied, the
+    folder resolves them into itself, and the next run.json rewrites them there."""
+    import json
+
+    from jaxlake.pipeline.folder import stage_path
+    from jaxlake.pipeline.settings import RunSettings
+    from jaxlake.pipeline.stages import previous_policy
+
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=[f"runs_dir={tmp_path}", "experiment=x", "engineer=fixed"])
+    s, engineer = RunSettings.from_cfg(cfg), build_engineer(cfg.engineer)
+    old = tmp_path / "gone" / "x"  # where the run was made; it no longer exists
+    write_run_info(s, engineer)
+    info = read_json(tmp_path / "x" / "run.json")
+    (tmp_path / "x" / "run.json").write_text(json.dumps({**info, "run_dir": str(old)}))
+    d1 = tmp_path / "x" / "stage_1"
+    (d1 / "policy").mkdir(parents=True)
+    record = {"checkpoint_dir": f"{old}/stage_1/checkpoint", "policy_dir": f"{old}/stage_1/policy",
+              "elsewhere": f"{old}_b/stage_1"}
+    (d1 / "train.json").write_text(json.dumps(record))
+    assert previous_policy(s, 2) == d1 / "policy"
+    assert stage_path(s, d1, "policy") == d1 / "policy"  # what the pipeline writes now: relative
+    write_run_info(s, engineer)
+    moved = read_json(d1 / "train.json")
+    here = (tmp_path / "x").resolve()
+    assert moved == {"checkpoint_dir": f"{here}/stage_1/checkpoint", "policy_dir": f"{here}/stage_1/policy",
+                     "elsewhere": f"{old}_b/stage_1"}  # only paths inside the old folder move
+    assert read_json(tmp_path / "x" / "run.json")["run_dir"] == str(here)

@@ -65,8 +65,12 @@ def test_run_json_settings_are_the_plain_groups():
     ("seed=x", "seed='x' must be an integer"),
     ("pipeline.warmstart=some", "pipeline.warmstart='some' not in ['first', 'all']"),
     ("eval.summary.k_failures=-1", "eval.summary.k_failures=-1 must be an integer in [0, inf)"),
-    ("train.grpo.group_size=1", "grpo.group_size=1 must be an integer >= 2"),
-    ("+env.colour=1", "unknown LakeConfig field(s) ['colour']"),
+    ("train.grpo.group_size=1", "train.grpo.group_size=1 must be an integer >= 2"),
+    ("+env.colour=1", "env: unknown LakeConfig field(s) ['colour']"),
+    ("env.hole_density=1.5", "env.hole_density=1.5 not in [0.0, 0.9]"),
+    # read only by the evaluation after training: checked before anything is written
+    ("eval.batch_size=0", "eval.batch_size=0 must be an integer in [1, inf)"),
+    ("eval.sampled.top_p=0", "eval.sampled.top_p=0 must be a number in (0, 1]"),
     ("eval.lakes_per_cell=0", "eval.lakes_per_cell=0 must be an integer"),
     ("logger=[tensorbord]", "logger: unknown back end 'tensorbord'"),
 ])

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.support import tiny_run_overrides
+from jaxlake.conf import CONF_DIR
 
 from jaxlake.pipeline import study
-from jaxlake.pipeline.stages import stage1_key
-from jaxlake.conf import CONF_DIR
+from jaxlake.pipeline.share import stage1_key
+from tests.support import tiny_run_overrides
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -194,3 +194,14 @@ def test_choice_table_counts_each_value_and_skips_fallbacks():
     assert lines[0] == "| engineer | choices | height | width | agents | holes | conflict | components |"
     assert "| policy | 3 | 4×1 5×2 11×1 | 5×2 6×1 11×1 | 1×1 2×2 3×1 | 0×1 0.1×2 0.2×1 | 0×1 0.25×2 0.75×1 | 1×2 2×1 |" in lines
     assert "| fixed | 1 | 5×1 | 5×1 | 2×1 | 0.1×1 | 0.5×1 | 1×1 |" in lines
+
+
+def test_a_second_study_into_the_same_folder_is_refused(tmp_path):
+    from jaxlake.io import FolderLock, FolderLockError
+
+    root = tmp_path / "study_cpu"
+    root.mkdir()
+    with FolderLock(root / "study.lock", what="study folder"):  # a study that is running
+        with pytest.raises(FolderLockError, match=f"the study folder {root} is in use by this process"):
+            study.run_sweep("cpu", [f"runs_dir={tmp_path}"], root)
+    assert sorted(p.name for p in root.iterdir()) == []  # no sweep started, no study.json

@@ -35,9 +35,11 @@ def test_grpo_mode_splits_a_whole_step(tmp_path):
                    "--prompt-len", "8", "--new-tokens", "8", "--beta", "0.04", "--repeats", "1",
                    "--peak-tflops", str(PEAK_TFLOPS), "--out", str(out)])
     assert row.rows == 4 and row.mu == 1
-    parts = (row.sample_s, row.old_logp_s, row.ref_logp_s, row.update_s)
+    parts = (row.sample_s, row.ref_logp_s, row.update_s)
     assert all(p > 0 for p in parts)  # beta > 0: the reference forward is part of the step
     assert sum(parts) <= row.step_s * (1 + 1e-6)
+    # the old log-prob forward is not part of the step (the first update is on-policy); timed apart
+    assert row.old_logp_s > 0 and row.old_logp_saved == pytest.approx(row.old_logp_s / (row.step_s + row.old_logp_s))
     assert row.sample_tokens_per_s == pytest.approx(4 * 8 / row.sample_s)
     assert row.update_mfu == pytest.approx(6 * row.params * 4 * 16 / row.update_s / (PEAK_TFLOPS * 1e12))
     assert row.compile_s > 0 and row.grad_norm > 0

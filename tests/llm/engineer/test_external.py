@@ -361,21 +361,28 @@ def envelope(content, **message):
     return json.dumps({"choices": [{"message": {"content": content, **message}}]}).encode()
 
 
+def measured_propose(eng):
+    """``(proposal, seconds, peak traced bytes)`` of one ``eng.propose`` call."""
+    import time
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        t0 = time.monotonic()
+        p = eng.propose(ctx())
+        return p, time.monotonic() - t0, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_huge_brace_reply_ends_within_the_deadline_in_bounded_memory():
     """2 MB of ``{`` (the old parser was quadratic: 80 k characters took 4 s, this would take
     an hour): a failed attempt well within the deadline, memory a small multiple of the body."""
-    import time
-    import tracemalloc
 
     body = envelope("{" * 2_000_000)
     with Scripted([("body", 200, body)]) as stub:
         eng = ExternalEngineer(url=stub.url, model="m", timeout_s=5, retries=0, max_body_bytes=4 << 20)
-        tracemalloc.start()
-        t0 = time.monotonic()
-        p = eng.propose(ctx())
-        took = time.monotonic() - t0
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
+        p, took, peak = measured_propose(eng)
     assert p.decision == "fallback" and took < 5
     assert p.record["validation_errors"] == ["no parseable JSON object in the output (nested deeper than 32 levels)"]
     assert peak < 12 * len(body), f"peak {peak / 1e6:.1f} MB for a {len(body) / 1e6:.1f} MB body"
@@ -416,19 +423,12 @@ def test_bytes_that_are_not_utf8_never_raise():
 def test_a_body_over_the_cap_is_refused_without_reading_it_whole():
     """8 MB against a 64 KB cap: refused at once when Content-Length says so, else after the cap
     (a body that ends when the connection closes); memory stays near the cap."""
-    import time
-    import tracemalloc
 
     chunk = b"x" * 65_536
     for declared in (True, False):
         with Scripted([("stream", 200, chunk, 128, declared)]) as stub:
             eng = ExternalEngineer(url=stub.url, model="m", timeout_s=5, retries=0, max_body_bytes=65_536)
-            tracemalloc.start()
-            t0 = time.monotonic()
-            p = eng.propose(ctx())
-            took = time.monotonic() - t0
-            peak = tracemalloc.get_traced_memory()[1]
-            tracemalloc.stop()
+            p, took, peak = measured_propose(eng)
         assert p.decision == "fallback" and took < 3, declared
         assert "over engineer.max_body_bytes=65536" in p.record["validation_errors"][0]
         assert peak < 2_000_000, f"peak {peak / 1e6:.1f} MB (declared={declared})"

@@ -17,7 +17,8 @@ from jaxlake.mixture import mixture_from_obj
 from llm.engineer.constrained import ChoiceScorer, choice_logprobs, constrained_json
 from llm.engineer.local import BaseEngineer, PolicyEngineer
 from llm.engineer.prompt import build_user_prompt, chat_text, fit_user_prompt
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
 
 BASE = LakeConfig(height=5, width=5, num_agents=2, hole_density=0.1, conflict_density=0.5, max_steps=16)

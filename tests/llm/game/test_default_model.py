@@ -11,7 +11,7 @@ import pytest
 
 from llm.game import default
 from llm.generation.decode import GenerationConfig, generate
-from llm.model.qwen3 import Qwen3Config
+from llm.model.config import Qwen3Config
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -23,7 +24,8 @@ from llm.generation.decode import (
     generate,
     sequence_logprobs,
 )
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 
 CFG = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
@@ -96,8 +98,9 @@ def test_segmented_decode_matches_full_forward(split):
 
 def test_cached_attention_through_dot_product_attention_equals_dense(split):
     """attention_impl="xla": the cached path (prefill into the cache, a decode step over a
-    kv_len bound, left padding) goes through jax.nn.dot_product_attention and gives the dense
-    grouped attention's logits and cache."""
+    kv_len bound, left padding) goes through jax.nn.dot_product_attention and gives the
+    default path's logits and cache at every real token (the prefill is causal self-attention
+    by the configured kernel; padded query rows are meaningless and masked out of every use)."""
     import dataclasses
 
     graphdef, state = split
@@ -117,8 +120,110 @@ def test_cached_attention_through_dot_product_attention_equals_dense(split):
 
         return f(state)
 
-    for got, want in zip(run(fused_def), run(graphdef)):
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    real = np.asarray(mask)
+    (pre_a, step_a, k_a), (pre_b, step_b, k_b) = run(fused_def), run(graphdef)
+    np.testing.assert_allclose(np.asarray(pre_a)[real], np.asarray(pre_b)[real], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(step_a), np.asarray(step_b), rtol=1e-5, atol=1e-5)
+    slots = np.concatenate([real, np.ones((2, 1), bool)], axis=1)  # the prompt's real slots + the step's
+    np.testing.assert_allclose(np.asarray(k_a)[:, :, :6][:, slots], np.asarray(k_b)[:, :, :6][:, slots],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_prefill_in_row_blocks_fills_the_same_cache(split):
+    """A prefill one row at a time (a fori_loop writing each block's rows of one cache) gives
+    the whole-batch prefill's last logits and cache (the per-layer head-major buffers of the
+    unrolled layers, what real models prefill into)."""
+    from llm.generation.decode import pad_prompts, prefill
+
+    graphdef, state = split
+    ids, mask = (jnp.asarray(x) for x in pad_prompts(PROMPTS, 0, 4))
+
+    @jax.jit
+    def run(state):
+        model = nnx.merge(graphdef, state)
+        layers = model.layer_states()
+        whole = prefill(model, ids, mask, ids.shape[1] + 3, block_rows=3, layer_states=layers)
+        rows = prefill(model, ids, mask, ids.shape[1] + 3, block_rows=1, layer_states=layers)
+        return whole, rows
+
+    (la, ca), (lb, cb) = run(state)
+    assert isinstance(ca.k, tuple) and ca.k[0].shape == (3, CFG.num_key_value_heads, ids.shape[1] + 3, CFG.head_dim)
+    np.testing.assert_allclose(np.asarray(lb), np.asarray(la), rtol=1e-5, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(ca), jax.tree.leaves(cb)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-5)
+    assert int(cb.index) == ids.shape[1] and np.array_equal(np.asarray(cb.mask[:, : ids.shape[1]]), np.asarray(mask))
+    with pytest.raises(ValueError, match="block_rows=2"):
+        prefill(nnx.merge(graphdef, state), ids, mask, 16, block_rows=2)
+
+
+def test_choose_row_block_takes_the_largest_divisor_that_fits():
+    from llm.generation.row_blocks import choose_row_block
+
+    asked = []
+
+    def need(rows):  # 20 bytes whatever the rows, 10 per row
+        asked.append(rows)
+        return 20 + 10 * rows
+
+    assert choose_row_block(12, need, 200) == 12 and asked == [12]
+    assert choose_row_block(12, need, 85) == 6
+    asked.clear()
+    assert choose_row_block(12, need, 55) == 3
+    assert asked == [12, 4, 3]  # 6 rows: at least 140 * 6 / 12 = 70 > 55, not compiled
+    asked.clear()
+    assert choose_row_block(12, need, 25) is None  # nothing fits
+    assert asked == [12, 2, 1]
+    asked.clear()
+    # 60 bytes whatever the rows: after 3 rows failed, the line through 12 and 3 rows says no
+    # divisor can fit in 55, and 2 and 1 are not compiled
+    assert choose_row_block(12, lambda r: asked.append(r) or 60 + 10 * r, 55) is None
+    assert asked == [12, 3]
+
+
+def test_sampling_in_row_blocks_chosen_from_the_memory_analysis(split, monkeypatch):
+    """row_block=None where the device reports too little free memory for the whole batch
+    (faked here: the CPU reports none): the compiled call's memory analysis rules the whole
+    batch out, one row per call follows, and each block samples with its own key, as an
+    explicit row_block=1 does."""
+    import llm.generation.decode as dec
+    import llm.generation.row_blocks as rb
+
+    config = GenerationConfig(max_new_tokens=4, temperature=1.0, prompt_bucket=4, eos_token_ids=())
+    ids, mask = dec.pad_prompts(PROMPTS, 0, 4)
+    asked = []
+    real_choose = rb.choose_row_block
+
+    def spy(batch, need, free):
+        asked.append((batch, need(batch), free))
+        return real_choose(batch, need, free)
+
+    monkeypatch.setattr(rb, "choose_row_block", spy)
+    monkeypatch.setattr(rb, "free_device_bytes", lambda x: 1000)  # less than any call needs
+    monkeypatch.setattr(rb, "_ROW_BLOCKS", {})
+    key = jax.random.PRNGKey(7)
+    auto = dec.generate_ids(split, ids, mask, key, config)
+    (batch, need, free), = asked
+    assert batch == 3 and need > 1000 > free  # the compiled 3-row call's bytes, against 95 % of 1000
+    assert list(rb._ROW_BLOCKS.values()) == [1]
+    explicit = dec.generate_ids(split, ids, mask, key, dataclasses.replace(config, row_block=1))
+    for a, b in zip(auto, explicit):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    one = dec.generate_ids(split, ids[1:2], mask[1:2], jax.random.fold_in(key, 1), config)
+    np.testing.assert_array_equal(np.asarray(one[0])[0], np.asarray(auto[0])[1])
+    with pytest.raises(ValueError, match="row_block"):
+        GenerationConfig(row_block=0)
+
+
+def test_sampling_state_is_one_compute_dtype_copy():
+    """float32 masters computed in bfloat16: the sampler reads a bfloat16 copy; same-width
+    dtypes pass through (no copy)."""
+    from llm.generation.decode import sampling_state
+
+    state = {"w": jnp.ones((2, 2), jnp.float32), "n": jnp.ones((2,), jnp.int32)}
+    out = sampling_state(dataclasses.replace(CFG, dtype="bfloat16"), state)
+    assert out["w"].dtype == jnp.bfloat16 and out["n"].dtype == jnp.int32
+    same = sampling_state(CFG, state)
+    assert same["w"] is state["w"]
 
 
 def test_unroll_layers_default_follows_layer_bytes():
@@ -145,16 +250,26 @@ def test_kv_block_and_unroll_are_validated():
 
 
 # ----------------------------------------------------------------------------- cost structure
-def _cache_copies(hlo: str, shape: str) -> int:
-    return len(re.findall(rf"= f32\[{shape}\]\{{[0-9,]*\}} copy\(", hlo))
+def _cache_copies(hlo: str, shape: str, dtype: str = "f32") -> int:
+    return len(re.findall(rf"= {dtype}\[{shape}\]\{{[0-9,]*\}} copy\(", hlo))
 
 
 @pytest.mark.parametrize("unroll", [False, True])
 def test_decode_loop_does_not_copy_the_cache(split, unroll):
-    """The stacked [L, B, S, kv, d] cache is carried through the layer scan and updated in
-    place: the compiled generation holds no copy of it besides the initial zeros (the old
-    design passed it through the scan as xs/ys, which cost two full copies per step)."""
+    """The cache is updated in place: the compiled generation holds no copy of it besides the
+    initial zeros. The layer scan carries the stacked [L, B, S, kv, d] cache (the old design
+    passed it through the scan as xs/ys, which cost two full copies per step); the unrolled
+    layers (the path of real models, bfloat16 compute) write L per-layer [B, kv, S, d]
+    buffers and never copy them (a stacked buffer written by several layers of one loop step
+    was copied). XLA:CPU does copy per-layer float32 buffers: it fuses each write into the
+    read after it (docs/performance.md)."""
+    import dataclasses
+
     graphdef, state = split
+    cfg = CFG
+    if unroll:
+        cfg = dataclasses.replace(CFG, dtype="bfloat16")
+        graphdef, state = nnx.split(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0)))
     b, p, n = 3, 8, 6
     ids, mask = jnp.ones((b, p), jnp.int32), jnp.ones((b, p), bool)
     compiled = _generate_core.lower(
@@ -162,9 +277,14 @@ def test_decode_loop_does_not_copy_the_cache(split, unroll):
         jnp.full((MAX_EOS_IDS,), -1, jnp.int32), jnp.int32(0),
         max_new_tokens=n, greedy=True, top_k=0, use_top_p=False, kv_block=2, unroll_layers=unroll).compile()
     hlo = compiled.as_text()
-    shape = f"{CFG.num_hidden_layers},{b},{p + n},{CFG.num_key_value_heads},{CFG.head_dim}"
-    assert f"f32[{shape}]" in hlo  # the cache is there ...
-    assert _cache_copies(hlo, shape) <= 2  # ... and copied at most once per k/v (its zero init)
+    layers = cfg.num_hidden_layers
+    if unroll:
+        shape, dtype, copies = f"{b},{cfg.num_key_value_heads},{p + n},{cfg.head_dim}", "bf16", 0
+        assert f"bf16[{layers},{b},{p + n}" not in hlo  # per layer only
+    else:
+        shape, dtype, copies = f"{layers},{b},{p + n},{cfg.num_key_value_heads},{cfg.head_dim}", "f32", 2
+    assert f"{dtype}[{shape}]" in hlo  # the cache is there ...
+    assert _cache_copies(hlo, shape, dtype) <= copies  # ... and not copied (the scan: once per k/v, its zero init)
 
 
 def test_decode_step_aliases_a_donated_cache(split):

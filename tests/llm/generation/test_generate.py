@@ -20,7 +20,8 @@ from llm.generation.decode import (
     split_model,
     trace_count,
 )
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 from llm.game.tokenizer import save_game_tokenizer
 
 VOCAB = 1024

@@ -15,7 +15,8 @@ from llm.rl import grpo
 from llm.generation import reasoning
 from llm.game import rewards
 from llm.generation.decode import GenerationConfig
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 from llm.generation.reasoning import ReasoningConfig, ReasoningError, split_completion
 from llm.game.rewards import RewardConfig
 

@@ -13,7 +13,8 @@ import pytest
 from flax import nnx
 
 from llm.model.checkpoint import all_steps, latest_step, restore_checkpoint, save_checkpoint
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 
 CONFIG = Qwen3Config(vocab_size=40, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
                      num_attention_heads=2, num_key_value_heads=1, head_dim=8, tie_word_embeddings=False,

@@ -43,7 +43,8 @@ SCRIPT = textwrap.dedent(
     from llm.model.checkpoint import restore_checkpoint, save_checkpoint
     from llm.generation.decode import GenerationConfig, generate_ids
     from llm.rl.grpo import GRPOLossConfig
-    from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+    from llm.model.config import Qwen3Config
+    from llm.model.qwen3 import Qwen3ForCausalLM
     from llm.rl.batches import GRPOBatch
     from llm.rl.updates import make_grpo_update, trace_counts
 

@@ -22,6 +22,7 @@ from llm.model.hf_io import (  # noqa: E402
     INDEX_FILE,
     WEIGHTS_FILE,
     CheckpointError,
+    check_pretrained,
     hf_tensor_shapes,
     load_config,
     model_to_hf_tensors,
@@ -245,6 +246,20 @@ def test_missing_files_are_named(hf_dirs, tmp_path):
     (s / INDEX_FILE).write_text(json.dumps({"weight_map": {"model.norm.weight": "model-00002-of-00002.safetensors"}}))
     with pytest.raises(FileNotFoundError, match="model-00002-of-00002.safetensors"):
         llm.from_pretrained(s)
+
+
+def test_a_truncated_or_corrupt_shard_is_named(hf_dirs, tmp_path):
+    """safetensors' own error names no file; the load (and check_pretrained, which reads no
+    tensor data) name the shard."""
+    d, _ = hf_dirs[True]
+    assert check_pretrained(d) == load_config(d)
+    for name, damage in (("cut", lambda b: b[: len(b) // 2]), ("garbage", lambda b: b"{" * 64)):
+        c = copy_folder(d, tmp_path / name)
+        f = c / WEIGHTS_FILE
+        f.write_bytes(damage(f.read_bytes()))
+        for load in (check_pretrained, llm.from_pretrained):
+            with pytest.raises(CheckpointError, match=f"'{f}' is not a valid safetensors file"):
+                load(c)
 
 
 def test_unsupported_architecture_is_named(hf_dirs, tmp_path):

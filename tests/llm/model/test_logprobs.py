@@ -12,7 +12,8 @@ from flax import nnx
 from llm.model import logprobs as lp
 from llm.rl.updates import completion_forward
 from llm.generation.decode import left_pad_positions
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 
 B, P, T, V = 3, 5, 7, 61
 

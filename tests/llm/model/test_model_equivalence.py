@@ -22,7 +22,8 @@ transformers = pytest.importorskip("transformers")
 
 from llm.model.errors import ModelConfigError as ConfigError  # noqa: E402
 from llm.model.hf_io import model_from_hf_tensors  # noqa: E402
-from llm.model.qwen3 import KVCache, Qwen3Config, Qwen3ForCausalLM, count_params  # noqa: E402
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import KVCache, Qwen3ForCausalLM, count_params  # noqa: E402
 from jaxlake.conf import CONF_DIR
 
 VOCAB = 97

@@ -28,7 +28,8 @@ from llm.model.hf_io import (
     portable_tokenizer_config,
     save_pretrained,
 )
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 
 #: The class names transformers 4.57's AutoTokenizer resolves that a folder of ours may name.
 OLD_KNOWN_CLASSES = {"PreTrainedTokenizerFast", "Qwen2Tokenizer", "Qwen2TokenizerFast"}

@@ -15,7 +15,8 @@ from jaxlake.conf import CONF_DIR
 from llm.rl.optim import apply_gradients, make_optimizer
 from llm.training.policy import load_policy
 from llm.training.config import ModelConfig, OptimConfig
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 
 VOCAB, B, P = 40, 4, 5
 

@@ -39,7 +39,8 @@ def test_records_are_pytrees_and_none_is_an_empty_subtree():
 
 
 def test_the_grpo_update_takes_a_grpo_batch_only():
-    from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+    from llm.model.config import Qwen3Config
+    from llm.model.qwen3 import Qwen3ForCausalLM
 
     cfg = Qwen3Config(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                       num_attention_heads=2, num_key_value_heads=1, head_dim=8)

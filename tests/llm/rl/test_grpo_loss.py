@@ -18,10 +18,13 @@ from llm.rl.grpo import GRPOLossConfig
 def test_advantages_hand_computed_each_mode():
     rewards = jnp.array([[1.0, 0.0, 0.0, 1.0], [3.0, 1.0, 2.0, 2.0]])
     # group 0: mean 0.5, std 0.5; group 1: mean 2, std sqrt(0.5)
-    z = grpo.group_advantages(rewards, "grpo", std_eps=1e-6)
+    z = grpo.group_advantages(rewards, "grpo", std_eps=1e-6, std="population")
     np.testing.assert_allclose(z[0], [1, -1, -1, 1], atol=1e-5)
     s = math.sqrt(0.5)
     np.testing.assert_allclose(z[1], [1 / s, -1 / s, 0, 0], atol=1e-5)
+    # the default: the sample std (ddof 1) + 1e-4, sqrt(G / (G - 1)) = sqrt(4 / 3) times the population std
+    zs = grpo.group_advantages(rewards, "grpo")
+    np.testing.assert_allclose(zs[0], np.array([1, -1, -1, 1]) * 0.5 / (0.5 * math.sqrt(4 / 3) + 1e-4), rtol=1e-5)
     dr = grpo.group_advantages(rewards, "dr_grpo")
     np.testing.assert_allclose(dr, [[0.5, -0.5, -0.5, 0.5], [1, -1, 0, 0]], atol=1e-6)
     rloo = grpo.group_advantages(rewards, "rloo")
@@ -38,6 +41,34 @@ def test_advantages_zero_for_constant_group_and_errors():
         grpo.group_advantages(rewards, "ppo")
     with pytest.raises(ValueError, match="G=1"):
         grpo.group_advantages(jnp.ones((3, 1)), "grpo")
+
+
+def _trl_advantages(rewards: np.ndarray) -> np.ndarray:
+    """TRL GRPOTrainer's group z-score, re-derived: (r - group mean) / (group sample std + 1e-4)."""
+    r = np.asarray(rewards, np.float64)
+    mean = r.mean(axis=1, keepdims=True)
+    std = np.sqrt(((r - mean) ** 2).sum(axis=1, keepdims=True) / (r.shape[1] - 1))
+    return (r - mean) / (std + 1e-4)
+
+
+def test_advantage_std_matches_trl_and_keeps_near_ties_small():
+    near_tie = np.array([[0.0, 0.0, 0.0, 1e-5]])
+    got = np.asarray(grpo.group_advantages(jnp.asarray(near_tie)))
+    np.testing.assert_allclose(got, _trl_advantages(near_tie), rtol=1e-3, atol=1e-6)
+    assert 0.06 < got[0, 3] < 0.08  # TRL's +-0.07
+    # the population std + 1e-6 turns a rounding-level difference into a whole unit of advantage
+    pop = np.asarray(grpo.group_advantages(jnp.asarray(near_tie), std_eps=1e-6, std="population"))
+    assert 1.3 < pop[0, 3] < 1.5
+    wide = np.random.RandomState(0).randn(5, 8) * [[0.01], [0.1], [1.0], [3.0], [10.0]]
+    np.testing.assert_allclose(grpo.group_advantages(jnp.asarray(wide, jnp.float32)), _trl_advantages(wide),
+                               rtol=1e-4, atol=1e-5)
+    # G = 2: the sample std is sqrt(2) x the population std
+    np.testing.assert_allclose(grpo.group_advantages(jnp.array([[0.0, 1.0]])), [[-0.5 / (0.5**0.5 + 1e-4),
+                                                                                  0.5 / (0.5**0.5 + 1e-4)]], rtol=1e-5)
+    with pytest.raises(ValueError, match="std='median'"):
+        GRPOLossConfig(std="median")
+    with pytest.raises(ValueError, match="advantage std"):
+        grpo.group_advantages(jnp.asarray(near_tie), std="ddof2")
 
 
 @settings(max_examples=15, deadline=None)
@@ -59,13 +90,13 @@ def test_rloo_equals_leave_one_out_definition(values):
 def test_sequence_mask_dynamic_sampling_and_overlong():
     rewards = jnp.array([[1.0, 1.0], [0.0, 1.0], [0.5, 0.5]])
     truncated = jnp.array([False, False, True, False, False, True])
-    none = grpo.sequence_mask(rewards, truncated, dynamic_sampling=False, overlong_mask=False)
+    none = grpo.sequence_mask(rewards, truncated, drop_tied=False, overlong_mask=False)
     np.testing.assert_array_equal(none, [1, 1, 1, 1, 1, 1])
-    dyn = grpo.sequence_mask(rewards, truncated, dynamic_sampling=True, overlong_mask=False)
+    dyn = grpo.sequence_mask(rewards, truncated, drop_tied=True, overlong_mask=False)
     np.testing.assert_array_equal(dyn, [0, 0, 1, 1, 0, 0])
-    over = grpo.sequence_mask(rewards, truncated, dynamic_sampling=False, overlong_mask=True)
+    over = grpo.sequence_mask(rewards, truncated, drop_tied=False, overlong_mask=True)
     np.testing.assert_array_equal(over, [1, 1, 0, 1, 1, 0])
-    both = grpo.sequence_mask(rewards, truncated, dynamic_sampling=True, overlong_mask=True)
+    both = grpo.sequence_mask(rewards, truncated, drop_tied=True, overlong_mask=True)
     np.testing.assert_array_equal(both, [0, 0, 0, 1, 0, 0])
     np.testing.assert_array_equal(grpo.zero_variance_groups(rewards), [True, False, True])
 
@@ -158,6 +189,29 @@ def test_separate_eps_low_and_high():
     b, *_ = grpo.clipped_surrogate(lp, old, jnp.array([-1.0]), 0.3, 0.28)
     np.testing.assert_allclose(a, [[0.8]], rtol=1e-6)
     np.testing.assert_allclose(b, [[0.75]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+def test_on_policy_loss_is_the_stored_old_logp_loss(beta):
+    """old_logp=None (the stop-gradient of logp) gives the loss, metrics and gradient of
+    old_logp = logp stored apart: ratio 1, no clipping, gradient -A x weight per token."""
+    w = grpo.token_weights(MASK, jnp.ones(2), "token_mean")
+    cfg = GRPOLossConfig(beta=beta)
+    ref = LOGP - 0.3
+
+    def f(lp, old):
+        return grpo.grpo_loss(lp, old, ADV, w, cfg, ref_logp=ref, entropy=jnp.ones_like(lp))
+
+    (l_none, m_none), g_none = jax.value_and_grad(lambda lp: f(lp, None), has_aux=True)(LOGP)
+    (l_old, m_old), g_old = jax.value_and_grad(lambda lp: f(lp, LOGP), has_aux=True)(LOGP)
+    np.testing.assert_array_equal(l_none, l_old)
+    np.testing.assert_allclose(g_none, g_old, rtol=1e-6, atol=1e-9)  # the last bit may differ (operation order)
+    for k in m_old:
+        np.testing.assert_array_equal(m_none[k], m_old[k], err_msg=k)
+    means = grpo.metric_means(m_none)
+    assert float(means["ratio_mean"]) == 1.0 and float(means["clip_frac"]) == 0.0
+    if beta == 0.0:
+        np.testing.assert_allclose(g_none, -np.asarray(ADV)[:, None] * np.asarray(w), atol=1e-7)
 
 
 def test_kl_estimators_hand_computed():
@@ -271,6 +325,8 @@ def test_config_validation_names_field():
         GRPOLossConfig(kl_estimator="k1", beta=0.1)
     with pytest.raises(ValueError, match="beta"):
         GRPOLossConfig(beta=-1.0)
+    with pytest.raises(TypeError, match="dynamic_sampling"):  # a trainer setting now (llm.rl.dynamic)
+        GRPOLossConfig(dynamic_sampling=True)
 
 
 @settings(max_examples=10, deadline=None)

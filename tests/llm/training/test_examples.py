@@ -11,7 +11,8 @@ from jaxlake.text import parse_lake, parse_plan
 from llm.training import examples as ex
 from llm.game import rewards
 from llm.game.default import load_default
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 from llm.game.prompts import PromptConfig
 from llm.training.policy import Policy
 

@@ -15,17 +15,18 @@ from jaxlake.metrics import read_tensorboard_scalars, row_scalars
 from llm.rl import grpo
 from llm.training import warmstart as ws
 from llm.game.lakes import sample_lakes
-from llm.rl.optim import make_optimizer, schedule_value
+from llm.rl.optim import make_optimizer
 from llm.training.phase import Checkpoints
 from llm.training.policy import Policy, copy_state, load_policy
 from llm.game.prompter import Prompter
 from llm.training.stage import MetricsLog, train_stage
 from llm.training.config import GRPOConfig, ModelConfig, OptimConfig, StageConfig, TrainConfig, WarmStartConfig
 from llm.rl.batches import GRPOBatch, TokenBatch
-from llm.rl.updates import completion_forward, make_grpo_update, trace_counts
+from llm.rl.updates import GRPOIterations, completion_forward, make_grpo_update, make_logprob_fn, trace_counts
 from llm.generation.decode import GenerationConfig, generate_ids, sequence_logprobs
 from llm.rl.grpo import GRPOLossConfig
-from llm.model.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
 from jaxlake.conf import CONF_DIR
 
 ENV = LakeConfig(height=3, width=3, num_agents=1, hole_density=0.0, max_steps=6, max_height=4, max_width=4, max_agents=2)
@@ -98,23 +99,6 @@ def test_completion_forward_matches_generate_and_sequence_logprobs(policy, token
 # ----------------------------------------------------------------------------- update
 
 
-def test_update_changes_params_without_recompiling(policy):
-    opt = make_optimizer(OptimConfig(lr=1e-2, warmup_steps=0), 10)
-    update = make_grpo_update(policy.graphdef, opt, GRPOLossConfig(), compute_entropy=True)
-    state = copy_state(policy.state)
-    before = leaves(state)
-    opt_state = opt.init(state)
-    count = trace_counts()["grpo_update"]
-    for seed in range(3):
-        state, opt_state, m = update(state, opt_state, fake_batch(policy.config.vocab_size, seed))
-    assert trace_counts()["grpo_update"] == count + 1  # one compilation for all steps
-    after = leaves(state)
-    assert any(not np.allclose(a, b) for a, b in zip(before, after))
-    for k in ("loss", "kl", "clip_frac", "entropy", "grad_norm", "pg_loss"):
-        assert np.isfinite(float(m[k])), k
-    assert float(m["kl"]) == 0.0  # beta = 0: no KL
-
-
 def test_gradient_accumulation_equals_full_batch(policy):
     """Micro-batches with global token weights give the same update as one full batch.
 
@@ -134,6 +118,44 @@ def test_gradient_accumulation_equals_full_batch(policy):
     for k in ("loss", "kl", "clip_frac", "entropy", "grad_norm"):
         np.testing.assert_allclose(outs[0][1][k], outs[1][1][k], rtol=1e-4, atol=1e-6)
     assert float(outs[0][1]["kl"]) > 0
+
+
+def test_on_policy_update_equals_the_explicit_old_logp_path_and_compiles_once(policy):
+    """The trainer's first update after sampling has no old log-probs (on_policy: the
+    stop-gradient of its own). Against the stored old log-probs of a separate forward -- in
+    micro-batches, a lax.map over the update's split -- loss, metrics and gradient agree, and
+    so do the log-probs; the first update hands its log-probs to the next, and all mu updates
+    are one compilation."""
+    graphdef, state0 = policy.graphdef, policy.state
+    opt = optax.sgd(0.5)  # parameter differences are gradient differences
+    cfg = GRPOLossConfig(beta=0.1, kl_estimator="k3", aggregation="seq_mean_token_mean")
+    batch = fake_batch(policy.config.vocab_size, 7, beta=True)
+    blocks = make_logprob_fn(graphdef, micro_batches=4)(state0, *batch.sequences)
+    two = GRPOIterations(graphdef, opt, cfg, mu=2, micro_batches=4)
+    count = trace_counts()["grpo_update"]
+    runs = {}
+    for name, old, flag in (("on_policy", two.placeholder(batch), True), ("explicit", blocks, False)):
+        state, _, m, logp = two.update(copy_state(state0), opt.init(state0), batch.replace(old_logp=old),
+                                       jnp.asarray(flag))
+        runs[name] = (leaves(state), jax.device_get(m), logp)
+    on_policy, explicit = runs["on_policy"], runs["explicit"]
+    # the micro-batched forward gives the log-probs of the update's own forward (the policy's)
+    np.testing.assert_allclose(blocks, on_policy[2], rtol=0, atol=1e-6)
+    assert float(jnp.abs(blocks).max()) > 0 and not np.asarray(blocks)[~np.asarray(batch.mask)].any()
+    for a, b, s0 in zip(on_policy[0], explicit[0], leaves(state0)):
+        np.testing.assert_allclose(a - s0, b - s0, rtol=1e-5, atol=1e-8)
+    assert any(np.abs(a - s0).max() > 1e-6 for a, s0 in zip(on_policy[0], leaves(state0)))
+    for k, v in explicit[1].items():
+        np.testing.assert_allclose(on_policy[1][k], v, rtol=1e-5, atol=1e-7, err_msg=k)
+    assert abs(float(on_policy[1]["ratio_mean"]) - 1.0) < 1e-6 and float(on_policy[1]["clip_frac"]) == 0.0
+    # mu = 2 as the trainer runs it (the batch's old_logp is ignored); new batches recompile nothing
+    _, _, ms = two(copy_state(state0), opt.init(state0), batch.replace(old_logp=None))
+    np.testing.assert_allclose(ms[0]["loss"], on_policy[1]["loss"], rtol=1e-6)
+    assert len(ms) == 2 and abs(float(ms[1]["ratio_mean"]) - 1.0) > 1e-6  # the policy moved in between
+    _, _, ms = two(copy_state(state0), opt.init(state0), fake_batch(policy.config.vocab_size, 4, beta=True))
+    assert trace_counts()["grpo_update"] == count + 1  # one compilation for every update
+    for k in ("loss", "kl", "clip_frac", "entropy", "grad_norm", "pg_loss"):
+        assert np.isfinite(float(ms[-1][k])), k
 
 
 # The update on 4 host devices (data parallel and FSDP meshes): tests/llm/model/test_fsdp.py.
@@ -268,15 +290,15 @@ def test_config_errors_name_the_field():
         TrainConfig.from_dict({"grpo": {"optim": {"lr": 0}}})
     with pytest.raises(ValueError, match="aggregation"):
         TrainConfig.from_dict({"grpo": {"loss": {"aggregation": "mean"}}})
-
-
-def test_optimizer_schedule_warmup_then_cosine():
-    cfg = OptimConfig(lr=1.0, warmup_steps=4, min_lr_ratio=0.1)
-    lrs = [schedule_value(cfg, 20, k) for k in range(21)]
-    assert lrs[0] == 0.0 and lrs[4] == pytest.approx(1.0)
-    assert all(a <= b for a, b in zip(lrs[:4], lrs[1:5]))
-    assert all(a >= b - 1e-9 for a, b in zip(lrs[4:], lrs[5:]))
-    assert lrs[20] == pytest.approx(0.1)
+    # dynamic sampling is the trainer's (rounds of sampling), not the loss's
+    with pytest.raises(ValueError, match="train.grpo.loss.dynamic_sampling moved.*train.grpo.dynamic_sampling.enabled"):
+        TrainConfig.from_dict({"grpo": {"loss": {"dynamic_sampling": True}}})
+    with pytest.raises(ValueError, match="grpo.dynamic_sampling.max_rounds=0"):
+        TrainConfig.from_dict({"grpo": {"dynamic_sampling": {"enabled": True, "max_rounds": 0}}})
+    with pytest.raises(ValueError, match=r"unknown train.grpo.dynamic_sampling field\(s\) \['rounds'\]"):
+        TrainConfig.from_dict({"grpo": {"dynamic_sampling": {"rounds": 2}}})
+    ds = TrainConfig.from_dict({"grpo": {"dynamic_sampling": {"enabled": True, "max_rounds": 2}}}).grpo.dynamic_sampling
+    assert ds.enabled and ds.rounds_cap() == 2
 
 
 def test_stage_config_resolves_the_groups_once(tmp_path):

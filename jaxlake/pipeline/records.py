@@ -1,0 +1,81 @@
+"""A finished stage as a record: its row in ``stages.jsonl`` (:func:`log_stage`), its record read
+back from the stage folder (:func:`stage_record`) and the one-line / table views of them
+(:func:`short_env`, :func:`stage_table`) that the pipeline prints and the study reuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from jaxlake.io import read_json
+from jaxlake.metrics import build_writer
+from jaxlake.mixture import load_mixture, mixture_to_obj
+from jaxlake.pipeline.settings import RunSettings
+
+
+def stage_metrics(record: dict, decision: dict) -> dict:
+    """The metrics row of a finished stage: phase ``stage``, step ``k``, the suite scores per
+    decoding mode, the own-environment scores and the engineer's decision."""
+    return {
+        "phase": "stage",
+        "step": record["stage"],
+        "suite": {m: v for m, v in record["scores"].items() if v is not None},
+        "current_env": {m: v for m, v in record["current_env"].items() if v is not None},
+        "engineer": {"decision": str(record["decision"]), "reason": str(record["reason"]),
+                     "changed": bool(decision.get("changed")), "wall_s": float(decision.get("wall_s") or 0.0)},
+    }
+
+
+def log_stage(cfg: Any, record: dict, decision: dict) -> None:
+    """Log :func:`stage_metrics` to the run's back ends (``logger``): ``<run dir>/stages.jsonl``,
+    ``<run dir>/tb/stage/``, the run folder's W&B run. Stage ``k``'s row replaces any row of
+    stage ``k`` or later from an earlier attempt (``truncate("stage", k - 1)``). ``cfg``: the
+    :class:`RunSettings` or a raw config."""
+    s = RunSettings.of(cfg)
+    k = int(record["stage"])
+    with build_writer(s.logger, s.run_dir, jsonl_name="stages.jsonl", phases=("stage",),
+                      name=s.experiment, run_config=s.record()) as writer:
+        writer.truncate("stage", k - 1)
+        writer.append(stage_metrics(record, decision))
+
+
+def stage_record(d: Path, k: int) -> dict:
+    ev = read_json(d / "eval.json")
+    eng = read_json(d / "engineer.json")
+    cur = (ev.get("current_env") or {}).get("modes") or {}
+    return {
+        "stage": k,
+        "dir": str(d),
+        "env": mixture_to_obj(load_mixture(d / "env.yaml")),
+        "scores": {m: r.get("score") for m, r in ev.get("modes", {}).items()},
+        "current_env": {m: r.get("score") for m, r in cur.items()},
+        "decision": eng.get("decision"),
+        "reason": eng.get("reason"),
+        "next_env": eng.get("proposal"),
+    }
+
+
+def short_env(mixture_obj: list) -> str:
+    """A mixture in one line: ``5x5 n=2 holes=0.1 conflict=0.5``, ``0.50*(...) + 0.50*(...)``."""
+    keys = ("height", "width", "num_agents", "hole_density", "conflict_density")
+    parts = []
+    for comp in mixture_obj:
+        c = comp["config"]
+        body = "{}x{} n={} holes={:g} conflict={:g}".format(*(c[k] for k in keys))
+        parts.append(body if len(mixture_obj) == 1 else f"{comp['weight']:.2f}*({body})")
+    return " + ".join(parts)
+
+
+def stage_table(records: list) -> str:
+    """Markdown table: stage, environment, suite scores, own-environment success, decision."""
+    modes = sorted({m for r in records for m in r["scores"]}, key=lambda m: (m != "greedy", m))
+    head = "| stage | environment | " + " | ".join(f"suite {m}" for m in modes) + " | own env (greedy) | engineer |"
+    rows = [head, "|---|---|" + "---|" * len(modes) + "---|---|"]
+    for r in records:
+        scores = " | ".join("–" if r["scores"].get(m) is None else f"{r['scores'][m]:.3f}" for m in modes)
+        own = r["current_env"].get("greedy")
+        rows.append(
+            f"| {r['stage']} | {short_env(r['env'])} | {scores} | {'–' if own is None else f'{own:.3f}'} | "
+            f"{r['decision']}: {r['reason']} |"
+        )
+    return "\n".join(rows)

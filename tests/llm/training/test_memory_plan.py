@@ -1,0 +1,131 @@
+"""What a GRPO stage holds on the device while it samples (llm/training/stage.py, llm/training/phase.py)
+and what the step plan says it holds (llm/benchmark/step_plan.py, ``python -m llm.memory --plan``).
+
+One tiny stage per KL setting runs up to its first GRPO sampling call, where a spy counts
+``jax.live_arrays()`` (the arrays the test process held before are left out) and stops the
+run: nothing is compiled for it.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from jaxlake.config import LakeConfig
+from llm.training import grpo_loop
+from llm.training.config import StageConfig
+from llm.training.stage import train_stage
+
+ENV = LakeConfig(height=3, width=3, num_agents=1, hole_density=0.0, max_steps=6, max_height=4, max_width=4, max_agents=2)
+#: The micro model of the trainer tests (160 KB of weights; the lakes live beside them take
+#: about 250 bytes, 0.002 of the state).
+ARCH = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "head_dim": 16}
+
+
+def _owned_policy(tokenizer):
+    """A fresh policy handed to the stage to own (as one it loads itself)."""
+    from flax import nnx
+
+    from llm.model.config import Qwen3Config
+    from llm.model.qwen3 import Qwen3ForCausalLM
+    from llm.training.policy import Policy
+
+    cfg = Qwen3Config(vocab_size=len(tokenizer), **ARCH)
+    policy = Policy.from_model(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0)), tokenizer)
+    return Policy(policy.graphdef, policy.state, tokenizer, owned=True)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _buffers(arrays) -> dict:
+    """``{(device, buffer address): bytes}`` of the arrays' shards: what the devices hold (two
+    arrays on one buffer, as ``device_put`` onto the same device's mesh makes, count once)."""
+    out = {}
+    for x in arrays:
+        for shard in x.addressable_shards:
+            out[(shard.device.id, shard.data.unsafe_buffer_pointer())] = shard.data.nbytes
+    return out
+
+
+def _nbytes(arrays) -> int:
+    return sum(_buffers(arrays).values())
+
+
+def _first_sampling_call(tmp_path, monkeypatch, tokenizer, beta: float) -> dict:
+    before = list(jax.live_arrays())  # held (so no buffer is reused) and left out of the count
+    seen = set(_buffers(before))
+    found = {}
+
+    def spy(policy, ids, mask, key, gen, mesh, reasoning=None):
+        live = {k: v for k, v in _buffers(jax.live_arrays()).items() if k not in seen}
+        found.update(live_bytes=sum(live.values()), state_bytes=_nbytes(jax.tree_util.tree_leaves(policy.state)),
+                     config=policy.module().config, prompt=ids.shape[1], rows=ids.shape[0], gen=gen)
+        raise _Stop
+
+    monkeypatch.setattr(grpo_loop, "sample_completions", spy)
+    cfg = StageConfig.from_cfg({
+        "train": {"seed": 0, "progress": False, "export_hf": False, "plot": False,
+                  "warmstart": {"enabled": False},
+                  "grpo": {"steps": 1, "lakes_per_step": 1, "group_size": 2, "max_new_tokens": 4,
+                           "loss": {"beta": beta}},
+                  "eval": {"num_lakes": 0}},
+        "prompt": {"system": "", "user": "{grid}\n{agents}", "use_system": False},
+    })
+    with pytest.raises(_Stop):
+        train_stage(cfg, ENV, tmp_path / f"beta{beta}", policy=_owned_policy(tokenizer))
+    del before
+    found["train"] = cfg.train
+    return found
+
+
+@pytest.fixture(scope="module")
+def at_sampling(tmp_path_factory):
+    """The live bytes at the first GRPO sampling call, without and with a KL term."""
+    from llm.game import default as default_model
+    from llm.model.hf_io import load_tokenizer
+
+    tokenizer = load_tokenizer(default_model.default_model_dir())  # the default tokenizer (cached)
+    mp = pytest.MonkeyPatch()
+    try:
+        # one lake per step: the held-out lake the prompts are fitted to has the same shape
+        return {beta: _first_sampling_call(tmp_path_factory.mktemp("stage"), mp, tokenizer, beta)
+                for beta in (0.0, 0.05)}
+    finally:
+        mp.undo()
+
+
+@pytest.mark.parametrize("beta, copies", [(0.0, 3.0), (0.05, 4.0)])
+def test_resident_state_while_sampling_is_weights_moments_and_reference(at_sampling, beta, copies):
+    """Weights + two AdamW moments (+ the reference when beta > 0): 3.00x / 4.00x the
+    parameter state (it was 4.00x / 5.00x: train_stage kept the starting policy alive and
+    Checkpoints.start copied the state again)."""
+    got = at_sampling[beta]
+    ratio = got["live_bytes"] / got["state_bytes"]
+    assert got["state_bytes"] > 100_000
+    assert ratio == pytest.approx(copies, abs=0.01), ratio
+
+
+def test_the_plan_holds_what_the_run_holds(at_sampling):
+    """The step plan of the same tiny step (the sampler's prefill compiled from abstract
+    shapes: it takes the sampling call's weights and prompts): the resident arrays plus the
+    call's arguments are what the real run holds when it calls the sampler (the prompts,
+    made on the device inside the call, are the difference)."""
+    from llm.benchmark.step_plan import build_plan, step_shapes
+
+    got = at_sampling[0.0]
+    train = got["train"]
+    shapes = step_shapes(train, train.prompt.reasoning, got["prompt"], 0)
+    assert shapes.rows == got["rows"]
+    plan = build_plan(got["config"], train, train.prompt.reasoning, shapes, groups=("sampling",),
+                      sampling_parts=("prefill",), row_block_devices=())
+    (call,) = plan.phases
+    assert call.name == "sample: prefill" and plan.state_bytes == got["state_bytes"]
+    held = call.resident_bytes + call.argument_bytes
+    prompts = 2 * shapes.rows * shapes.prompt * 4  # ids int32 + mask (bool: 1 byte; int32 bound)
+    assert got["live_bytes"] <= held <= got["live_bytes"] + prompts + 4096
+    assert call.temp_bytes > 0 and call.peak_bytes == held + call.temp_bytes + call.output_bytes
+    np.testing.assert_allclose(held / got["state_bytes"], 3.0, atol=0.01)
