@@ -238,7 +238,7 @@ class StepPlan:
                          f"{_size(p.output_bytes)} | {_size(p.temp_bytes)} ({_size(p.flat_temp_bytes)}) | "
                          f"**{_size(p.peak_bytes)}** | {big} |")
         lines += ["", "(Rows in parentheses are parts compiled apart and left out of the verdict: the prefill "
-                  "and the decode loop of the sampling call below them, a log-prob forward over one micro-batch.)",
+                  "and the decode loop of the sampling call below them.)",
                   "", f"Verdict (GiB; GPUs at XLA_PYTHON_CLIENT_MEM_FRACTION={GPU_MEM_FRACTION}):", ""]
         for d in DEVICES:
             ok, peak = self.fits(d)
