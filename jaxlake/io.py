@@ -29,6 +29,12 @@ says which file to delete once that run is known to have ended. The holder relea
 exit from the ``with`` block (exceptions included), removing the file only while it still
 holds its token (:func:`release_all` for a signal handler about to end the process); a
 ``kill -9`` leaves a stale lock, which the next run takes over.
+
+One writer per run: a run on several JAX processes (:mod:`jaxlake.pipeline.cluster`) calls
+:func:`set_writer` ``(False)`` on every process but 0, whose writes through this module (and
+the metric back ends of :func:`jaxlake.metrics.build_writer`) then do nothing, so each file
+is written once, by one process. :func:`is_writer` says which this process is (``True`` in a
+single-process run).
 """
 
 from __future__ import annotations
@@ -47,7 +53,23 @@ from typing import Any, Callable, Mapping, Optional
 import jax
 import numpy as np
 
-__all__ = ["FolderLock", "FolderLockError", "jsonable", "read_json", "write_bytes", "write_json", "write_text"]
+__all__ = [
+    "FolderLock", "FolderLockError", "is_writer", "jsonable", "read_json", "set_writer", "write_bytes", "write_json",
+    "write_text",
+]
+
+_WRITER = True
+
+
+def set_writer(flag: bool) -> None:
+    """Make this process the run's writer (``True``, the default) or a silent one."""
+    global _WRITER
+    _WRITER = bool(flag)
+
+
+def is_writer() -> bool:
+    """Whether this process writes the run's files (:func:`set_writer`)."""
+    return _WRITER
 
 
 def _tmp_path(path: Path) -> Path:
@@ -55,8 +77,11 @@ def _tmp_path(path: Path) -> Path:
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temporary file renamed into place)."""
+    """Write ``data`` to ``path`` atomically (temporary file renamed into place); nothing on a
+    process that is not the run's writer (:func:`set_writer`)."""
     path = Path(path)
+    if not _WRITER:
+        return path
     tmp = _tmp_path(path)
     tmp.write_bytes(data)
     os.replace(tmp, path)

@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from jaxlake.config import ConfigError, cfg_get, reject_unknown, to_plain
-from jaxlake.io import jsonable, write_text
+from jaxlake.io import is_writer, jsonable, write_text
 
 __all__ = [
     "BACKENDS",
@@ -481,9 +481,13 @@ def build_writer(config: LoggerConfig, folder: str | os.PathLike, *, jsonl_name:
                  run_config: Optional[Mapping[str, Any]] = None) -> MultiWriter:
     """The configured writers for one folder: ``<folder>/<jsonl_name>``, ``<folder>/<tb_dir>/<phase>/``
     and ``<folder>/wandb/``. ``phases`` orders the phases (for ``drop_later``); ``name`` and
-    ``run_config`` label the W&B run."""
+    ``run_config`` label the W&B run. On a process that is not the run's writer
+    (:func:`jaxlake.io.is_writer`: every process but 0 of a multi-process run) there are none:
+    the rows are written once, by process 0."""
     folder = Path(folder)
     writers: list[MetricsWriter] = []
+    if not is_writer():  # another process of a multi-process run writes the metrics
+        return MultiWriter(writers)
     for b in config.backends:
         if b == "jsonl":
             writers.append(JsonlWriter(folder / jsonl_name, phases))

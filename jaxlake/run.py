@@ -161,4 +161,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    import os
+    import sys
+
+    from jaxlake.pipeline.cluster import follower_hydra_overrides
+
+    sys.argv += follower_hydra_overrides(sys.argv[1:], os.environ)  # processes 1..N-1 leave .hydra/ to process 0
     main()

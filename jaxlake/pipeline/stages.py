@@ -52,6 +52,12 @@ statistics randomness; the suite's seeds are fixed by ``eval``), ``model``, ``tr
 (:mod:`jaxlake.pipeline.share`). The run folder's lock and the checks made before any write
 live in :mod:`jaxlake.pipeline.folder`; a finished stage's records and tables in
 :mod:`jaxlake.pipeline.records`.
+
+On several JAX processes (``train.distributed.enabled=true``; :mod:`jaxlake.pipeline.cluster`)
+process 0 runs everything above and writes every file; the others join it only in the steps
+on the global mesh, a stage's training (:func:`step_train`) and its suite evaluation
+(:func:`step_eval`), each started by :func:`jaxlake.pipeline.cluster.collective` with the
+step's whole input, and write nothing but their checkpoint shards.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ from typing import Any, Optional
 from jaxlake.engineers import EngineerContext, build_engineer
 from jaxlake.io import read_json, write_json, write_text
 from jaxlake.mixture import Mixture, load_mixture, mixture_to_yaml, same_mixture
+from jaxlake.pipeline import cluster
 from jaxlake.pipeline.folder import (
     check_folder,
     check_model,
@@ -167,7 +174,8 @@ def step_train(s: RunSettings, k: int, d: Path, mixture: Mixture) -> dict:
         from jaxlake.pipeline.pretrain import space_mixture
 
         warmstart_env = space_mixture(s)  # GRPO stays on the stage's mixture
-    res = train_stage(s.stage_config(k), mixture, d, init_from=init, warmstart_env=warmstart_env)
+    res = cluster.collective(train_stage, s.stage_config(k), mixture, d, init_from=init,  # every process
+                             warmstart_env=warmstart_env)
     if res.eval_after is None:  # the trainer stopped before the end of its schedule
         raise PipelineError(
             f"training of stage {k} stopped after {res.warmstart_steps} warm-start and {res.grpo_steps} GRPO "
@@ -189,22 +197,24 @@ def step_train(s: RunSettings, k: int, d: Path, mixture: Mixture) -> dict:
 
 
 def _load(s: RunSettings, path: Optional[Path]):
+    from llm.model.distributed import solo
     from llm.training.policy import load_policy
 
-    return load_policy(s.model, path)
+    with solo():  # process 0 alone (the engineer's model): the others wait for its decision, not in its reads
+        return load_policy(s.model, path)
 
 
 def step_eval(s: RunSettings, k: int, d: Path, mixture: Mixture, train: dict) -> dict:
-    from llm.training.evaluate import evaluate_policy, is_suite_eval, write_eval
+    from llm.training.evaluate import is_suite_eval, write_eval
 
     path = d / "eval.json"
     if is_suite_eval(path):
         return read_json(path)
     policy_path = stage_path(s, d, train.get("policy_dir") or train["checkpoint_dir"])
     log(f"stage {k}: evaluating {policy_path} on the held-out suite")
-    policy = _load(s, policy_path)
-    result = evaluate_policy(policy, require_eval(s).node, s.prompt, current=mixture, stage=k,
-                             checkpoint=relative(policy_path, d))
+    require_eval(s)
+    result = cluster.collective(cluster.evaluate_suite, s, k, policy_path, mixture,  # every process
+                                checkpoint=relative(policy_path, d))
     write_eval(path, result)
     return result
 
@@ -403,17 +413,19 @@ def main(cfg: Any) -> Any:
     The Hydra config is resolved once, here, into :class:`RunSettings`, which every step gets.
     ``train.distributed.enabled=true`` (or ``JAXLAKE_DISTRIBUTED=1``) then calls
     ``jax.distributed.initialize``, before anything touches JAX (resolving the settings
-    builds Python records only).
+    builds Python records only), and process 0 leads while the others follow
+    (:mod:`jaxlake.pipeline.cluster`).
     """
-    from llm.model.sharding import initialize_distributed
-
     s = resolve(cfg)
-    initialize_distributed(dict(s.distributed))
-    if s.stage is None:
-        return run_pipeline(s)
-    record = run_stage(s, s.stage)
-    print(stage_table([record]), flush=True)
-    return record
+
+    def run() -> Any:
+        if s.stage is None:
+            return run_pipeline(s)
+        record = run_stage(s, s.stage)
+        print(stage_table([record]), flush=True)
+        return record
+
+    return cluster.run(s, run)
 
 
 def resolve(cfg: Any) -> RunSettings:

@@ -4,8 +4,8 @@ shapes (``python -m llm.memory --plan [--tokenizer DIR] [--layers auto|full|L1,L
 The overrides of ``python -m jaxlake.run`` (e.g. ``+recipe=paper_qwen3_4b``, composed from
 ``jaxlake.conf``) pick the run; :func:`build_plan` compiles every phase of one of its GRPO steps
 with the trainer's own functions -- each sampling phase (reasoning: think, then answer) as the
-call ``generate_ids`` makes and its prefill and decode loop apart, the old (and reference)
-log-probs, the update with its micro-batches -- from ``jax.ShapeDtypeStruct`` arguments only (no
+call ``generate_ids`` makes and its prefill and decode loop apart, the reference's log-probs
+(``beta > 0``), the update with its micro-batches -- from ``jax.ShapeDtypeStruct`` arguments only (no
 parameter is ever allocated), and prints for each what the trainer holds beside it, its
 arguments, outputs, temporaries, peak and largest buffers, then a verdict for one 80 GB GPU, one
 H200, one 24 GiB GPU (``XLA_PYTHON_CLIENT_MEM_FRACTION`` stated) and ``fsdp = N`` on 16 GB TPU
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import json
 import sys
 import tempfile
@@ -75,7 +74,7 @@ class Phase:
     """One compiled phase of a GRPO step and its memory (bytes; XLA's ``memory_analysis()``).
 
     Attributes:
-      name: what runs (``think: call``, ``old log-probs``, ``update``, ...).
+      name: what runs (``think: call``, ``reference log-probs``, ``update``, ...).
       calls: how many times one step runs it.
       rows: the rows of one call.
       resident_bytes: device arrays the trainer holds beside the call's arguments (AdamW
@@ -239,7 +238,7 @@ class StepPlan:
                          f"{_size(p.output_bytes)} | {_size(p.temp_bytes)} ({_size(p.flat_temp_bytes)}) | "
                          f"**{_size(p.peak_bytes)}** | {big} |")
         lines += ["", "(Rows in parentheses are parts compiled apart and left out of the verdict: the prefill "
-                  "and the decode loop of the sampling call below them, a log-prob forward over one micro-batch.)",
+                  "and the decode loop of the sampling call below them.)",
                   "", f"Verdict (GiB; GPUs at XLA_PYTHON_CLIENT_MEM_FRACTION={GPU_MEM_FRACTION}):", ""]
         for d in DEVICES:
             ok, peak = self.fits(d)
@@ -365,10 +364,12 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
       runs): each phase (reasoning: think, then answer from ``prompt + think + forced``) as
       the whole call, its prefill and its decode loop; resident beside it: the AdamW moments
       (and the reference when ``beta > 0``);
-    * the old log-probs and, when ``beta > 0``, the reference's
-      (:func:`llm.rl.updates.make_logprob_fn`); resident: the moments and the other model;
-    * the update (:func:`llm.rl.updates.make_grpo_update` with the step's micro-batches; its
-      state and moments are donated); resident: the reference.
+    * when ``beta > 0``, the reference's log-probs (:func:`llm.rl.updates.make_logprob_fn`
+      over the step's micro-batches); resident: the moments and the policy. No old log-prob
+      forward: the trainer has none (the first update is on-policy);
+    * the update (the one jitted update of :class:`llm.rl.updates.GRPOIterations`, run ``mu``
+      times, with the step's micro-batches; its state and moments are donated); resident:
+      the reference.
 
     ``cut=(l1, l2)`` compiles ``l1`` and ``l2`` layers and extrapolates per layer (4B-sized
     graphs compile in seconds at 2-3 layers, minutes at full depth). A sampling phase whose
@@ -384,7 +385,7 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
     from llm.model.qwen3 import Qwen3ForCausalLM
     from llm.rl.batches import GRPOBatch
     from llm.rl.optim import make_optimizer
-    from llm.rl.updates import make_grpo_update, make_logprob_fn
+    from llm.rl.updates import GRPOIterations, make_logprob_fn
 
     gc, lc = train.grpo, train.grpo.loss
     layers = model_config.num_hidden_layers
@@ -430,32 +431,21 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
             if part == "call":
                 calls_of[phase.name] = (phase, plen, cfg)
 
-    # ---- old (and reference) log-probs
+    # ---- the reference's log-probs (beta > 0); the trainer computes no old log-probs: the
+    # first of the mu updates is on-policy and returns them (GRPOIterations)
     seqs = (sds((b, p), jnp.int32), sds((b, p), jnp.bool_), sds((b, t), jnp.int32), sds((b, t), jnp.bool_))
     batch_bytes = b * t * (4 + 4) + b * 4  # weights, old log-probs, advantages held beside the forward
 
-    # the trainer's make_logprob_fn; it takes the step's micro-batches where it has them
-    micro_logprobs = "micro_batches" in inspect.signature(make_logprob_fn).parameters
-
-    def logprob_build(depth, rows=b):
+    def logprob_build(depth):
         graphdef, state = split(depth)
-        kwargs = dict(temperature=gc.temperature, logprob_chunk=gc.logprob_chunk)
-        if micro_logprobs:
-            kwargs["micro_batches"] = gc.micro_batches
-        seq = (sds((rows, p), jnp.int32), sds((rows, p), jnp.bool_), sds((rows, t), jnp.int32),
-               sds((rows, t), jnp.bool_))
-        return make_logprob_fn(graphdef, **kwargs).lower(state, *seq)
+        return make_logprob_fn(graphdef, temperature=gc.temperature, logprob_chunk=gc.logprob_chunk,
+                               micro_batches=gc.micro_batches).lower(state, *seqs)
 
-    if "log-probs" in groups:
-        add("old log-probs", 1, b, opt_bytes + ref_bytes + batch_bytes, logprob_build)
-        if lc.use_reference:
-            add("reference log-probs", 1, b, opt_bytes + state_bytes + batch_bytes + b * t * 4, logprob_build)
-        if not micro_logprobs and gc.micro_batches > 1:
-            mb = b // gc.micro_batches  # what a forward in the update's micro-batches would hold
-            add(f"old log-probs, {mb}-row micro-batch", gc.micro_batches, mb, opt_bytes + ref_bytes + batch_bytes,
-                lambda depth: logprob_build(depth, mb), info=True)
+    if "log-probs" in groups and lc.use_reference:
+        add("reference log-probs", 1, b, opt_bytes + state_bytes + batch_bytes, logprob_build)
 
-    # ---- the update
+    # ---- the mu updates: calls of GRPOIterations' one jitted update (state and moments donated;
+    # it also returns the on-policy log-probs, the old log-probs of updates 2 .. mu)
     def update_build(depth):
         graphdef, state = split(depth)
         opt_state = jax.eval_shape(optimizer.init, state)
@@ -463,10 +453,10 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
                           weights=sds((b, t), jnp.float32), advantages=sds((b,), jnp.float32),
                           old_logp=sds((b, t), jnp.float32),
                           ref_logp=sds((b, t), jnp.float32) if lc.use_reference else None)
-        update = make_grpo_update(graphdef, optimizer, lc, micro_batches=gc.micro_batches,
-                                  compute_entropy=gc.compute_entropy, mesh=None, temperature=gc.temperature,
-                                  logprob_chunk=gc.logprob_chunk, remat=gc.remat)
-        return update.lower(state, opt_state, batch)
+        iterations = GRPOIterations(graphdef, optimizer, lc, mu=gc.mu, micro_batches=gc.micro_batches,
+                                    compute_entropy=gc.compute_entropy, mesh=None, temperature=gc.temperature,
+                                    logprob_chunk=gc.logprob_chunk, remat=gc.remat)
+        return iterations.update.lower(state, opt_state, batch, sds((), jnp.bool_))
 
     if "update" in groups:
         add(f"update ({gc.micro_batches} x {b // gc.micro_batches} rows)", gc.mu, b, ref_bytes, update_build)
@@ -656,5 +646,6 @@ def plan_main(argv: Sequence[str]) -> int:
         parser.error(f"--prompt-tokens={args.prompt_tokens} must be >= 1")
     plan = plan_from_overrides(args.overrides, prompt_tokens=args.prompt_tokens, tokenizer=args.tokenizer, cut=cut,
                                progress=lambda name: print(f"compiling {name} ...", file=sys.stderr, flush=True))
+    plan = dataclasses.replace(plan, title="python -m llm.memory --plan " + " ".join(argv))
     print(json.dumps(plan.to_dict()) if args.json else plan.table())
     return 0

@@ -29,6 +29,7 @@ import jax
 import orbax.checkpoint as ocp
 from flax import nnx
 
+from llm.model import distributed
 from llm.model import sharding as shd
 from llm.model.config import Qwen3Config
 from llm.model.qwen3 import Qwen3ForCausalLM
@@ -45,10 +46,19 @@ class Restored:
 
 
 def _manager(directory: str | os.PathLike, max_to_keep: int | None = None, create: bool = True) -> ocp.CheckpointManager:
+    extra = {}
+    if distributed.alone():  # this process reads or writes on its own (llm.model.distributed.solo)
+        me = jax.process_index()
+        extra["multiprocessing_options"] = ocp.options.MultiprocessingOptions(
+            primary_host=me, active_processes={me}, barrier_sync_key_prefix=f"solo{me}")
+        if create:  # orbax creates the root only with every process active
+            Path(directory).mkdir(parents=True, exist_ok=True)
+            create = False
     options = ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep,
         create=create,
         enable_async_checkpointing=False,
+        **extra,
     )
     return ocp.CheckpointManager(Path(directory).absolute(), options=options)
 
@@ -97,13 +107,27 @@ def save_checkpoint(
         return Path(mngr.directory) / str(step)
 
 
+def default_device_sharding() -> jax.sharding.Sharding:
+    """This process's first local device (where a restore puts arrays it has no target for)."""
+    return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+
+def _saved_tree(item_dir: Path) -> Any:
+    """``ShapeDtypeStruct`` tree of a saved ``StandardSave`` item, from its metadata (a restore
+    without a template then does not depend on the devices or processes that saved it)."""
+    meta = ocp.StandardCheckpointHandler().metadata(item_dir.absolute())
+    tree = getattr(meta, "tree", meta)
+    return jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), tree,
+                        is_leaf=lambda m: hasattr(m, "shape") and hasattr(m, "dtype"))
+
+
 def _abstract(tree: Any, shardings: Any = None) -> Any:
     """``ShapeDtypeStruct`` tree of ``tree`` whose leaves carry the sharding to restore into.
 
     ``shardings`` (a matching tree, or ``None``) wins; otherwise a ``jax.Array`` leaf keeps its
     own sharding and any other leaf goes to the first local device.
     """
-    default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    default = default_device_sharding()
 
     def one(x, sharding=None):
         s = ocp.utils.to_shape_dtype_struct(x)
@@ -131,8 +155,10 @@ def restore_checkpoint(
     model's config must equal the saved one) and that same object is returned; without, a
     model is built from the saved config. ``extra`` is a template pytree (e.g. a freshly
     initialised optimizer state) that gives the restored extra state its structure and
-    dtypes; without one the extra state comes back as saved (nested dicts/lists of arrays),
-    and ``None`` if the step has none.
+    dtypes; without one the extra state comes back as saved (nested dicts/lists of arrays,
+    read from the step's metadata, whole on the first local device or replicated on ``mesh``:
+    a checkpoint written by several processes restores in one), and ``None`` if the step has
+    none.
 
     Where the arrays land (whatever mesh they were saved from):
 
@@ -167,11 +193,17 @@ def restore_checkpoint(
         pure = nnx.to_pure_dict(abstract_state)
         model_shardings = None if mesh is None else shd.state_shardings(pure, mesh)
         items = {"model": ocp.args.StandardRestore(_abstract(pure, model_shardings))}
-        has_extra = (Path(mngr.directory) / str(step) / "extra").exists()
+        extra_dir = Path(mngr.directory) / str(step) / "extra"
+        has_extra = extra_dir.exists()
         if has_extra:
-            if extra is not None and extra_shardings is None and mesh is not None:
+            if extra is None:  # no template: the saved tree, its leaves whole on one device (or the mesh)
+                extra = _saved_tree(extra_dir)
+                if extra_shardings is None:
+                    whole = default_device_sharding() if mesh is None else shd.replicated(mesh)
+                    extra_shardings = jax.tree.map(lambda _: whole, extra)
+            elif extra_shardings is None and mesh is not None:
                 extra_shardings = shd.opt_state_shardings(extra, pure, mesh)
-            items["extra"] = ocp.args.StandardRestore(None if extra is None else _abstract(extra, extra_shardings))
+            items["extra"] = ocp.args.StandardRestore(_abstract(extra, extra_shardings))
         out = mngr.restore(step, args=ocp.args.Composite(**items))
     nnx.replace_by_pure_dict(abstract_state, out["model"])
     if model is None:

@@ -28,19 +28,21 @@ Parameters, gradients and optimizer state (ZeRO-3)
     Bytes per device for parameters + optimizer state are then about ``total / fsdp`` (plus the
     replicated leftovers; :func:`bytes_per_device` counts them from ``addressable_shards``).
 
-Multi-host: every process builds the same global host batch from shared seeds and
-:func:`shard_batch` hands each process's rows to ``jax.make_array_from_process_local_data``;
-with one process that is a plain ``device_put``. (The multi-host path is written for
-``jax.distributed`` but only the single-process path is tested here.) The mesh is the device
-list reshaped to ``[data, fsdp]`` in ``jax.devices()`` order, so an ``fsdp`` group is a run of
-consecutive devices (the devices of one host when ``fsdp`` divides the per-host count).
+Multi-host (several JAX processes, :mod:`llm.model.distributed`): the mesh spans every process's
+devices. :func:`shard_batch` takes a global host batch (the same on every process, from shared
+seeds) and hands each process's own rows to ``jax.make_array_from_process_local_data``;
+:func:`llm.model.distributed.global_batch` takes only the process's rows (built on that
+process alone); with one process both are a plain ``device_put``. The mesh is the device list
+reshaped to ``[data, fsdp]`` in ``jax.devices()`` order (process by process), so an ``fsdp``
+group is a run of consecutive devices (the devices of one host when ``fsdp`` divides the
+per-host count) and each process holds one contiguous block of a batch's rows. Tested with 2
+processes x 2 CPU devices (tests/jaxlake/pipeline/test_multihost.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from typing import Any, Mapping, Optional, Sequence
 
 import jax
@@ -90,18 +92,15 @@ LOGICAL_RULES: dict[str, Optional[str]] = {
 def initialize_distributed(config: Optional[Mapping[str, Any]] = None) -> bool:
     """Call ``jax.distributed.initialize`` when configured; return whether it ran.
 
-    ``config`` keys (all optional; unset ones are left to JAX's cluster auto-detection):
-    ``enabled`` (bool), ``coordinator_address``, ``num_processes``, ``process_id``,
-    ``local_device_ids``. It also runs when the environment variable
-    ``JAXLAKE_DISTRIBUTED=1`` is set. Must be called before any other JAX computation.
+    ``config``: the ``train.distributed`` mapping (:class:`llm.model.distributed.DistributedConfig`:
+    ``enabled``, ``coordinator_address``, ``num_processes``, ``process_id``,
+    ``local_device_ids``, timeouts, CPU collectives); see :func:`llm.model.distributed.initialize`.
+    It also runs when the environment variable ``JAXLAKE_DISTRIBUTED=1`` is set. Must be called
+    before any other JAX computation.
     """
-    config = dict(config or {})
-    enabled = bool(config.pop("enabled", False)) or os.environ.get("JAXLAKE_DISTRIBUTED") == "1"
-    if not enabled:
-        return False
-    kwargs = {k: v for k, v in config.items() if v is not None}
-    jax.distributed.initialize(**kwargs)
-    return True
+    from llm.model import distributed
+
+    return distributed.initialize(config)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,19 +291,34 @@ def opt_state_shardings(opt_state: Any, state: Any, mesh: Mesh) -> Any:
 
 
 # ============================================================================ placement
+def _put(x: Any, sharding: Any) -> Any:
+    """One leaf onto ``sharding``. With several processes a host or process-local value (the
+    same on every process: shared seeds) becomes a global array through
+    ``make_array_from_callback``, each process filling only its own devices' blocks;
+    ``device_put`` would all-gather every leaf once to check that the processes agree. A
+    global array is resharded with ``device_put``."""
+    if jax.process_count() == 1 or (isinstance(x, jax.Array) and not x.is_fully_addressable):
+        return jax.device_put(x, sharding)
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
 def place(tree: Any, shardings: Any) -> Any:
-    """``jax.device_put`` of ``tree`` onto ``shardings`` (a matching tree of shardings)."""
-    return jax.device_put(tree, shardings)
+    """``tree`` placed onto ``shardings`` (a matching tree of shardings): ``jax.device_put``
+    (several processes: :func:`_put` per leaf)."""
+    if jax.process_count() == 1:
+        return jax.device_put(tree, shardings)
+    return jax.tree_util.tree_map(_put, tree, shardings)
 
 
 def place_state(state: Any, mesh: Mesh) -> Any:
     """A model state laid out FSDP-style on ``mesh`` (:func:`state_shardings`)."""
-    return jax.device_put(state, state_shardings(state, mesh))
+    return place(state, state_shardings(state, mesh))
 
 
 def place_opt_state(opt_state: Any, state: Any, mesh: Mesh) -> Any:
     """An optimizer state laid out like the parameters it mirrors (:func:`opt_state_shardings`)."""
-    return jax.device_put(opt_state, opt_state_shardings(opt_state, state, mesh))
+    return place(opt_state, opt_state_shardings(opt_state, state, mesh))
 
 
 def constrain(tree: Any, shardings: Any) -> Any:
@@ -353,15 +367,17 @@ def shard_batch(tree: Any, mesh: Mesh) -> Any:
 
     Every process passes the same *global* host batch (the trainer derives it from shared
     seeds); with several processes each one contributes only its own rows
-    (:func:`process_slice`) and gets the global array back.
+    (:func:`llm.model.distributed.process_rows`) and gets the global array back.
     """
     sharding = batch_sharding(mesh)
     if jax.process_count() == 1:
         return jax.tree_util.tree_map(lambda x: jax.device_put(np.asarray(x), sharding), tree)
+    from llm.model import distributed
 
     def put(x):
         x = np.asarray(x)
-        return jax.make_array_from_process_local_data(sharding, x[process_slice(x.shape[0])], x.shape)
+        rows = distributed.process_rows(x.shape[0], sharding)
+        return jax.make_array_from_process_local_data(sharding, x[rows], x.shape)
 
     return jax.tree_util.tree_map(put, tree)
 
@@ -382,16 +398,25 @@ def to_host(x: Any) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
+def host_tree(tree: Any) -> Any:
+    """Every array of ``tree`` whole on this host (numpy, :func:`to_host`). With several
+    processes an array that spans other processes' devices is all-gathered, so every process
+    must call this at the same point (e.g. before process 0 exports the policy)."""
+    return jax.tree_util.tree_map(to_host, tree)
+
+
 def replicate(tree: Any, mesh: Mesh) -> Any:
     """Place a pytree replicated on every device of the mesh (e.g. a frozen reference model
     small enough to keep whole)."""
-    return jax.device_put(tree, replicated(mesh))
+    whole = replicated(mesh)
+    if jax.process_count() == 1:
+        return jax.device_put(tree, whole)
+    return jax.tree_util.tree_map(lambda x: _put(x, whole), tree)
 
 
 def process_slice(n: int) -> slice:
-    """The rows ``[start, stop)`` of ``n`` global items that this process owns (even split)."""
-    count, index = jax.process_count(), jax.process_index()
-    if n % count:
-        raise ValueError(f"{n} items cannot be split evenly over {count} processes")
-    per = n // count
-    return slice(index * per, (index + 1) * per)
+    """The rows ``[start, stop)`` of ``n`` global items that this process owns (even split by
+    process index; :func:`llm.model.distributed.process_rows` reads them off a mesh)."""
+    from llm.model import distributed
+
+    return distributed.process_rows(n)

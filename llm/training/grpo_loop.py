@@ -64,7 +64,7 @@ from llm.game.lakes import env_horizon, sample_lakes
 from llm.rl.dynamic import all_groups, enough, select_groups
 from llm.rl.optim import make_optimizer, schedule_value, update_count
 from llm.training.phase import Checkpoints, PhaseResult, progress_bar
-from llm.training.policy import Policy, copy_state
+from llm.training.policy import Policy, copy_state, shares_buffers
 from llm.game.prompter import Prompter
 from llm.model.sharding import to_host
 from llm.training.config import TrainConfig
@@ -107,8 +107,11 @@ def run_grpo(
         shd.check_divisible(gc.rows // gc.micro_batches, mesh, "grpo rows per micro-batch")
     ckpt = Checkpoints(checkpoint_dir, gc.keep_checkpoints, mesh)
     state, opt_state, start, rng, resumed = ckpt.start(policy, optimizer, config.seed)
-    if lc.use_reference:
-        ref_state = copy_state(ref_state)  # the update donates its input: never consume the caller's arrays
+    if lc.use_reference and shares_buffers(ref_state, state):
+        # the update donates the state: a reference on the same buffers (the starting weights,
+        # which a fresh phase trains from) gets its own. A resumed phase's state comes from the
+        # checkpoint: the reference is used as given, no second copy.
+        ref_state = copy_state(ref_state)
     metrics.truncate("grpo", start, drop_later=start < gc.steps)
     if mesh is not None:
         state, opt_state = shd.place_state(state, mesh), shd.place_opt_state(opt_state, state, mesh)

@@ -23,6 +23,8 @@ GRPO_PANELS = (
     ("reward terms", ("term/arrived", "term/all_arrived", "term/fell", "term/conflict", "term/malformed", "term/efficiency")),
     ("KL / entropy", ("kl", "last/kl", "entropy")),
     ("clipping / zero-advantage groups", ("clip_frac", "last/clip_frac", "zero_adv_share")),
+    ("dynamic sampling (groups, rounds)", ("kept_groups", "informative_groups", "sampling_rounds",
+                                           "update_skipped")),
     ("completion length (tokens)", ("completion_len",)),
     ("throughput (tokens/s)", ("tokens_per_s", "train_tokens_per_s")),
 )
@@ -59,6 +61,15 @@ def _smooth(ys: list[float], window: int) -> list[float]:
     return out
 
 
+def plot_panels(rows: list[dict]) -> list[tuple[str, tuple, list]]:
+    """``(title, keys, rows)`` of every panel with data: the warm-start panels over its rows,
+    the GRPO panels over the GRPO rows (a panel none of whose keys has a value is left out)."""
+    ws = [r for r in rows if r.get("phase") == "warmstart"]
+    gr = [r for r in rows if r.get("phase") == "grpo"]
+    panels = [(t, k, ws) for t, k in WARMSTART_PANELS if ws] + [(t, k, gr) for t, k in GRPO_PANELS if gr]
+    return [(t, keys, rs) for t, keys, rs in panels if any(_series(rs, k)[0] for k in keys)]
+
+
 def plot_metrics(path: str | os.PathLike, out: Optional[str | os.PathLike] = None, smooth: int = 5) -> Path:
     """Draw the learning curves of ``path`` into ``out`` (default: ``curves.png`` beside it).
 
@@ -76,10 +87,7 @@ def plot_metrics(path: str | os.PathLike, out: Optional[str | os.PathLike] = Non
     if not rows:
         raise ValueError(f"metrics file {str(path)!r} has no rows to plot")
     out = Path(out) if out is not None else Path(path).with_name("curves.png")
-    ws = [r for r in rows if r.get("phase") == "warmstart"]
-    gr = [r for r in rows if r.get("phase") == "grpo"]
-    panels = [(t, k, ws) for t, k in WARMSTART_PANELS if ws] + [(t, k, gr) for t, k in GRPO_PANELS if gr]
-    panels = [(t, keys, rs) for t, keys, rs in panels if any(_series(rs, k)[0] for k in keys)]
+    panels = plot_panels(rows)
     if not panels:
         raise ValueError(f"metrics file {str(path)!r} has no known metric to plot")
     cols = 2

@@ -59,6 +59,18 @@ def copy_state(tree: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), tree)
 
 
+def _buffers(tree: Any) -> set:
+    return {(s.device.id, s.data.unsafe_buffer_pointer())
+            for x in jax.tree_util.tree_leaves(tree) if isinstance(x, jax.Array) and not x.is_deleted()
+            for s in x.addressable_shards}
+
+
+def shares_buffers(a: Any, b: Any) -> bool:
+    """Whether any device buffer of the arrays of ``a`` is also one of ``b``'s (donating one
+    would delete the other's)."""
+    return not _buffers(a).isdisjoint(_buffers(b))
+
+
 def load_policy(model: Optional[ModelConfig] = None, init_from: Optional[str | os.PathLike] = None,
                 seed: int = 0, mesh: Any = None) -> Policy:
     """The starting policy of a stage.

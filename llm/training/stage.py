@@ -239,11 +239,14 @@ def _train_stage(config: StageConfig, env_config: Mixture, stage_dir: Path, init
         "grpo_steps": grpo_steps,
     })
     policy_dir = None
-    if tcfg.export_hf and jax.process_index() == 0:
+    if tcfg.export_hf:
+        from llm.model.distributed import is_writer
         from llm.model.hf_io import save_pretrained
 
-        policy_dir = save_pretrained(nnx.merge(policy.graphdef, jax.device_get(policy.state)), policy.tokenizer,
-                                     stage_dir / "policy")
+        host_state = shd.host_tree(policy.state)  # on every process: an all-gather when the mesh spans several
+        policy_dir = stage_dir / "policy"
+        if is_writer():  # process 0 writes the export
+            policy_dir = save_pretrained(nnx.merge(policy.graphdef, host_state), policy.tokenizer, policy_dir)
     curves = None
     if tcfg.plot and metrics.rows():
         from llm.training.plots import plot_metrics

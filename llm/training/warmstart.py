@@ -35,6 +35,7 @@ from jaxlake.mixture import Mixture
 from jaxlake.text import format_plan
 from llm.game import prompts
 from llm.generation.reasoning import THINK_CLOSE, THINK_OPEN
+from llm.model import distributed as dist
 from llm.model import sharding as shd
 from llm.game.lakes import sample_lakes
 from llm.rl.optim import apply_gradients, make_optimizer, schedule_value
@@ -194,22 +195,28 @@ def run_warmstart(
         completion_len = completion_len + thinking_tokens
     end = wc.steps if max_steps is None else min(wc.steps, max_steps)
     bar = progress_bar(wc.steps, start, "warmstart", config.progress)
+    rows_sharding = shd.batch_sharding(mesh) if mesh is not None else None
     for step in range(start, end):
         t0 = time.perf_counter()
-        lakes = sample_lakes(jax.random.fold_in(data_key, step), env, wc.batch_size, split="random")
+        lakes = sample_lakes(jax.random.fold_in(data_key, step), env, wc.batch_size,  # the same on every process
+                             split="random")
+        rows = dist.process_rows(wc.batch_size, rows_sharding)  # this process plans and encodes only its rows
+        lakes = dist.take_rows(lakes, rows)
         tokens, mask, solved, _ = plan_targets(lakes, policy.tokenizer, completion_len, thinking_tokens)
         ids, pmask = prompter.encode(lakes)
-        weights = mask / max(mask.sum(), 1)
+        solved_all, target_all, prompt_all = dist.gather_rows((solved, mask.sum(1), pmask.sum(1)))
+        weights = mask / max(target_all.sum(), 1)
         batch = TokenBatch(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask,
                            weights=weights.astype(np.float32))
-        batch = shd.shard_batch(batch, mesh) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, batch)
+        batch = dist.global_batch(batch, rows_sharding, wc.batch_size) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, batch)
         t_upd = time.perf_counter()
         state, opt_state, m = update(state, opt_state, batch)
         m = jax.device_get(m)
         t_end = time.perf_counter()
-        processed = int(pmask.sum() + mask.sum())
+        processed = int(prompt_all.sum() + target_all.sum())
         row = {"phase": "warmstart", "step": step + 1, **{k: float(v) for k, v in m.items()},
-               "solved_share": float(solved.mean()), "target_len": float(mask.sum(1)[solved].mean()) if solved.any() else 0.0,
+               "solved_share": float(solved_all.mean()),
+               "target_len": float(target_all[solved_all].mean()) if solved_all.any() else 0.0,
                "lr": schedule_value(wc.optim, wc.steps, step),
                "time/step_s": t_end - t0, "time/update_s": t_end - t_upd,
                "train_tokens_per_s": processed / max(t_end - t_upd, 1e-9)}

@@ -55,7 +55,7 @@ def _nbytes(arrays) -> int:
     return sum(_buffers(arrays).values())
 
 
-def _first_sampling_call(tmp_path, monkeypatch, tokenizer, beta: float) -> dict:
+def _first_sampling_call(tmp_path, monkeypatch, tokenizer, beta: float, resume: bool = False) -> dict:
     before = list(jax.live_arrays())  # held (so no buffer is reused) and left out of the count
     seen = set(_buffers(before))
     found = {}
@@ -70,13 +70,22 @@ def _first_sampling_call(tmp_path, monkeypatch, tokenizer, beta: float) -> dict:
     cfg = StageConfig.from_cfg({
         "train": {"seed": 0, "progress": False, "export_hf": False, "plot": False,
                   "warmstart": {"enabled": False},
-                  "grpo": {"steps": 1, "lakes_per_step": 1, "group_size": 2, "max_new_tokens": 4,
-                           "loss": {"beta": beta}},
+                  "grpo": {"steps": 2 if resume else 1, "lakes_per_step": 1, "group_size": 2,
+                           "max_new_tokens": 4, "loss": {"beta": beta}},
                   "eval": {"num_lakes": 0}},
         "prompt": {"system": "", "user": "{grid}\n{agents}", "use_system": False},
     })
+    folder = tmp_path / f"beta{beta}{'-resumed' if resume else ''}"
+    policy = _owned_policy(tokenizer)
+    if resume:  # a GRPO checkpoint after step 1 (the starting weights): the stage resumes at step 2
+        from llm.rl.optim import make_optimizer
+        from llm.training.phase import Checkpoints
+
+        opt = make_optimizer(cfg.train.grpo.optim, 2)
+        Checkpoints(folder / "checkpoint", 1).save(policy, opt.init(policy.state), 1, jax.random.PRNGKey(0), 0)
     with pytest.raises(_Stop):
-        train_stage(cfg, ENV, tmp_path / f"beta{beta}", policy=_owned_policy(tokenizer))
+        train_stage(cfg, ENV, folder, policy=policy)
+    del policy
     del before
     found["train"] = cfg.train
     return found
@@ -92,17 +101,20 @@ def at_sampling(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     try:
         # one lake per step: the held-out lake the prompts are fitted to has the same shape
-        return {beta: _first_sampling_call(tmp_path_factory.mktemp("stage"), mp, tokenizer, beta)
-                for beta in (0.0, 0.05)}
+        found = {beta: _first_sampling_call(tmp_path_factory.mktemp("stage"), mp, tokenizer, beta)
+                 for beta in (0.0, 0.05)}
+        found["resumed"] = _first_sampling_call(tmp_path_factory.mktemp("stage"), mp, tokenizer, 0.05, resume=True)
+        return found
     finally:
         mp.undo()
 
 
-@pytest.mark.parametrize("beta, copies", [(0.0, 3.0), (0.05, 4.0)])
+@pytest.mark.parametrize("beta, copies", [(0.0, 3.0), (0.05, 4.0), ("resumed", 4.0)])
 def test_resident_state_while_sampling_is_weights_moments_and_reference(at_sampling, beta, copies):
     """Weights + two AdamW moments (+ the reference when beta > 0): 3.00x / 4.00x the
     parameter state (it was 4.00x / 5.00x: train_stage kept the starting policy alive and
-    Checkpoints.start copied the state again)."""
+    Checkpoints.start copied the state again). ``resumed``: beta > 0, resuming from a GRPO
+    checkpoint (the reference was copied although the restored state does not share it)."""
     got = at_sampling[beta]
     ratio = got["live_bytes"] / got["state_bytes"]
     assert got["state_bytes"] > 100_000
