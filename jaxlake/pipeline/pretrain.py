@@ -46,6 +46,9 @@ from jaxlake.pipeline.settings import PipelineError, RunSettings
 
 #: The record's format name.
 PRETRAIN_FORMAT = "jaxlake.pretrain/1"
+#: Overrides that say where a run writes and what it prints, not what it computes: left out of
+#: the command a record gives.
+PLACE_ONLY = ("runs_dir=", "experiment=", "train.progress=", "train.plot=")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,8 +197,8 @@ def _pretrain(s: RunSettings, p: PretrainSettings) -> dict:
     curve = score_curve(s, d, every=p.curve)
     record = {
         "format": PRETRAIN_FORMAT,
-        "command": "python -m jaxlake.pretrain " + " ".join(o for o in s.overrides if not o.startswith("experiment=")),
-        "overrides": list(s.overrides),
+        "command": " ".join(["python -m jaxlake.pretrain"] + [o for o in s.overrides if not o.startswith(PLACE_ONLY)]),
+        "overrides": [o for o in s.overrides if not o.startswith(PLACE_ONLY)],
         "settings": s.record(),
         "space": to_plain((s.engineer or {}).get("space")),
         "space_configs": len(mixture),
