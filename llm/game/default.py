@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.resources
 import json
 import os
 import shutil
@@ -60,12 +61,7 @@ def default_config(tokenizer_size: int | None = None):
     path = MODEL_CONF_DIR / "tiny.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"the tiny model config {str(path)!r} is missing (conf/model/tiny.yaml)")
-    import yaml
-
-    with open(path, encoding="utf-8") as fh:
-        fields = dict(yaml.safe_load(fh))
-    fields.pop("pretrained", None)  # where the weights come from (llm.training.config.ModelConfig), not a shape
-    config = Qwen3Config.from_dict(fields)
+    config = Qwen3Config.from_yaml(path)
     size = game_tokenizer.DEFAULT_VOCAB_SIZE if tokenizer_size is None else int(tokenizer_size)
     return dataclasses.replace(
         config,
@@ -165,7 +161,7 @@ def default_model_dir(cache_dir: str | os.PathLike | None = None, seed: int = DE
 #: The pretrained tiny planner shipped in the package: a Hugging Face folder of the default
 #: architecture and tokenizer, trained by ``python -m jaxlake.pretrain`` (its ``pretrain.json``
 #: records the command, the settings and the suite curve).
-PLANNER_DIR = Path(__file__).resolve().parent / "planner"
+PLANNER_DIR = Path(str(importlib.resources.files("llm.game") / "planner"))
 
 
 def planner_dir() -> str | None:

@@ -40,6 +40,11 @@ _INT_FIELDS = (
 )
 
 
+#: Keys of a ``conf/model`` preset that say where a stage's weights come from
+#: (``llm.training.config.ModelConfig``: ``path``, ``pretrained``), not the architecture.
+WEIGHT_SOURCE_KEYS = ("path", "pretrained")
+
+
 @dataclasses.dataclass(frozen=True)
 class Qwen3Config:
     """Architecture and precision of a Qwen3 decoder.
@@ -144,14 +149,15 @@ class Qwen3Config:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "Qwen3Config":
-        """Read a ``conf/model/*.yaml`` preset."""
+        """Read a ``conf/model/*.yaml`` preset: its architecture fields (the keys that say where
+        the weights come from, :data:`WEIGHT_SOURCE_KEYS`, are the stage's, not the shape's)."""
         import yaml
 
         with open(path, encoding="utf-8") as fh:
             d = yaml.safe_load(fh)
         if not isinstance(d, Mapping):
             raise ModelConfigError(f"{path}: expected a mapping of Qwen3Config fields, got {type(d).__name__}")
-        return cls.from_dict(d)
+        return cls.from_dict({k: v for k, v in d.items() if k not in WEIGHT_SOURCE_KEYS})
 
     @classmethod
     def from_hf_dict(cls, d: Mapping[str, Any]) -> "Qwen3Config":

@@ -56,11 +56,12 @@ class WarmStartConfig:
     """Supervised warm start on reference-planner plans (see :mod:`llm.training.warmstart`).
 
     ``batch_size`` lakes per step; ``micro_batches`` for gradient accumulation; lakes the
-    planner cannot solve take no loss.
+    planner cannot solve take no loss. ``steps`` is 0 by default: the default model is the
+    pretrained planner (``+recipe=from_scratch`` asks for 300).
     """
 
     enabled: bool = True
-    steps: int = 300
+    steps: int = 0
     batch_size: int = 32
     micro_batches: int = 1
     optim: OptimConfig = OptimConfig(lr=3e-3, warmup_steps=20)

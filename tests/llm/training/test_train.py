@@ -327,7 +327,7 @@ def test_stage_config_resolves_the_groups_once(tmp_path):
     with pytest.raises(TypeError, match="ModelConfig"):
         load_policy({"path": "/some/hf"})
     # no path: a different architecture gets fresh weights of that shape, the special token
-    # ids stay the default's; the default's own architecture loads the embedded weights
+    # ids stay the default's
     from llm.game.default import load_default
 
     small = load_policy(ModelConfig.from_dict({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
@@ -336,8 +336,16 @@ def test_stage_config_resolves_the_groups_once(tmp_path):
     default_model, _ = load_default()
     assert (small.config.hidden_size, small.config.num_hidden_layers) == (32, 1)
     assert small.config.eos_token_id == default_model.config.eos_token_id
-    same = load_policy(ModelConfig.from_dict({"hidden_size": default_model.config.hidden_size}))
+    # its own architecture: the pretrained planner shipped in the package, or with
+    # pretrained=false the embedded default's fresh weights
+    same = load_policy(ModelConfig.from_dict({"hidden_size": default_model.config.hidden_size, "pretrained": False}))
     for a, b in zip(leaves(same.state), leaves(nnx.state(default_model))):
+        np.testing.assert_array_equal(a, b)
+    from llm.game.default import planner_dir
+    from llm.model.hf_io import from_pretrained
+
+    planner = load_policy(ModelConfig.from_dict({"hidden_size": default_model.config.hidden_size}))
+    for a, b in zip(leaves(planner.state), leaves(nnx.state(from_pretrained(planner_dir())[0]))):
         np.testing.assert_array_equal(a, b)
 
 
