@@ -385,6 +385,7 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
     from llm.model.qwen3 import Qwen3ForCausalLM
     from llm.rl.batches import GRPOBatch
     from llm.rl.optim import make_optimizer
+    from llm.generation.row_blocks import ROW_BLOCK_HEADROOM, choose_row_block
     from llm.rl.updates import GRPOIterations, make_logprob_fn
 
     gc, lc = train.grpo, train.grpo.loss
@@ -467,8 +468,11 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
         if state_bytes + opt_bytes + ref_bytes > device.usable_bytes:
             continue  # the state alone does not fit: no row block helps
         for name, (phase, plen, cfg) in calls_of.items():
-            if phase.peak_bytes <= device.usable_bytes:
-                continue
+            # what the sampler may fill: ROW_BLOCK_HEADROOM of the memory left beside the
+            # resident arrays and the call's arguments (llm.generation.row_blocks.auto_row_block)
+            budget = int((device.usable_bytes - phase.resident_bytes - phase.argument_bytes) * ROW_BLOCK_HEADROOM)
+            if phase.peak_bytes - phase.resident_bytes - phase.argument_bytes <= budget:
+                continue  # the whole batch in one call, as the sampler would
             tried: dict[int, Phase] = {b: phase}
 
             def need(rows, plen=plen, cfg=cfg, name=name, tried=tried):
@@ -481,9 +485,7 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
                                       verdict_only=True)
                 return tried[rows].peak_bytes - tried[rows].resident_bytes - tried[rows].argument_bytes
 
-            from llm.generation.row_blocks import choose_row_block
-
-            rows = choose_row_block(b, need, device.usable_bytes - phase.resident_bytes - phase.argument_bytes)
+            rows = choose_row_block(b, need, budget)
             # none fits: the smallest block compiled stands for it (over the limit in the verdict)
             row_blocks.setdefault(device.name, {})[name] = tried[rows if rows is not None else min(tried)]
 

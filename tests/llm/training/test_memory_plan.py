@@ -141,3 +141,27 @@ def test_the_plan_holds_what_the_run_holds(at_sampling):
     assert got["live_bytes"] <= held <= got["live_bytes"] + prompts + 4096
     assert call.temp_bytes > 0 and call.peak_bytes == held + call.temp_bytes + call.output_bytes
     np.testing.assert_allclose(held / got["state_bytes"], 3.0, atol=0.01)
+
+
+def test_the_plan_cuts_sampling_where_the_sampler_would(at_sampling):
+    """The plan's row blocks follow the sampler's rule (llm.generation.row_blocks.auto_row_block):
+    a call is cut when its need exceeds ROW_BLOCK_HEADROOM of the memory left beside the
+    resident arrays and its arguments, not the whole of it."""
+    from llm.benchmark.step_plan import Device, build_plan, step_shapes
+    from llm.generation.row_blocks import ROW_BLOCK_HEADROOM
+
+    got = at_sampling[0.0]
+    train = got["train"]
+    shapes = step_shapes(train, train.prompt.reasoning, got["prompt"], 0)
+
+    def plan(*devices):
+        return build_plan(got["config"], train, train.prompt.reasoning, shapes, groups=("sampling",),
+                          sampling_parts=("call",), row_block_devices=devices)
+
+    (call,) = plan().phases
+    held, need = call.resident_bytes + call.argument_bytes, call.peak_bytes - call.resident_bytes - call.argument_bytes
+    tight = Device("tight", held + int(need / (ROW_BLOCK_HEADROOM + 0.02)), 1.0)  # fits 97 %, not 95 %
+    roomy = Device("roomy", held + int(need / ROW_BLOCK_HEADROOM) + 1024, 1.0)
+    cut = plan(tight, roomy).row_blocks
+    assert "roomy" not in cut  # the whole batch in one call
+    assert cut["tight"]["sample: call"].rows < shapes.rows == 2
