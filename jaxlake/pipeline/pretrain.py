@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from jaxlake.config import cfg_get, to_plain
+from jaxlake.config import cfg_get, reject_unknown, to_plain
 from jaxlake.io import read_json, write_json, write_text
 from jaxlake.mixture import Mixture, mixture_to_yaml
 from jaxlake.pipeline.folder import check_model, log, run_lock
@@ -68,10 +68,7 @@ class PretrainSettings:
     @classmethod
     def from_node(cls, node: Optional[Mapping[str, Any]]) -> "PretrainSettings":
         node = dict(to_plain(node) or {})
-        known = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(node) - set(known))
-        if unknown:
-            raise PipelineError(f"pretrain has unknown key(s) {unknown}; known: {known}")
+        reject_unknown("pretrain", node, [f.name for f in dataclasses.fields(cls)], PipelineError)
         for key in ("curve", "ship"):
             if key in node and not isinstance(node[key], bool):
                 raise PipelineError(f"pretrain.{key}={node[key]!r} must be true or false")
@@ -102,13 +99,10 @@ def _greedy_only(node: Mapping[str, Any]) -> dict:
 
 def _train_minutes(metrics_path: Path) -> dict[int, float]:
     """``{step: wall minutes of training up to that step}`` from the warm start's metric rows."""
-    import json
+    from jaxlake.metrics import read_rows
 
     total, out = 0.0, {}
-    if not metrics_path.is_file():
-        return out
-    for line in metrics_path.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
+    for row in read_rows(metrics_path) if metrics_path.is_file() else []:
         if row.get("phase") == "warmstart" and "time/step_s" in row:
             total += float(row["time/step_s"])
             out[int(row["step"])] = total / 60.0

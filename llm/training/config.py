@@ -20,7 +20,7 @@ from llm.rl.dynamic import DynamicSamplingConfig
 from llm.rl.grpo import GRPOLossConfig
 from llm.rl.optim import OptimConfig
 from llm.model.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
-from llm.model.config import DTYPES, Qwen3Config, REMAT_POLICIES
+from llm.model.config import DTYPES, Qwen3Config, REMAT_POLICIES, WEIGHT_SOURCE_KEYS
 from llm.game.prompts import PromptConfig
 from llm.game.rewards import RewardConfig
 from llm.model.sharding import MeshConfig
@@ -206,7 +206,7 @@ class TrainConfig:
 
 
 #: ``model`` fields that are not :class:`llm.model.config.Qwen3Config` fields.
-MODEL_SOURCE_FIELDS = ("path", "pretrained")
+MODEL_SOURCE_FIELDS = WEIGHT_SOURCE_KEYS  # (llm.model.config: a preset's keys that are not the architecture)
 #: Qwen3Config fields a stage never takes from ``model`` for a fresh architecture (the
 #: tokenizer decides them).
 _TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")

@@ -118,18 +118,20 @@ def load_policy(model: Optional[ModelConfig] = None, init_from: Optional[str | o
     from llm.game import default as default_model
     from llm.model.qwen3 import Qwen3ForCausalLM
 
-    module, tokenizer = default_model.load_default()
     arch = model.fresh_architecture()
-    base = module.config
+    base = default_model.default_config()  # the embedded default's architecture (conf/model/tiny.yaml)
     if any(getattr(base, k) != v for k, v in arch.items() if k != "vocab_size") or arch.get("vocab_size", 0) > base.vocab_size:
         # another architecture than the embedded default: fresh weights, the game tokenizer
+        tokenizer = model_tokenizer(model)
         config = dataclasses.replace(base, **{**arch, "vocab_size": max(int(arch.get("vocab_size", 0)), len(tokenizer))})
-        module = Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed))
-    elif model.pretrained and default_model.planner_dir() is not None:
+        return Policy.from_model(Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed)), tokenizer)
+    if model.pretrained and default_model.planner_dir() is not None:
         # the default architecture: the pretrained tiny planner shipped in the package
         from llm.model.hf_io import from_pretrained
 
         module, tokenizer = from_pretrained(default_model.planner_dir(), **model.precision(), mesh=mesh)
+    else:
+        module, tokenizer = default_model.load_default()
     return Policy.from_model(module, tokenizer)
 
 

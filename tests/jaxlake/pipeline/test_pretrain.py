@@ -65,7 +65,7 @@ def test_pretrain_settings_are_checked():
     from jaxlake.pipeline.settings import PipelineError
 
     assert PretrainSettings.from_node({"ship": True, "ship_to": "x"}).ship_to == Path("x")
-    with pytest.raises(PipelineError, match=r"pretrain has unknown key\(s\) \['shipp'\]"):
+    with pytest.raises(PipelineError, match=r"unknown pretrain field\(s\) \['shipp'\]"):
         PretrainSettings.from_node({"shipp": True})
     with pytest.raises(PipelineError, match="pretrain.curve='yes' must be true or false"):
         PretrainSettings.from_node({"curve": "yes"})
