@@ -9,6 +9,12 @@ import sys
 from pathlib import Path
 
 
+def xla_flags(*extra: str) -> str:
+    """``XLA_FLAGS`` for a subprocess that needs flags of its own (a forced device count):
+    this session's flags (tests/conftest.py's compile-effort ones) followed by ``extra``."""
+    return " ".join([os.environ.get("XLA_FLAGS", ""), *extra]).strip()
+
+
 def tiny_run_overrides(micro):
     """Hydra overrides that make a pipeline stage take seconds: the micro model, a tiny suite,
     one or two optimisation steps, lake counts equal to the trainer's (2) and the suite's (16)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.support import xla_flags
 from jaxlake.sharding import (
     batch_size_of,
     constrain_batch,
@@ -114,7 +115,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_rollout_sharded_over_4_host_devices_matches_unsharded(tmp_path):
-    env_vars = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    env_vars = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=4"), JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env_vars,
                           timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

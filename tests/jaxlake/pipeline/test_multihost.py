@@ -38,8 +38,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support import xla_flags
+
 ROOT = Path(__file__).resolve().parents[3]
-XLA_FAST = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 WARMSTART_STEPS, GRPO_STEPS = 40, 2
 TINY = [
     "stages=1", "engineer=heuristic", "eval=tiny",
@@ -82,11 +83,11 @@ def runs(tmp_path_factory):
     two = subprocess.Popen(
         [sys.executable, "-m", "jaxlake.launch", "-n", "2", "--cpu-devices", "2", "--grace-s", "20",
          "--module", "tests.jaxlake.pipeline.audited_run", "--", "experiment=two", *common],
-        cwd=str(ROOT), env=_env(XLA_FLAGS=XLA_FAST, JAXLAKE_AUDIT_DIR=str(audit), JAXLAKE_AUDIT_ROOT=str(root / "two")),
+        cwd=str(ROOT), env=_env(XLA_FLAGS=xla_flags(), JAXLAKE_AUDIT_DIR=str(audit), JAXLAKE_AUDIT_ROOT=str(root / "two")),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     one = subprocess.Popen(
         [sys.executable, "-m", "jaxlake.run", "experiment=one", *common], cwd=str(ROOT),
-        env=_env(XLA_FLAGS=XLA_FAST + " --xla_force_host_platform_device_count=4"),
+        env=_env(XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=4")),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = {}
     for name, proc in (("two", two), ("one", one)):

@@ -29,6 +29,7 @@ from jax.sharding import PartitionSpec
 
 from llm.model.errors import ModelConfigError as ConfigError
 from llm.model import sharding as shd
+from tests.support import xla_flags
 
 SCRIPT = textwrap.dedent(
     """
@@ -183,9 +184,7 @@ def fsdp_run(tmp_path_factory):
     script = tmp / "fsdp_checks.py"
     script.write_text(SCRIPT)
     root = str(Path(__file__).parents[3])
-    # optimisation level 0: compiles ~40 % faster; the tiny model runs fast either way
-    flags = "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0"
-    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu",
+    env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=4"), JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     out = subprocess.run([sys.executable, str(script), str(tmp)], env=env, capture_output=True, text=True,
                          timeout=600, cwd=root)
