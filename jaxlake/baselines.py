@@ -11,20 +11,20 @@
   (:func:`jaxlake.planner.solve`); where it finds none, the lake counts as failed. It is a
   ceiling in practice, not a bound (prioritized planning is not complete).
 
-Both plans go through the same path as a policy's answer: :func:`jaxlake.text.format_plan`,
+All three go through the same path as a policy's answer: :func:`jaxlake.text.format_plan`,
 then :func:`jaxlake.suite.score_texts` (parse, play in the simulator, score). A suite's
 scores are the mean success over its lakes, the aggregate score a trained policy gets.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
 
 from jaxlake.planner import _bfs, _lake_numpy, solve_batch
-from jaxlake.suite import Suite, metrics, score_texts, unbatch
+from jaxlake.suite import Suite, described_lakes, metrics, score_texts, unbatch
 from jaxlake.text import format_plan
 from jaxlake.types import ACTION_DELTAS, DOWN, LEFT, RIGHT, STAY, UP, Lake
 
@@ -102,15 +102,54 @@ def score_plans(lakes: Lake, plans: np.ndarray, key: jax.Array) -> dict:
     return metrics(score_texts(lakes, plan_texts(lakes, plans), key))
 
 
-def suite_baselines(suite: Suite, seed: int = 0) -> dict[str, float]:
-    """``{name: aggregate score}`` of the baselines on a built suite (mean success over its lakes)."""
+def lake_baselines(lakes: Lake, seed: int = 0) -> dict[str, float]:
+    """``{name: aggregate score}`` of every baseline on a batch of lakes (mean success)."""
     key = jax.random.PRNGKey(seed)
-    return {name: float(score_plans(suite.lakes, plans, key)["score"])
-            for name, plans in baseline_plans(suite.lakes).items()}
+    return {name: float(score_plans(lakes, plans, key)["score"]) for name, plans in baseline_plans(lakes).items()}
 
 
-def table_rows(scores: Mapping[str, float], columns: int, names: Sequence[str] = NAMES) -> list[str]:
+def suite_baselines(suite: Suite, seed: int = 0) -> dict[str, float]:
+    """:func:`lake_baselines` on a built suite."""
+    return lake_baselines(suite.lakes, seed)
+
+
+def described_baselines(description: Mapping[str, Any], seed: int = 0) -> dict[str, float]:
+    """:func:`lake_baselines` on the suite an ``eval.json`` describes (``eval.json["suite"]``),
+    rebuilt lake for lake (:func:`jaxlake.suite.described_lakes`)."""
+    return lake_baselines(described_lakes(description), seed)
+
+
+def table_rows(scores: Mapping[str, float], columns: int, extra: int = 0, names: Sequence[str] = NAMES) -> list[str]:
     """Markdown rows for a variant x stage table: each baseline's score in every one of
-    ``columns`` stage columns (a suite's baselines do not train), no seeds."""
-    return [f"| *{LABELS[n]}* | – | " + " | ".join([f"{scores[n]:.3f}"] * columns) + " |"
+    ``columns`` stage columns (a suite's baselines do not train), no seeds, and ``extra``
+    empty cells after them (a paired column)."""
+    return [f"| *{LABELS[n]}* | – | " + " | ".join([f"{scores[n]:.3f}"] * columns) + " |" + " – |" * extra
             for n in names if n in scores]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m jaxlake.baselines [SUITE ...]``: each baseline's score and failure rates on
+    held-out suites (names of ``conf/eval/`` or YAML paths; default ``small``)."""
+    import argparse
+
+    from jaxlake.suite import SuiteError, build_suite, load_eval_conf
+
+    parser = argparse.ArgumentParser(prog="python -m jaxlake.baselines", description=main.__doc__.split(":", 1)[1])
+    parser.add_argument("suites", nargs="*", default=["small"], help="suite names (conf/eval/) or YAML paths")
+    args = parser.parse_args(argv)
+    print("| suite | lakes | baseline | score | fall rate | conflict rate | timeout rate |")
+    print("|---|---:|---|---:|---:|---:|---:|")
+    for name in args.suites:
+        try:
+            suite = build_suite(load_eval_conf(name))
+        except (SuiteError, OSError, ValueError) as err:
+            parser.exit(1, f"error: suite {name!r}: {err}\n")
+        for b, plans in baseline_plans(suite.lakes).items():
+            m = score_plans(suite.lakes, plans, jax.random.PRNGKey(0))
+            print(f"| {name} | {suite.size} | {LABELS[b]} | {m['score']:.3f} | {m['fall_rate']:.3f} "
+                  f"| {m['conflict_rate']:.3f} | {m['timeout_rate']:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

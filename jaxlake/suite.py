@@ -253,15 +253,27 @@ def _build_suite_cached(spec: SuiteSpec, solve: bool) -> Suite:
         cells.append({"id": i, "values": values, "config": cfg})
     if not cells:
         raise SuiteError(f"suite {spec.name!r}: every cell is invalid, e.g. {skipped[0]['error']}")
-    n = spec.lakes_per_cell
-    root = jax.random.PRNGKey(spec.seed)
-    keys = jnp.concatenate([jax.random.split(jax.random.fold_in(root, c["id"]), n) for c in cells])
-    configs = [c["config"] for c in cells for _ in range(n)]
-    lakes = generate_lakes(keys, configs)
-    cell_of = np.repeat(np.arange(len(cells)), n)
+    lakes, cell_of = cell_lakes(spec.seed, cells, spec.lakes_per_cell)
     grids = render_grids(lakes)
     opt = reference_soc(lakes) if solve else None
     return Suite(spec=spec, cells=cells, skipped=skipped, lakes=lakes, cell_of=cell_of, grids=grids, opt_soc=opt)
+
+
+def cell_lakes(seed: int, cells: Sequence[Mapping[str, Any]], lakes_per_cell: int) -> tuple[Lake, np.ndarray]:
+    """The suite's lakes, cell-major, and ``cell_of``: cell ``c`` (``{"id", "config"}``)
+    draws ``lakes_per_cell`` lakes from ``split(fold_in(PRNGKey(seed), c["id"]))``."""
+    n = int(lakes_per_cell)
+    root = jax.random.PRNGKey(int(seed))
+    keys = jnp.concatenate([jax.random.split(jax.random.fold_in(root, int(c["id"])), n) for c in cells])
+    lakes = generate_lakes(keys, [c["config"] for c in cells for _ in range(n)])
+    return lakes, np.repeat(np.arange(len(cells)), n)
+
+
+def described_lakes(description: Mapping[str, Any]) -> Lake:
+    """The lakes of a suite from its :meth:`Suite.describe` (``eval.json["suite"]``): the same
+    lakes, in the same order, as the suite that wrote it."""
+    cells = [{"id": c["id"], "config": LakeConfig.from_dict(c["config"])} for c in description["cells"]]
+    return cell_lakes(description["seed"], cells, description["lakes_per_cell"])[0]
 
 
 def unbatch(lakes: Lake) -> list[Lake]:

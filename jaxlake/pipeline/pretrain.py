@@ -27,6 +27,10 @@ resumes from the last checkpoint, and a finished folder is only re-read)::
 ``pretrain.ship=true`` then copies ``stage/policy`` and ``pretrain.json`` into the package
 (:data:`llm.game.default.PLANNER_DIR`), atomically: the starting point of every later run
 without ``model.path`` (``model.pretrained=false`` trains from scratch instead).
+
+``model.pretrained=true`` continues the shipped planner instead of starting fresh (its own
+schedule from its own weights); the record then holds the shipped one's as ``started_from``,
+and ``total_steps`` / ``total_train_minutes`` count both.
 """
 
 from __future__ import annotations
@@ -164,6 +168,18 @@ def ship(source: Path, record: Mapping[str, Any], target: Optional[Path] = None)
     return target
 
 
+def started_from(s: RunSettings) -> Optional[dict]:
+    """The shipped planner's record when this run continues it (``model.pretrained=true`` and
+    no ``model.path``: the run starts from the package's planner), else None. Read when the
+    record is written, before any shipping replaces it."""
+    from llm.game.default import PLANNER_DIR, planner_dir
+
+    if s.model.path is not None or not s.model.pretrained or planner_dir() is None:
+        return None
+    path = PLANNER_DIR / "pretrain.json"
+    return read_json(path) if path.is_file() else None
+
+
 def pretrain(s: RunSettings, p: PretrainSettings) -> dict:
     """Pretrain (or resume, or re-read) in ``s.run_dir``; returns the record."""
     check_model(s)
@@ -202,6 +218,13 @@ def _pretrain(s: RunSettings, p: PretrainSettings) -> dict:
         "success": curve[-1]["success"] if curve else None,
         "curve": curve,
     }
+    parent = started_from(s)
+    if parent is not None:  # a continuation of the shipped planner: its record, and the totals
+        record["started_from"] = parent
+        record["total_steps"] = res.warmstart_steps + int(parent.get("total_steps", parent["steps"]))
+        before = parent.get("total_train_minutes", parent.get("train_minutes"))
+        if before is not None and record["train_minutes"] is not None:
+            record["total_train_minutes"] = round(float(before) + float(record["train_minutes"]), 3)
     write_json(s.run_dir / "pretrain.json", record)
     if p.ship:
         target = ship(Path(res.policy_dir), record, p.ship_to)

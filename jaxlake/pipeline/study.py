@@ -24,12 +24,13 @@ and ``<!-- study:end -->`` is regenerated (a new page gets a short header around
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from jaxlake.io import FolderLock, FolderLockError, read_json, write_json, write_text
 from jaxlake.mixture import load_mixture, mixture_to_obj
@@ -147,9 +148,24 @@ def _scores(rows: Sequence[dict], variant: str, stage: int, key: str) -> list[fl
     return [r[key] for r in rows if r["variant"] == variant and r["stage"] == stage and r[key] is not None]
 
 
-def score_table(rows: Sequence[dict], key: str = "score_greedy", paired: bool = True) -> str:
+def suite_baselines(rows: Sequence[dict]) -> Optional[dict]:
+    """The plan baselines (:mod:`jaxlake.baselines`) on the suite the rows were scored on, or
+    None when the runs were not all scored on one suite (or no eval.json is left)."""
+    from jaxlake.baselines import described_baselines
+
+    suites = {}
+    for r in rows:
+        ev = _read(Path(r["dir"]) / "eval.json")
+        if ev and ev.get("suite"):
+            suites[json.dumps(ev["suite"], sort_keys=True)] = ev["suite"]
+    return described_baselines(next(iter(suites.values()))) if len(suites) == 1 else None
+
+
+def score_table(rows: Sequence[dict], key: str = "score_greedy", paired: bool = True,
+                baselines: Optional[Mapping[str, float]] = None) -> str:
     """Variant x stage, mean ± 95 % CI over seeds; with ``paired``, a last column with the
-    last stage minus the ``fixed`` run of the same seed (mean ± 95 % CI of the differences)."""
+    last stage minus the ``fixed`` run of the same seed (mean ± 95 % CI of the differences);
+    ``baselines`` (``{name: score}``, :func:`suite_baselines`) add a row each, in italics."""
     stages = sorted({r["stage"] for r in rows})
     last = stages[-1]
     base = {r["seed"]: r[key] for r in rows if r["variant"] == BASELINE and r["stage"] == last}
@@ -166,6 +182,10 @@ def score_table(rows: Sequence[dict], key: str = "score_greedy", paired: bool = 
         if diff != "–" and not diff.startswith("-"):
             diff = "+" + diff
         out.append(f"| {v} | {len(seeds)} | " + " | ".join(cells) + " |" + (f" {diff} |" if paired else ""))
+    if baselines:
+        from jaxlake.baselines import table_rows
+
+        out += table_rows(baselines, len(stages), extra=int(paired))
     return "\n".join(out)
 
 
@@ -283,7 +303,8 @@ def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path
     wall, how = wall_time(root, rows)
     stages = sorted({r["stage"] for r in rows})
     seeds = sorted({r["seed"] for r in rows})
-    greedy = score_table(rows, "score_greedy")
+    floors = suite_baselines(rows)
+    greedy = score_table(rows, "score_greedy", baselines=floors)
     parts = [
         f"**Command:** `{command}`  ",
         f"**Wall time:** {wall / 60:.1f} min on this machine ({how}); {len({(r['variant'], r['seed']) for r in rows})} runs, "
@@ -294,7 +315,12 @@ def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path
         "",
         "Mean success over every suite lake, mean ± 95 % CI (Student t over seeds). The last column",
         "pairs each run with the `fixed` run of the same seed: stage 1 is shared per seed, so the",
-        "difference is what the engineer's choices did.",
+        "difference is what the engineer's choices did."
+        + ("" if floors is None else
+           " The rows in italics play fixed plans on the same lakes (jaxlake/baselines.py): every agent"
+           " walking straight to its goal (rows, then columns, blind to holes: the floor), every agent's"
+           " shortest path as if alone (holes avoided, no coordination) and the reference planner (the"
+           " ceiling)."),
         "",
         greedy,
     ]
@@ -322,7 +348,7 @@ def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path
               f"![score per stage]({assets.name}/score_per_stage.png)", "",
               f"![last-stage score per suite dimension]({assets.name}/breakdown.png)"]
     payload = {"command": command, "wall_s": round(wall, 1), "wall_source": how, "root": str(root),
-               "table_md": greedy, "rows": [{k: v for k, v in r.items() if k != "dir"} for r in rows]}
+               "table_md": greedy, "baselines": floors, "rows": [{k: v for k, v in r.items() if k != "dir"} for r in rows]}
     return "\n".join(parts), payload
 
 

@@ -24,6 +24,7 @@ device's callback reads only its own block of the tensor from the safetensors fi
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -361,6 +362,11 @@ def load_tokenizer(path: str | os.PathLike) -> Any:
     Under transformers 4.x a folder written by transformers 5 (this project's older exports:
     ``TokenizersBackend``, ``extra_special_tokens`` as a list) is read as
     :func:`portable_tokenizer_config` describes, without changing the folder.
+
+    A folder is read once per process: later calls return the same instance (a stage loads
+    its tokenizer for the policy, the evaluation and the engineer; each read takes about half a
+    second). The cache key holds the folder's files' sizes and modification times, so a
+    rewritten folder is read again. The instance is shared: treat it as read-only.
     """
     root = _require_dir(path)
     if not any((root / f).is_file() for f in TOKENIZER_FILES):
@@ -368,6 +374,16 @@ def load_tokenizer(path: str | os.PathLike) -> Any:
             f"no tokenizer files ({', '.join(TOKENIZER_FILES)}) in {str(root)!r}; "
             "pass tokenizer=False to load the model alone"
         )
+    stamp = tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in sorted(root.iterdir()) if f.is_file())
+    return _load_tokenizer_cached(str(root.resolve()), stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_tokenizer_cached(root: str, stamp: tuple) -> Any:
+    """:func:`load_tokenizer`'s read; ``stamp`` (the folder's files, sizes and times) is only
+    part of the cache key."""
+    del stamp
+    root = Path(root)
     import transformers
     from transformers import AutoTokenizer
 

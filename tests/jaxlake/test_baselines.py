@@ -90,3 +90,24 @@ def test_the_small_suite_straight_walk_scores_the_issue_floor():
     scores = baselines.suite_baselines(build_suite(load_eval_conf("small")))
     assert round(scores["straight"] * 96) == 70 and scores["reference"] == 1.0
     assert scores["alone"] > scores["straight"]
+
+
+def test_an_eval_json_description_rebuilds_the_same_lakes_and_scores():
+    from jaxlake.suite import described_lakes
+
+    suite = build_suite(load_eval_conf("tiny"), solve=False)
+    lakes = described_lakes(suite.describe())
+    for a, b in zip(jax.tree_util.tree_leaves(lakes), jax.tree_util.tree_leaves(suite.lakes)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert baselines.described_baselines(suite.describe()) == baselines.suite_baselines(suite)
+
+
+def test_the_command_prints_one_row_per_baseline_and_names_a_bad_suite(capsys):
+    assert baselines.main(["tiny"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 + len(baselines.NAMES)
+    assert [line.split(" | ")[2] for line in lines[2:]] == [baselines.LABELS[n] for n in baselines.NAMES]
+    with pytest.raises(SystemExit) as err:
+        baselines.main(["no_such_suite"])
+    assert err.value.code == 1
+    assert capsys.readouterr().err.startswith("error: suite 'no_such_suite': eval config")

@@ -60,6 +60,21 @@ def test_the_default_starts_from_the_shipped_planner_at_its_recorded_level():
     assert abs(result["score"] - record["success"]) <= 1.0 / n + 1e-9, (result["score"], record["success"])
 
 
+def test_a_continuation_of_the_shipped_planner_records_it():
+    """model.pretrained=true without model.path continues the shipped planner: its record is
+    the new one's started_from; a run from scratch or from a folder has none."""
+    from types import SimpleNamespace
+
+    from jaxlake.pipeline.pretrain import started_from
+    from llm.game.default import PLANNER_DIR
+    from llm.training.config import ModelConfig
+
+    shipped = read_json(PLANNER_DIR / "pretrain.json")
+    assert started_from(SimpleNamespace(model=ModelConfig(pretrained=True))) == shipped
+    assert started_from(SimpleNamespace(model=ModelConfig(pretrained=False))) is None
+    assert started_from(SimpleNamespace(model=ModelConfig(path=str(PLANNER_DIR)))) is None
+
+
 def test_pretrain_settings_are_checked():
     from jaxlake.pipeline.pretrain import PretrainSettings
     from jaxlake.pipeline.settings import PipelineError

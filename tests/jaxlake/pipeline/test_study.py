@@ -28,12 +28,38 @@ def test_study_config_composes_the_promised_sweep():
         cfg = compose("config", overrides=["+study=cpu"], return_hydra_config=True)
     params = cfg.hydra.sweeper.params
     engineers = params.engineer.split(",")
-    assert set(engineers) == {"policy", "policy_answer_only", "policy_no_failures", "policy_no_env_stats",
-                              "policy_no_history", "base", "heuristic", "plr", "accel", "random", "fixed", "manual"}
-    assert len(params.seed.split(",")) >= 3 and cfg.stages >= 3
+    assert set(engineers) == {"policy", "policy_no_failures", "policy_no_env_stats", "policy_no_history", "base",
+                              "heuristic", "plr", "accel", "random", "fixed", "manual"}
+    # the power estimate's size: 5 seeds, 192 suite lakes; seeds first (a cut sweep stays paired)
+    assert params.seed.split(",") == ["0", "1", "2", "3", "4"] and cfg.stages >= 3
+    assert list(params) == ["seed", "engineer"]
+    assert cfg.eval.name == "small" and cfg.eval.lakes_per_cell == 12
     assert cfg.pipeline.share_stage1
     for name in engineers:  # every variant is a real engineer config
         assert (CONF_DIR / "engineer" / f"{name}.yaml").is_file()
+
+
+def test_policy_answer_only_is_policy_without_a_reasoning_prompt():
+    """Why the CPU study leaves policy_answer_only out: under the study's prompt (no reasoning
+    turn) both engineers resolve to the same settings, answer-only; under prompt=reasoning
+    they differ."""
+    from hydra import compose, initialize_config_dir
+
+    from jaxlake.engineers import build_engineer
+
+    class Ctx:  # what PolicyEngineer.reasons reads of a stage context: the run's config
+        def __init__(self, cfg):
+            self.run_cfg = cfg
+
+    def resolved(name, *extra):
+        with initialize_config_dir(str(CONF_DIR), version_base=None):
+            cfg = compose("config", overrides=["+study=cpu", f"engineer={name}", *extra])
+        node = {k: v for k, v in dict(cfg.engineer).items() if k not in ("name", "reasoning")}
+        return node, build_engineer(cfg.engineer).reasons(Ctx(cfg))
+
+    assert resolved("policy") == resolved("policy_answer_only") == (resolved("policy")[0], False)
+    assert resolved("policy", "prompt=reasoning")[1] is True
+    assert resolved("policy_answer_only", "prompt=reasoning")[1] is False
 
 
 def test_context_ablations_switch_exactly_one_part_off():
@@ -77,8 +103,9 @@ def test_study_end_to_end(tmp_path, micro_model, capfd):
     page = tmp_path / "docs" / "results.md"
     page.parent.mkdir()
     page.write_text("# My study\n\nHand-written reading.\n")
+    # (the tiny suite at its own 2 lakes per cell: the study's 12 would only cost time here)
     extra = [f"runs_dir={runs}", "engineer=heuristic,fixed,policy_no_history", "seed=0", "stages=2",
-             *tiny_run_overrides(micro_model)]
+             *tiny_run_overrides(micro_model), "eval.lakes_per_cell=2"]
     assert study.main(["--results", str(page), "--", *extra]) == 0
 
     root = runs / "study_cpu"
@@ -109,6 +136,13 @@ def test_study_end_to_end(tmp_path, micro_model, capfd):
     for png in ("last_stage.png", "score_per_stage.png", "breakdown.png"):
         assert (page.parent / "results" / png).stat().st_size > 1000
     assert payload["table_md"] in text
+    # the floor and the ceiling beside the engineers: fixed plans on the suite's own lakes
+    from jaxlake import baselines
+    from jaxlake.suite import build_suite, load_eval_conf
+
+    assert payload["baselines"] == baselines.suite_baselines(build_suite(load_eval_conf("tiny")))
+    for row in baselines.table_rows(payload["baselines"], columns=2, extra=1):
+        assert row in payload["table_md"]
 
     # rewriting from the finished runs keeps the prose and replaces the block
     page.write_text(text.replace("Hand-written reading.", "Edited reading.") + "\nA footnote.\n")

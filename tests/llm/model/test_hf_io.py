@@ -333,3 +333,21 @@ def test_unexpected_tensors_warn(hf_dirs, tmp_path):
     save_file(tensors, str(c / WEIGHTS_FILE), metadata={"format": "pt"})
     with pytest.warns(UserWarning, match=r"q_proj\.bias"):
         llm.from_pretrained(c, tokenizer=False)
+
+
+def test_a_tokenizer_folder_is_read_once_until_it_changes(tmp_path):
+    import shutil
+
+    from llm.game.default import default_model_dir
+    from llm.model.hf_io import load_tokenizer
+
+    folder = tmp_path / "tok"
+    shutil.copytree(default_model_dir(), folder)
+    first = load_tokenizer(folder)
+    assert load_tokenizer(folder) is first and load_tokenizer(str(folder) + "/") is first
+    cfg = folder / "tokenizer_config.json"
+    data = json.loads(cfg.read_text())
+    data["model_max_length"] = 77
+    cfg.write_text(json.dumps(data))  # a rewritten folder is read again
+    again = load_tokenizer(folder)
+    assert again is not first and again.model_max_length == 77 and len(again) == len(first)
