@@ -35,7 +35,9 @@ from llm.generation.reasoning import ReasoningConfig
 #: ``conf/prompt``, shipped in the package (the wording's home).
 PROMPT_DIR = CONF_DIR / "prompt"
 
-_USER_FIELDS = ("grid", "height", "width", "num_agents", "max_steps", "letters", "agents", "slip_note", "example", "slip_prob")
+_USER_FIELDS = ("grid", "holes", "height", "width", "num_agents", "max_steps", "letters", "agents", "slip_note", "example",
+                "slip_prob")
+_CELL_FIELDS = ("row", "col")
 _AGENT_FIELDS = ("agent", "row", "col", "goal", "goal_row", "goal_col")
 
 
@@ -49,10 +51,15 @@ class PromptConfig:
 
     Attributes:
       system: system turn (the rules); skipped when ``use_system`` is False or it is empty.
-      user: user turn template; placeholders ``{grid} {height} {width} {num_agents}
-        {max_steps} {letters} {agents} {slip_note} {example} {slip_prob}``.
+      user: user turn template; placeholders ``{grid} {holes} {height} {width} {num_agents}
+        {max_steps} {letters} {agents} {slip_note} {example} {slip_prob}``. ``{holes}`` is
+        every hole cell, row-major, each written by ``cell`` (empty on a lake without holes).
       agent_line: one line per agent, joined into ``{agents}``; placeholders ``{agent} {row}
         {col} {goal} {goal_row} {goal_col}``.
+      cell: how one cell is written in ``{holes}`` and in the warm start's path traces
+        (``prompt.reasoning.warmstart_style: paths``); placeholders ``{row} {col}``. The
+        ``planner`` prompt writes `` {row}{col}`` (``" 23"``), one token per digit, which is
+        unambiguous on lakes up to 10x10.
       slip_note: inserted as ``{slip_note}`` when the lake is slippery (else empty);
         placeholder ``{slip_prob}``.
       chat_template_kwargs: extra keywords of ``apply_chat_template`` (``enable_thinking``).
@@ -64,6 +71,7 @@ class PromptConfig:
     system: str = ""
     user: str = "{grid}\n{agents}"
     agent_line: str = "{agent}: {row} {col} {goal}: {goal_row} {goal_col}"
+    cell: str = " {row} {col}"
     slip_note: str = ""
     chat_template_kwargs: tuple = (("enable_thinking", False),)
     use_system: bool = True
@@ -76,6 +84,7 @@ class PromptConfig:
             object.__setattr__(self, "chat_template_kwargs", tuple(sorted(dict(kwargs).items())))
         _check_template("prompt.user", self.user, _USER_FIELDS)
         _check_template("prompt.agent_line", self.agent_line, _AGENT_FIELDS)
+        _check_template("prompt.cell", self.cell, _CELL_FIELDS)
         _check_template("prompt.slip_note", self.slip_note, ("slip_prob",))
         _check_template("prompt.system", self.system, ())
 
@@ -157,8 +166,10 @@ def build_messages(lake: Lake, config: PromptConfig) -> list[dict[str, str]]:
             )
         )
     slip_text = f"{slip:.2f}".rstrip("0").rstrip(".") if slip > 0 else "0"
+    holes = np.asarray(lake.holes)[:height, :width]
     user = config.user.format(
         grid=render_text(lake),
+        holes="".join(config.cell.format(row=int(r), col=int(c)) for r, c in np.argwhere(holes)),
         height=height,
         width=width,
         num_agents=n,

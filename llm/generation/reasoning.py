@@ -72,6 +72,10 @@ __all__ = [
 ]
 
 
+#: What the warm start's templated think block may say (:attr:`ReasoningConfig.warmstart_style`).
+WARMSTART_STYLES = ("summary", "paths")
+
+
 class ReasoningError(ValueError):
     """A reasoning setting is invalid; the message names the field and its allowed range."""
 
@@ -94,18 +98,26 @@ class ReasoningConfig:
         truthful reasoning (:func:`llm.training.warmstart.reasoning_text`) so a model trained from
         scratch learns the format; keep it off for pretrained models, which think in their
         own words.
+      warmstart_style: what the warm start's think block says. ``summary``: each agent's
+        start, goal, move count, waits and arrival, then the first cell each pair of paths
+        shares. ``paths``: each agent's path, one cell per time step (``A 42 32 33 34``, cells
+        written by ``prompt.cell``), so the plan after the block is the path's differences and
+        each written cell is one step from the last.
     """
 
     enabled: bool = False
     thinking_tokens: int = 128
     close_text: str = "\n</think>\n\n"
     warmstart: bool = False
+    warmstart_style: str = "summary"
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
             raise ReasoningError(f"prompt.reasoning.enabled={self.enabled!r} must be true or false")
         if not isinstance(self.warmstart, bool):
             raise ReasoningError(f"prompt.reasoning.warmstart={self.warmstart!r} must be true or false")
+        if self.warmstart_style not in WARMSTART_STYLES:
+            raise ReasoningError(f"prompt.reasoning.warmstart_style={self.warmstart_style!r} not one of {list(WARMSTART_STYLES)}")
         if isinstance(self.thinking_tokens, bool) or not isinstance(self.thinking_tokens, int) \
                 or self.thinking_tokens < 1:
             raise ReasoningError(f"prompt.reasoning.thinking_tokens={self.thinking_tokens!r} not an integer in [1, inf)")

@@ -11,9 +11,11 @@ checkpoint is a policy checkpoint.
 
 **Reasoning form** (``prompt.reasoning.warmstart: true``, for models trained from scratch in
 reasoning mode): the target is ``<think>`` + :func:`reasoning_text` + ``</think>`` + the plan,
-where the reasoning is templated from the planner's own solution and therefore true: each
-agent's start, goal, moves, the steps at which it waits and its arrival step, and for each pair
-of agents the first cell both paths use (who is there first). It is cut, whole lines at a
+where the reasoning is templated from the planner's own solution and therefore true. Style
+``summary``: each agent's start, goal, moves, the steps at which it waits and its arrival step,
+and for each pair of agents the first cell both paths use (who is there first). Style ``paths``
+(the shipped planner's, ``conf/prompt/planner.yaml``): each agent's path cell by cell, so each
+written cell is one step from the last and can be checked against the prompt's hole list. It is cut, whole lines at a
 time, to fit the thinking budget, so the model learns to close the block in time. Off by
 default: a pretrained model thinks in its own words and templated text would overwrite them.
 """
@@ -89,14 +91,33 @@ def reasoning_lines(solution: planner.Solution, num_agents: int) -> list[str]:
     return lines
 
 
+def path_lines(solution: planner.Solution, num_agents: int, cell: str = " {row}{col}") -> list[str]:
+    """Each agent's path, one cell per time step from its start to its arrival.
+
+    ``A 42 32 32 33`` (with ``cell=" {row}{col}"``): agent A starts on row 4 col 2, moves up,
+    waits one step, moves right and arrives. ``plan = differences of consecutive cells``.
+    """
+    if not solution.found:
+        return []
+    lines = []
+    for i in range(int(num_agents)):
+        path = np.asarray(solution.paths[i])
+        lines.append(_letter(i) + "".join(cell.format(row=int(r), col=int(c)) for r, c in path))
+    return lines
+
+
 def reasoning_text(solution: planner.Solution, num_agents: int, tokenizer: Any = None,
-                   max_tokens: Optional[int] = None) -> str:
+                   max_tokens: Optional[int] = None, style: str = "summary", cell: str = " {row}{col}") -> str:
     """The think block of a warm-start target: ``<think>\n`` lines ``\n</think>``.
 
-    With ``tokenizer`` and ``max_tokens``, whole lines are dropped from the end until the
-    block (tags included) fits in ``max_tokens`` tokens (the thinking budget).
+    ``style`` picks the lines (``summary``: :func:`reasoning_lines`; ``paths``:
+    :func:`path_lines`, cells written by ``cell``). With ``tokenizer`` and ``max_tokens``,
+    whole lines are dropped from the end until the block (tags included) fits in
+    ``max_tokens`` tokens (the thinking budget).
     """
-    lines = reasoning_lines(solution, num_agents)
+    if style not in ("summary", "paths"):
+        raise ValueError(f"style={style!r} not one of ['summary', 'paths']")
+    lines = reasoning_lines(solution, num_agents) if style == "summary" else path_lines(solution, num_agents, cell)
     while True:
         block = f"{THINK_OPEN}\n" + "\n".join(lines) + f"\n{THINK_CLOSE}"
         if tokenizer is None or max_tokens is None or not lines:
@@ -106,7 +127,8 @@ def reasoning_text(solution: planner.Solution, num_agents: int, tokenizer: Any =
         lines = lines[:-1]
 
 
-def plan_targets(lakes, tokenizer, length: int, thinking_tokens: Optional[int] = None
+def plan_targets(lakes, tokenizer, length: int, thinking_tokens: Optional[int] = None, *,
+                 style: str = "summary", cell: str = " {row}{col}"
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Reference-planner completions of a batch of lakes as right-padded token ids.
 
@@ -115,7 +137,8 @@ def plan_targets(lakes, tokenizer, length: int, thinking_tokens: Optional[int] =
     Plans longer than ``length`` tokens are cut (and counted as unsolved: the policy must
     learn whole plans). With ``thinking_tokens`` (reasoning form), the plan follows the
     templated think block of :func:`reasoning_text` (at most ``thinking_tokens`` tokens) and
-    a blank line, and ``length`` must leave room for both.
+    a blank line, and ``length`` must leave room for both; ``style`` and ``cell`` are
+    :func:`reasoning_text`'s.
     """
     sols = planner.solve_batch(lakes)
     _, pad = eos_and_pad(tokenizer)
@@ -128,7 +151,7 @@ def plan_targets(lakes, tokenizer, length: int, thinking_tokens: Optional[int] =
     for i, sol in enumerate(sols.solutions):
         text = format_plan(sol.actions, int(num_agents[i])) if sol.found else ""
         if sol.found and thinking_tokens is not None:
-            text = reasoning_text(sol, int(num_agents[i]), tokenizer, thinking_tokens) + "\n\n" + text
+            text = reasoning_text(sol, int(num_agents[i]), tokenizer, thinking_tokens, style, cell) + "\n\n" + text
         texts.append(text)
         if not sol.found:
             continue
@@ -202,7 +225,8 @@ def run_warmstart(
                              split="random")
         rows = dist.process_rows(wc.batch_size, rows_sharding)  # this process plans and encodes only its rows
         lakes = dist.take_rows(lakes, rows)
-        tokens, mask, solved, _ = plan_targets(lakes, policy.tokenizer, completion_len, thinking_tokens)
+        tokens, mask, solved, _ = plan_targets(lakes, policy.tokenizer, completion_len, thinking_tokens,
+                                               style=reasoning.warmstart_style, cell=prompter.config.cell)
         ids, pmask = prompter.encode(lakes)
         solved_all, target_all, prompt_all = dist.gather_rows((solved, mask.sum(1), pmask.sum(1)))
         weights = mask / max(target_all.sum(), 1)

@@ -67,7 +67,24 @@ def test_compact_has_no_system_turn(lake):
     assert msgs[0]["content"] == GRID + "\nA: 0 0 a: 3 4\nB: 3 0 b: 1 3"
 
 
+def test_planner_prompt_lists_holes_and_agents_as_cells(lake):
+    """The shipped planner's prompt: the size, every hole as a cell (row-major), each agent's
+    start and goal in the same cells; no grid drawing, no system turn, reasoning on."""
+    cfg = prompts.load_prompt_config("planner")
+    msgs = prompts.build_messages(lake, cfg)
+    assert [m["role"] for m in msgs] == ["user"]
+    assert msgs[0]["content"] == "5 5\n~ 03 11 32\nA 00 a 34\nB 30 b 13"
+    assert cfg.reasoning.enabled and cfg.reasoning.warmstart and cfg.reasoning.warmstart_style == "paths"
+    # a lake without holes gets an empty hole line; a custom cell format is used as written
+    dry = parse_lake("A . .\n. . a", max_steps=4)
+    custom = PromptConfig(user="~{holes}|{agents}", cell=" ({row},{col})")
+    assert prompts.build_messages(dry, custom)[0]["content"] == "~|A: 0 0 a: 1 2"
+    assert prompts.build_messages(lake, custom)[0]["content"].startswith("~ (0,3) (1,1) (3,2)|")
+
+
 def test_template_errors_name_the_field():
+    with pytest.raises(PromptError, match=r"prompt.cell uses unknown placeholder \{agent\}"):
+        PromptConfig(cell="{agent}{row}")
     with pytest.raises(PromptError, match=r"prompt.user uses unknown placeholder \{colour\}"):
         PromptConfig(user="{grid} {colour}")
     with pytest.raises(PromptError, match="prompt.agent_line"):

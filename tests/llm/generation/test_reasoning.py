@@ -267,6 +267,58 @@ def test_warmstart_reasoning_is_true_and_fits_the_budget():
 
 
 # ----------------------------------------------------------------------------- summaries
+def test_warmstart_paths_are_the_plans_cells():
+    """Style ``paths``: each agent's line is its planner path cell by cell, so consecutive
+    cells differ by the plan's moves (a wait repeats the cell), and the budget cuts whole
+    agents. Checked on every lake of a batch drawn from a crowded config."""
+    import jax
+
+    from jaxlake.config import LakeConfig
+    from jaxlake.generator import generate_batch
+    from jaxlake.text import format_plan, parse_plan
+    from llm.game.prompts import unbatch
+    from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
+    from llm.training.warmstart import path_lines, plan_targets, reasoning_text
+
+    tok = to_hf_tokenizer(build_game_tokenizer())
+    lakes = generate_batch(jax.random.PRNGKey(3), LakeConfig(height=5, width=5, num_agents=3, hole_density=0.2,
+                                                             conflict_density=1.0, max_steps=14), 12)
+    step = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1), "S": (0, 0)}
+    checked = 0
+    for lake in unbatch(lakes):
+        sol = planner.solve(lake)
+        if not sol.found:
+            continue
+        n = int(lake.num_agents)
+        lines = path_lines(sol, n)
+        plan = format_plan(sol.actions, n).splitlines()
+        for i, (line, moves) in enumerate(zip(lines, plan)):
+            letter, *cells = line.split(" ")
+            assert letter == "ABC"[i]
+            cells = [(int(c[0]), int(c[1])) for c in cells]
+            assert cells[0] == tuple(int(v) for v in lake.starts[i])
+            assert cells[-1] == tuple(int(v) for v in lake.goals[i])
+            letters = moves.split(":")[1].split()
+            for t, (a, b) in enumerate(zip(cells, cells[1:])):
+                move = letters[t] if t < len(letters) else "S"
+                assert (b[0] - a[0], b[1] - a[1]) == step[move]
+                assert not lake.holes[b]
+        checked += 1
+    assert checked >= 8
+    text = reasoning_text(sol, n, style="paths")
+    assert text == "<think>\n" + "\n".join(lines) + "\n</think>"
+    cut = reasoning_text(sol, n, tok, len(tok.encode(text, add_special_tokens=False)) - 1, style="paths")
+    assert cut == "<think>\n" + "\n".join(lines[:-1]) + "\n</think>"
+    _, mask, solved, texts = plan_targets(lakes, tok, 200, 96, style="paths")
+    assert solved.any() and all(t.startswith("<think>\nA ") for t, s in zip(texts, solved) if s)
+    answer = texts[int(np.argmax(solved))].split("</think>\n\n")[1]
+    assert not parse_plan(answer, n, 14)[1]
+    with pytest.raises(ValueError, match="style"):
+        reasoning_text(sol, n, style="story")
+    with pytest.raises(ReasoningError, match="prompt.reasoning.warmstart_style"):
+        ReasoningConfig(warmstart_style="story")
+
+
 def test_history_shows_the_engineers_analysis():
     from jaxlake.config import LakeConfig
     from jaxlake.summaries import ANALYSIS_CHARS, history_entry, render_summary
