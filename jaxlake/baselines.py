@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from jaxlake.planner import _bfs, _lake_numpy, solve_batch
+from jaxlake.planner import bfs_distances, lake_arrays, solve_batch
 from jaxlake.suite import Suite, described_lakes, metrics, score_texts, unbatch
 from jaxlake.text import format_plan
 from jaxlake.types import ACTION_DELTAS, DOWN, LEFT, RIGHT, STAY, UP, Lake
@@ -39,7 +39,7 @@ def straight_plan(lake: Lake, horizon: int | None = None) -> np.ndarray:
     """``[max_agents, T]`` actions: each agent moves along its goal's rows first, then its
     columns, the Manhattan distance in all, ignoring holes and the other agents (cut at
     ``T``: ``horizon``, default ``lake.max_steps``). One unbatched lake."""
-    d = _lake_numpy(lake)
+    d = lake_arrays(lake)
     T = d["max_steps"] if horizon is None else int(horizon)
     plan = np.full((d["starts"].shape[0], T), STAY, dtype=np.int32)
     for i in range(d["num_agents"]):
@@ -56,13 +56,13 @@ def alone_plan(lake: Lake, horizon: int | None = None) -> np.ndarray:
     step closer to its goal; an agent whose goal it cannot reach stays. ``T`` is ``horizon``
     (default ``lake.max_steps``). Deterministic; one unbatched lake.
     """
-    d = _lake_numpy(lake)
+    d = lake_arrays(lake)
     frozen, width = d["frozen"], d["frozen"].shape[1]
     T = d["max_steps"] if horizon is None else int(horizon)
     plan = np.full((d["starts"].shape[0], T), STAY, dtype=np.int32)
     for i in range(d["num_agents"]):
         goal = tuple(int(x) for x in d["goals"][i])
-        dist = _bfs(frozen, goal)
+        dist = bfs_distances(frozen, goal)
         r, c = (int(x) for x in d["starts"][i])
         for t in range(T):
             here = dist[r, c]

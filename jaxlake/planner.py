@@ -147,8 +147,9 @@ class _Reservations:
         return (t, dst, src) not in self.edge
 
 
-def _bfs(frozen: np.ndarray, source: tuple[int, int]) -> np.ndarray:
-    """BFS distances over frozen cells (4-neighbourhood); -1 where unreachable."""
+def bfs_distances(frozen: np.ndarray, source: tuple[int, int]) -> np.ndarray:
+    """BFS distances from ``source`` over ``frozen`` cells (``[H, W]`` bool, 4-neighbourhood);
+    ``[H, W]`` int64, -1 where unreachable (everywhere when ``source`` is not frozen)."""
     h, w = frozen.shape
     dist = np.full((h, w), -1, dtype=np.int64)
     if not frozen[source]:
@@ -230,7 +231,10 @@ def _space_time_astar(
     return None
 
 
-def _lake_numpy(lake: Lake) -> dict[str, Any]:
+def lake_arrays(lake: Lake) -> dict[str, Any]:
+    """One unbatched lake as host arrays: ``frozen`` (``[H, W]`` region and not a hole),
+    ``starts`` / ``goals`` (``[A, 2]``), ``num_agents``, ``max_steps`` and ``stay`` (``on_goal``
+    is ``"stay"``). Raises ``ValueError`` on a batched lake."""
     holes = np.asarray(lake.holes, dtype=bool)
     region = np.asarray(lake.region, dtype=bool)
     if holes.ndim != 2 or np.ndim(lake.num_agents) != 0:
@@ -302,7 +306,7 @@ def solve(
     Returns:
       :class:`Solution`; ``found=False`` (with ``reason``) when no plan was found.
     """
-    a = _lake_numpy(lake)
+    a = lake_arrays(lake)
     frozen, n, max_agents = a["frozen"], a["num_agents"], a["starts"].shape[0]
     T = a["max_steps"] if horizon is None else int(horizon)
     if T < 0:
@@ -323,7 +327,7 @@ def solve(
 
     heuristics = []
     for i in range(n):
-        dist = _bfs(frozen, goals[i])
+        dist = bfs_distances(frozen, goals[i])
         d = int(dist[starts[i]])
         if d < 0:
             return _not_found(max_agents, T, f"agent {i}: goal unreachable from start")
@@ -386,7 +390,7 @@ def _goal_on_shortest_paths(frozen, starts, goals, heuristics, dists) -> list[in
     n, w = len(starts), frozen.shape[1]
     counts = [0] * n
     for i in range(n):
-        from_start = _bfs(frozen, starts[i]).reshape(-1)
+        from_start = bfs_distances(frozen, starts[i]).reshape(-1)
         on_sp = (from_start >= 0) & (from_start + heuristics[i] == dists[i])
         for j in range(n):
             if j != i and on_sp[goals[j][0] * w + goals[j][1]]:

@@ -97,7 +97,8 @@ def _read(path: Path) -> Optional[Any]:
 
 
 def collect_rows(root: Path) -> list[dict]:
-    """One row per run x stage: variant, seed, stage, suite scores, own-env score, env, decision."""
+    """One row per run x stage: variant, seed, stage, suite scores, own-env score, env, decision,
+    and ``suite`` (the suite's description from eval.json, which :func:`suite_baselines` reads)."""
     rows = []
     if not Path(root).is_dir():
         raise StudyError(f"{root} does not exist; run the sweep first (python -m jaxlake.study)")
@@ -126,6 +127,7 @@ def collect_rows(root: Path) -> list[dict]:
                 "eval_wall_s": ev.get("wall_s"),
                 "engineer_wall_s": eng.get("wall_s"),
                 "dir": str(sd),
+                "suite": ev.get("suite"),
             })
     if not rows:
         raise StudyError(f"no finished stages under {root}; run the sweep first (python -m jaxlake.study)")
@@ -150,14 +152,10 @@ def _scores(rows: Sequence[dict], variant: str, stage: int, key: str) -> list[fl
 
 def suite_baselines(rows: Sequence[dict]) -> Optional[dict]:
     """The plan baselines (:mod:`jaxlake.baselines`) on the suite the rows were scored on, or
-    None when the runs were not all scored on one suite (or no eval.json is left)."""
+    None when the runs were not all scored on one suite (or no row names its suite)."""
     from jaxlake.baselines import described_baselines
 
-    suites = {}
-    for r in rows:
-        ev = _read(Path(r["dir"]) / "eval.json")
-        if ev and ev.get("suite"):
-            suites[json.dumps(ev["suite"], sort_keys=True)] = ev["suite"]
+    suites = {json.dumps(r["suite"], sort_keys=True): r["suite"] for r in rows if r.get("suite")}
     return described_baselines(next(iter(suites.values()))) if len(suites) == 1 else None
 
 
@@ -348,7 +346,7 @@ def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path
               f"![score per stage]({assets.name}/score_per_stage.png)", "",
               f"![last-stage score per suite dimension]({assets.name}/breakdown.png)"]
     payload = {"command": command, "wall_s": round(wall, 1), "wall_source": how, "root": str(root),
-               "table_md": greedy, "baselines": floors, "rows": [{k: v for k, v in r.items() if k != "dir"} for r in rows]}
+               "table_md": greedy, "baselines": floors, "rows": [{k: v for k, v in r.items() if k not in ("dir", "suite")} for r in rows]}
     return "\n".join(parts), payload
 
 
