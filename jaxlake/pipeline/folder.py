@@ -124,8 +124,13 @@ def run_lock(cfg: Any) -> Iterator[None]:
 def check_model(s: RunSettings) -> None:
     """``model.path``, when set, is a Hugging Face Qwen3 folder that loads: ``config.json``, every
     weights shard (headers parsed, lengths checked) and the tokenizer files
-    (:func:`llm.model.hf_io.check_pretrained`); raises :class:`PipelineError` naming the file."""
+    (:func:`llm.model.hf_io.check_pretrained`); raises :class:`PipelineError` naming the file.
+    Without it, a run that starts from the shipped planner with another prompt than the one
+    the planner was trained on gets a one-line warning (:func:`planner_prompt_warning`)."""
     if not s.model.path:
+        warning = planner_prompt_warning(s)
+        if warning:
+            log(f"warning: {warning}")
         return
     from llm.model.hf_io import CheckpointError, check_pretrained
 
@@ -133,6 +138,26 @@ def check_model(s: RunSettings) -> None:
         check_pretrained(s.model.path)
     except (OSError, CheckpointError, ValueError) as err:
         raise PipelineError(f"model.path={s.model.path}: {user_error(err) or err}") from None
+
+
+def planner_prompt_warning(s: RunSettings) -> Optional[str]:
+    """A line when the run starts from the shipped planner (``model.pretrained`` and no
+    ``model.path``) with a prompt other than the one its ``pretrain.json`` records, else None."""
+    import dataclasses
+
+    from llm.game.default import PLANNER_DIR, planner_dir
+    from llm.game.prompts import PromptConfig
+
+    if not s.model.pretrained or planner_dir() is None:
+        return None
+    record = read_json(PLANNER_DIR / "pretrain.json")
+    trained = (record.get("settings") or {}).get("prompt")
+    if trained is None or PromptConfig.from_dict(trained) == s.prompt:
+        return None
+    fields = [f.name for f in dataclasses.fields(PromptConfig)
+              if getattr(PromptConfig.from_dict(trained), f.name) != getattr(s.prompt, f.name)]
+    return (f"the shipped planner was trained on another prompt (it differs in prompt.{', prompt.'.join(fields)}); "
+            f"its prompt is settings.prompt of {PLANNER_DIR / 'pretrain.json'}")
 
 
 def check_run_info(cfg: Any, engineer: Any) -> dict:

@@ -75,6 +75,27 @@ def test_a_continuation_of_the_shipped_planner_records_it():
     assert started_from(SimpleNamespace(model=ModelConfig(path=str(PLANNER_DIR)))) is None
 
 
+def test_a_run_from_the_shipped_planner_with_another_prompt_is_warned():
+    """The shipped planner reads the prompt it was trained on (its pretrain.json records it);
+    a run that starts from it with another prompt gets one line naming the fields that differ,
+    and a run from scratch or with the planner's own prompt gets none."""
+    from types import SimpleNamespace
+
+    from jaxlake.pipeline.folder import planner_prompt_warning
+    from llm.game.default import PLANNER_DIR
+    from llm.game.prompts import PromptConfig, load_prompt_config
+    from llm.training.config import ModelConfig
+
+    trained = PromptConfig.from_dict(read_json(PLANNER_DIR / "pretrain.json")["settings"]["prompt"])
+    run = lambda prompt, **model: SimpleNamespace(model=ModelConfig(**model), prompt=prompt)  # noqa: E731
+    assert planner_prompt_warning(run(trained)) is None
+    other = load_prompt_config("default")
+    assert planner_prompt_warning(run(other, pretrained=False)) is None
+    line = planner_prompt_warning(run(other))
+    assert line.startswith("the shipped planner was trained on another prompt") and "prompt.user" in line
+    assert "\n" not in line and "prompt.chat_template_kwargs" in line
+
+
 def test_pretrain_settings_are_checked():
     from jaxlake.pipeline.pretrain import PretrainSettings
     from jaxlake.pipeline.settings import PipelineError
