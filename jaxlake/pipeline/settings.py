@@ -344,6 +344,11 @@ def _run_settings(cfg: Any, warmstart: str, warmstart_env: str = "stage") -> dic
             node = {k: v for k, v in node.items() if k not in _COSMETIC.get(group, ())}
         out[group] = node
     out["pipeline.warmstart"] = warmstart
+    model = out.get("model") if isinstance(out.get("model"), dict) else {}
+    if model.get("pretrained", True) and not model.get("path"):  # starts from the shipped planner: which one
+        from llm.game.default import planner_fingerprint
+
+        out["model.planner"] = planner_fingerprint()
     if warmstart_env != "stage":  # (absent in the default: folders of earlier versions stay comparable)
         out["pipeline.warmstart_env"] = warmstart_env
     return json.loads(json.dumps(out, default=str))

@@ -171,6 +171,17 @@ def planner_dir() -> str | None:
     return str(PLANNER_DIR) if _is_complete(PLANNER_DIR) else None
 
 
+def planner_fingerprint() -> str | None:
+    """The shipped planner's identity: the first 16 hex digits of its weights' SHA-256, or
+    ``None`` without a planner. A run records it, so a folder made from one planner is never
+    resumed from another."""
+    import hashlib
+
+    if planner_dir() is None:
+        return None
+    return hashlib.sha256((PLANNER_DIR / "model.safetensors").read_bytes()).hexdigest()[:16]
+
+
 def load_default(*, dtype: str | None = None, cache_dir: str | os.PathLike | None = None,
                  seed: int = DEFAULT_SEED) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of the embedded default, via :func:`llm.model.hf_io.from_pretrained`."""

@@ -96,6 +96,22 @@ def test_a_run_from_the_shipped_planner_with_another_prompt_is_warned():
     assert "\n" not in line and "prompt.chat_template_kwargs" in line
 
 
+def test_a_run_from_the_shipped_planner_records_which_planner():
+    """run.json's settings name the shipped planner by its weights' hash, so a folder started
+    from one planner is refused (settings differ) after the package ships another; a run from
+    a folder or from scratch records none."""
+    import hashlib
+
+    from jaxlake.pipeline.settings import _run_settings
+    from llm.game.default import PLANNER_DIR, planner_fingerprint
+
+    want = hashlib.sha256((PLANNER_DIR / "model.safetensors").read_bytes()).hexdigest()[:16]
+    assert planner_fingerprint() == want
+    assert _run_settings({"model": {"pretrained": True}}, "first")["model.planner"] == want
+    assert "model.planner" not in _run_settings({"model": {"pretrained": False}}, "first")
+    assert "model.planner" not in _run_settings({"model": {"pretrained": True, "path": "/x"}}, "first")
+
+
 def test_pretrain_settings_are_checked():
     from jaxlake.pipeline.pretrain import PretrainSettings
     from jaxlake.pipeline.settings import PipelineError
