@@ -9,7 +9,7 @@ The public face of the package (``llm.__all__``), all re-exported from their mod
     llm.GenerationConfig, llm.GenerationResult   # decoding settings and result (llm.generation.decode)
 
 Everything else is reached through its module, and every module name means the module
-(no function in this namespace shadows one): ``llm.generation.decode.generate(model, tokenizer,
+(no function in this namespace shadows one): ``llm.generation.text.generate(model, tokenizer,
 prompts, config)`` decodes text, ``llm.training.stage.train_stage`` trains a stage, ``llm.training.evaluate``
 scores a policy on the held-out suite, ``llm.engineer.local`` holds the local LLM environment engineers (prompts in ``llm.engineer.prompt``,
 constrained decoding in ``llm.engineer.constrained``, the HTTP endpoint in ``llm.engineer.external``),

@@ -67,7 +67,10 @@ def test_every_submodule_import_gives_the_module(name):
 def test_llm_generate_is_the_module():
     import llm
     import llm.generation.decode as g
+    import llm.generation.text as t
 
     assert isinstance(g, types.ModuleType) and g is sys.modules["llm.generation.decode"]
     assert llm.generation.decode is g
-    assert llm.GenerationConfig is g.GenerationConfig and callable(g.generate)
+    assert isinstance(t, types.ModuleType) and t is sys.modules["llm.generation.text"]
+    assert llm.generation.text is t
+    assert llm.GenerationConfig is g.GenerationConfig and callable(t.generate)

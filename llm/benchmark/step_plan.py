@@ -360,7 +360,7 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
     """Compile every phase of one GRPO step from abstract shapes with the trainer's own
     functions and read the compiler's memory analysis of each.
 
-    * sampling (:func:`llm.generation.decode.lower_sampling`, the functions ``generate_ids``
+    * sampling (:func:`llm.generation.lowering.lower_sampling`, the functions ``generate_ids``
       runs): each phase (reasoning: think, then answer from ``prompt + think + forced``) as
       the whole call, its prefill and its decode loop; resident beside it: the AdamW moments
       (and the reference when ``beta > 0``);
@@ -381,7 +381,8 @@ def build_plan(model_config, train, reasoning, shapes: StepShapes, *, cut: Optio
     """
     from flax import nnx
 
-    from llm.generation.decode import GenerationConfig, lower_sampling, _unroll_layers
+    from llm.generation.decode import GenerationConfig, _unroll_layers
+    from llm.generation.lowering import lower_sampling
     from llm.model.qwen3 import Qwen3ForCausalLM
     from llm.rl.batches import GRPOBatch
     from llm.rl.optim import make_optimizer

@@ -257,7 +257,8 @@ class LLMEngineer(Engineer):
     def _free(self, model, tokenizer, text: str, ctx: EngineerContext, attempt: int) -> str:
         import jax
 
-        from llm.generation.decode import GenerationConfig, generate
+        from llm.generation.decode import GenerationConfig
+        from llm.generation.text import generate
 
         cfg = GenerationConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature)
         key = jax.random.PRNGKey(int(ctx.seed) * 1000 + int(ctx.stage) * 10 + attempt)

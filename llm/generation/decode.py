@@ -1,53 +1,55 @@
-"""Jitted, batched KV-cache generation and full-forward sequence log-probs.
+"""Jitted, batched KV-cache generation on left-padded token ids: the device core.
 
-How a call runs (:func:`generate`):
+This module holds what runs on the device and what it is compiled from: the settings
+(:class:`GenerationConfig`), the result (:class:`GenerationResult`), prompt padding
+(:func:`pad_prompts`), the prefill (:func:`prefill`), the segmented decode loop and
+:func:`generate_ids`, which runs them. The rest of generation lives beside it:
 
-1. **Host**: prompts (strings, token-id lists, or already padded arrays) are **left-padded**
-   to a bucketed length ``P`` (the longest prompt rounded up to a multiple of
-   ``GenerationConfig.prompt_bucket``), so calls with similar prompts reuse one compiled
-   function.
-2. **Device, one jitted function per block of rows** (:func:`generate_ids`; the whole batch
-   unless ``GenerationConfig.row_block`` says otherwise or, by default, the device's free
-   memory does not hold the compiled call: :func:`choose_row_block`). The weights are read
-   through one compute-dtype copy made per call (:func:`sampling_state`). Prefill the whole
-   padded prompt into an empty cache of capacity ``P + max_new_tokens`` (:func:`prefill`:
-   the causal self-attention of the prompt by the model's ``attention_impl``, no dense
-   score tensor, in blocks of rows), sample the first token, then decode one token per
-   iteration of ``lax.while_loop`` segments that exit early when every row has hit EOS.
-   Segment ``j`` attends over the first ``P + (j + 1) * kv_block`` cache slots (a static
-   bound), so a step reads the weights once plus the *filled* prefix of the cache rounded
-   up to a block, not the capacity. The cache (stacked for the layer scan, one head-major
-   buffer per layer for the unrolled layers) is carried through the loops and updated in
-   place (``dynamic_update_slice`` on the carry); finished rows keep their batch slot (they
-   still cost a step until every row is done; the batch is not refilled). No host
-   synchronisation happens inside the loop. The compiled function is cached by
-   ``jax.jit`` per ``(model graphdef, B, P, max_new_tokens, greedy, top_k, top_p < 1, kv_block,
-   unroll_layers)``; the
-   parameter *state* is an ordinary argument (``nnx.split``), so GRPO calls it with new
-   parameters every step without recompiling; temperature, top-p mass, EOS ids, the pad
-   id and per-row budgets (``max_lengths``) are traced too (only greedy-or-not, ``top_k``
-   and whether top-p is on are static). :func:`lower_sampling` lowers the same functions
-   from abstract shapes for the step plan (``python -m llm.memory --plan``).
-3. **Host**: decode texts, apply **stop strings** (see below), build a
-   :class:`GenerationResult`.
+* :mod:`llm.generation.text` -- :func:`~llm.generation.text.generate`, text in, text out: pads
+  the prompts, calls :func:`generate_ids`, decodes the texts and applies the **stop strings**;
+* :mod:`llm.generation.logprobs` -- :func:`~llm.generation.logprobs.sequence_logprobs`, the
+  full-forward log-probs of given completions (what the GRPO loss recomputes);
+* :mod:`llm.generation.lowering` -- :func:`~llm.generation.lowering.lower_sampling`, the same
+  compiled functions lowered from abstract shapes for the step plan;
+* :mod:`llm.generation.row_blocks` -- how many rows one compiled call may take.
+
+How :func:`generate_ids` runs: **one jitted function per block of rows** (the whole batch
+unless ``GenerationConfig.row_block`` says otherwise or, by default, the device's free
+memory does not hold the compiled call: :func:`llm.generation.row_blocks.choose_row_block`).
+The prompts come **left-padded** to a length ``P`` (:func:`pad_prompts` rounds the longest
+prompt up to a multiple of ``GenerationConfig.prompt_bucket``, so calls with similar prompts
+reuse one compiled function). The weights are read through one compute-dtype copy made per
+call (:func:`sampling_state`). Prefill the whole padded prompt into an empty cache of
+capacity ``P + max_new_tokens`` (:func:`prefill`: the causal self-attention of the prompt by
+the model's ``attention_impl``, no dense score tensor, in blocks of rows), sample the first
+token, then decode one token per iteration of ``lax.while_loop`` segments that exit early
+when every row has hit EOS. Segment ``j`` attends over the first ``P + (j + 1) * kv_block``
+cache slots (a static bound), so a step reads the weights once plus the *filled* prefix of
+the cache rounded up to a block, not the capacity. The cache (stacked for the layer scan,
+one head-major buffer per layer for the unrolled layers) is carried through the loops and
+updated in place (``dynamic_update_slice`` on the carry); finished rows keep their batch
+slot (they still cost a step until every row is done; the batch is not refilled). No host
+synchronisation happens inside the loop. The compiled function is cached by ``jax.jit`` per
+``(model graphdef, B, P, max_new_tokens, greedy, top_k, top_p < 1, kv_block,
+unroll_layers)``; the parameter *state* is an ordinary argument (``nnx.split``), so GRPO
+calls it with new parameters every step without recompiling; temperature, top-p mass, EOS
+ids, the pad id and per-row budgets (``max_lengths``) are traced too (only greedy-or-not,
+``top_k`` and whether top-p is on are static).
 
 Conventions:
 
 * ``tokens`` ``[B, max_new_tokens]``: sampled ids; after a row's end they hold the pad id.
 * ``mask`` ``[B, max_new_tokens]`` bool: True for the completion's tokens, **including the
-  EOS token** that ended it (GRPO must learn to emit it) and including the tokens that
-  complete a stop string. ``lengths`` = ``mask.sum(-1)``.
+  EOS token** that ended it (GRPO must learn to emit it) and, after
+  :func:`llm.generation.text.generate` has applied them, including the tokens that complete
+  a stop string. ``lengths`` = ``mask.sum(-1)``.
 * ``logprobs`` ``[B, max_new_tokens]`` float32: log-probability of each sampled token under
   the **unmodified model distribution** (``log_softmax`` of the raw logits, temperature 1, no
-  top-k/top-p), which is what the GRPO loss recomputes with :func:`sequence_logprobs`. It is
-  *not* the log-prob under the temperature-scaled / filtered distribution that drew the token.
-  0 where ``mask`` is False.
-* **Stop strings are applied on the host after the loop**: the text is decoded
-  (``skip_special_tokens=True``), the earliest occurrence of any stop string is found, and the
-  completion is truncated to the fewest tokens whose decoded text contains it (binary search
-  over prefixes). The returned text ends right after the stop string (it is included). The
-  device loop itself does not stop on stop strings (it stops on EOS or ``max_new_tokens``), so
-  tokens after a stop string cost compute but are discarded.
+  top-k/top-p), which is what the GRPO loss recomputes with
+  :func:`llm.generation.logprobs.sequence_logprobs`. It is *not* the log-prob under the
+  temperature-scaled / filtered distribution that drew the token. 0 where ``mask`` is False.
+* The device loop stops on EOS or ``max_new_tokens`` only; stop strings are applied on the
+  host afterwards (:mod:`llm.generation.text`).
 """
 
 from __future__ import annotations
@@ -63,19 +65,15 @@ import numpy as np
 from flax import nnx
 
 from llm.generation import row_blocks, sampling
-from llm.generation.stops import eos_and_pad
 from llm.generation.sampling import validate_sampling
 
 __all__ = [
     "GenerationConfig",
     "GenerationResult",
-    "generate",
     "generate_ids",
-    "lower_sampling",
     "pad_prompts",
     "prefill",
     "sampling_state",
-    "sequence_logprobs",
     "split_model",
     "trace_count",
 ]
@@ -100,7 +98,8 @@ class GenerationConfig:
       top_p: nucleus mass in ``(0, 1]`` (1 disables).
       eos_token_ids: ids that end a completion; ``None`` takes the tokenizer's EOS plus
         ``<|endoftext|>`` / its pad token when they exist; ``()`` never stops early.
-      stop_strings: texts that end a completion (applied on the host, see module doc).
+      stop_strings: texts that end a completion (applied on the host by
+        :func:`llm.generation.text.generate`, see that module's doc).
       prompt_bucket: prompts are left-padded to a multiple of this length (>= 1).
       pad_token_id: id written after a completion's end and used for left padding;
         ``None`` takes the tokenizer's pad id (else its EOS id, else 0).
@@ -162,7 +161,8 @@ class GenerationConfig:
 
 @dataclasses.dataclass
 class GenerationResult:
-    """Output of :func:`generate` (arrays on device; ``texts``/``finish_reasons`` host lists).
+    """Output of :func:`llm.generation.text.generate` (arrays on device; ``texts``/``finish_reasons``
+    host lists).
 
     Attributes:
       tokens: ``[B, N]`` int32 completion ids, pad id after each row's end.
@@ -197,13 +197,6 @@ def split_model(model: Any) -> tuple[Any, Any]:
     raise TypeError(f"model must be an nnx.Module or a (graphdef, state) pair, got {type(model).__name__}")
 
 
-def _as_module(model: Any) -> nnx.Module:
-    if isinstance(model, nnx.Module):
-        return model
-    graphdef, state = split_model(model)
-    return nnx.merge(graphdef, state)
-
-
 def left_pad_positions(mask: jax.Array) -> jax.Array:
     """RoPE positions of a left-padded batch: ``cumsum(mask) - 1`` clipped at 0."""
     return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
@@ -230,23 +223,6 @@ def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, bucket: int = 1) 
 
 
 # ----------------------------------------------------------------------------- device core
-def _prefill_all_but_last(model, input_ids, prompt_mask, capacity: int):
-    """Write the KV cache of every prompt token but the last; return ``(cache, positions)``.
-
-    The logits of this call are unused, so XLA drops the ``[B, P-1, vocab]`` LM-head
-    product (the most expensive part of a prefill for large vocabularies); the caller runs
-    the last prompt token (and, for :func:`sequence_logprobs`, the completion) through the
-    cache to get exactly the logits it needs.
-    """
-    batch, prompt_len = input_ids.shape
-    positions = left_pad_positions(prompt_mask)
-    cache = model.init_cache(batch, capacity)
-    if prompt_len > 1:
-        _, cache = model(input_ids[:, :-1], positions=positions[:, :-1], attention_mask=prompt_mask[:, :-1],
-                         cache=cache)
-    return cache, positions
-
-
 #: EOS ids travel as a fixed-size int32 array (padded with -1) so that changing them does
 #: not recompile; at most this many.
 MAX_EOS_IDS = 8
@@ -569,6 +545,12 @@ def generate_ids(model: Any, input_ids, prompt_mask, key: jax.Array | None, conf
     return tuple(jnp.concatenate(xs, axis=0) for xs in zip(*parts))
 
 
+# The row-block plumbing of generate_ids stays here, beside the core it compiles: core_statics,
+# _row_slice and _auto_row_block run on every generate_ids call and need _generate_core, so
+# moving them to llm.generation.row_blocks (imported by this module) would make an import
+# cycle, and moving them to llm.generation.lowering (which imports this module) would need a
+# lazy import back. Only the lowering from abstract shapes (abstract_core_args,
+# lower_sampling), which nothing here calls, lives in llm.generation.lowering.
 def core_statics(config: GenerationConfig, state: Any) -> dict[str, Any]:
     """The static arguments :func:`generate_ids` compiles :func:`_generate_core` with."""
     return dict(max_new_tokens=config.max_new_tokens, greedy=config.greedy, top_k=int(config.top_k),
@@ -583,41 +565,6 @@ def _row_slice(dynamic: tuple, start: int, rows: int) -> tuple:
     return (state, cut(ids), cut(mask), key, temperature, top_p, eos, pad, cut(budget))
 
 
-def abstract_core_args(state: Any, rows: int, prompt_len: int) -> tuple:
-    """``ShapeDtypeStruct`` arguments of :func:`_generate_core` for ``rows`` prompts of
-    ``prompt_len`` tokens (``state`` may itself be abstract): what the step plan compiles."""
-    sds = jax.ShapeDtypeStruct
-    return (state, sds((rows, prompt_len), jnp.int32), sds((rows, prompt_len), jnp.bool_),
-            jax.eval_shape(lambda: jax.random.PRNGKey(0)), sds((), jnp.float32), sds((), jnp.float32),
-            sds((MAX_EOS_IDS,), jnp.int32), sds((), jnp.int32), sds((rows,), jnp.int32))
-
-
-def lower_sampling(graphdef: Any, state: Any, rows: int, prompt_len: int, config: GenerationConfig,
-                   part: str = "call", unroll_layers: bool | None = None):
-    """``jax.stages.Lowered`` of one compiled sampling function of :func:`generate_ids` for
-    ``rows`` prompts of ``prompt_len`` tokens, from abstract arguments (nothing allocated):
-    ``part="call"`` the whole call (:func:`_generate_core`: what runs), ``"prefill"`` its
-    prefill alone, ``"decode"`` its decode loop alone (from a filled cache; the cache is
-    donated, as it is carried inside the whole call). The step plan (:mod:`llm.benchmark.step_plan`)
-    reads their memory analyses. ``unroll_layers`` overrides the config's choice (the plan
-    compiles depth cuts of a model whose full depth decides it)."""
-    statics = core_statics(config, state)
-    if unroll_layers is not None:
-        statics["unroll_layers"] = bool(unroll_layers)
-    args = abstract_core_args(state, rows, prompt_len)
-    if part == "call":
-        return _generate_core.lower(graphdef, *args, **statics)
-    if part == "prefill":
-        return _prefill_core.lower(graphdef, state, args[1], args[2], max_new_tokens=statics["max_new_tokens"],
-                                   prefill_block=None, unroll_layers=statics["unroll_layers"])
-    if part == "decode":
-        logits, cache = jax.eval_shape(
-            lambda st, i, m: _prefill_core(graphdef, st, i, m, max_new_tokens=statics["max_new_tokens"],
-                                           unroll_layers=statics["unroll_layers"]), state, args[1], args[2])
-        return _decode_core.lower(graphdef, state, cache, logits, args[2], *args[3:], **statics)
-    raise ValueError(f"part={part!r} not in ('call', 'prefill', 'decode')")
-
-
 def _auto_row_block(graphdef: Any, dynamic: tuple, statics: dict) -> int:
     """``row_block=None``: :func:`llm.generation.row_blocks.auto_row_block` on the compiled calls'
     memory analyses (the choice is kept per graph, shapes and static arguments)."""
@@ -629,142 +576,3 @@ def _auto_row_block(graphdef: Any, dynamic: tuple, statics: dict) -> int:
         return row_blocks.call_bytes(_generate_core.lower(graphdef, *block, **statics).compile())
 
     return row_blocks.auto_row_block(key, dynamic[1].shape[0], dynamic[1], need)
-
-
-# ----------------------------------------------------------------------------- host wrapper
-def _first_stop(text: str, stops: Sequence[str]) -> int:
-    """End index of the earliest-ending stop string occurrence in ``text``, or -1."""
-    ends = [text.find(s) + len(s) for s in stops if s in text]
-    return min(ends) if ends else -1
-
-
-def _apply_stop(tokenizer, ids: list[int], stops: Sequence[str]) -> tuple[int, str] | None:
-    """Fewest leading tokens of ``ids`` whose text holds a stop string, and the cut text."""
-    text = tokenizer.decode(ids, skip_special_tokens=True)
-    if _first_stop(text, stops) < 0:
-        return None
-    lo, hi = 1, len(ids)  # invariant: prefix of length hi contains a stop string
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _first_stop(tokenizer.decode(ids[:mid], skip_special_tokens=True), stops) >= 0:
-            hi = mid
-        else:
-            lo = mid + 1
-    cut_text = tokenizer.decode(ids[:hi], skip_special_tokens=True)
-    return hi, cut_text[: _first_stop(cut_text, stops)]
-
-
-def generate(model: Any, tokenizer: Any, prompts: Any, config: GenerationConfig | None = None, *,
-             key: jax.Array | None = None, decode: bool = True) -> GenerationResult:
-    """Generate completions for a batch of prompts.
-
-    Args:
-      model: ``nnx.Module`` or ``(graphdef, state)`` (from ``nnx.split``); the state is a
-        traced argument, so new parameters of the same structure reuse the compiled function.
-      tokenizer: a ``transformers`` tokenizer (for string prompts, default EOS/pad ids and
-        texts), or ``None`` with token-id prompts.
-      prompts: list of strings (encoded as is: apply the chat template first), list of
-        token-id lists, or a pair ``(ids [B, P], mask [B, P])`` already left-padded (used as
-        is, no bucketing).
-      config: :class:`GenerationConfig` (default: ``GenerationConfig()``).
-      key: PRNG key; required unless greedy. The same key gives the same samples.
-      decode: build ``texts`` (needs a tokenizer); stop strings need it too.
-
-    Returns:
-      :class:`GenerationResult`.
-    """
-    config = config or GenerationConfig()
-    default_eos, default_pad = eos_and_pad(tokenizer)
-    pad = config.pad_token_id if config.pad_token_id is not None else default_pad
-    if isinstance(prompts, tuple) and len(prompts) == 2 and hasattr(prompts[0], "shape"):
-        ids, mask = np.asarray(prompts[0], np.int32), np.asarray(prompts[1]).astype(bool)
-        if not mask.any(axis=-1).all():
-            raise ValueError("every prompt row needs at least one real token (prompt_mask row is all False)")
-    else:
-        prompts = list(prompts)
-        if prompts and isinstance(prompts[0], str):
-            if tokenizer is None:
-                raise ValueError("string prompts need a tokenizer")
-            prompts = list(tokenizer(prompts)["input_ids"])
-        ids, mask = pad_prompts(prompts, pad, config.prompt_bucket)
-    if config.stop_strings and tokenizer is None:
-        raise ValueError(f"stop_strings={config.stop_strings!r} need a tokenizer")
-
-    tokens, out_mask, lengths, logps, hit_eos = generate_ids(
-        (split_model(model)), ids, mask, key, config, eos_token_ids=default_eos, pad_token_id=pad)
-
-    reasons = ["eos" if e else "length" for e in np.asarray(hit_eos).tolist()]
-    texts = None
-    if (decode or config.stop_strings) and tokenizer is not None:
-        tok_np, len_np = np.asarray(tokens), np.asarray(lengths)
-        seqs = [tok_np[b, : len_np[b]].tolist() for b in range(tok_np.shape[0])]
-        texts = list(tokenizer.batch_decode(seqs, skip_special_tokens=True))
-        if config.stop_strings:
-            tok_np, len_np, lp_np = tok_np.copy(), len_np.copy(), np.asarray(logps).copy()
-            changed = False
-            for b, seq in enumerate(seqs):
-                cut = _apply_stop(tokenizer, seq, config.stop_strings)
-                if cut is None:
-                    continue
-                n_tok, texts[b] = cut
-                reasons[b] = "stop"
-                tok_np[b, n_tok:] = pad
-                lp_np[b, n_tok:] = 0.0
-                len_np[b] = n_tok
-                changed = True
-            if changed:
-                tokens, lengths, logps = jnp.asarray(tok_np), jnp.asarray(len_np), jnp.asarray(lp_np)
-                out_mask = jnp.arange(tok_np.shape[1])[None, :] < lengths[:, None]
-    return GenerationResult(
-        tokens=tokens, mask=out_mask, lengths=lengths, logprobs=logps,
-        prompt_ids=jnp.asarray(ids), prompt_mask=jnp.asarray(mask), texts=texts, finish_reasons=reasons,
-    )
-
-
-# ----------------------------------------------------------------------------- log-probs
-def sequence_logprobs(model: Any, prompt_ids, prompt_mask, completion_ids, completion_mask, *,
-                      temperature: float = 1.0) -> jax.Array:
-    """Per-token log-probs of completions under the model, in one pass over the sequence.
-
-    Pure and differentiable (no ``jit`` inside; call it inside the GRPO loss). The prompt is
-    left-padded and the completion right-padded, exactly as :func:`generate` returns them,
-    so positions (``cumsum(mask) - 1``) match the cached decoding.
-
-    The pass runs the prompt (all but its last token) into a KV cache, then the last prompt
-    token and the completion through that cache: numerically the full causal forward, but the
-    LM head is evaluated only at the ``T`` positions that predict completion tokens (no
-    ``[B, P, vocab]`` logits, which dominate memory for real Qwen3 vocabularies).
-
-    Args:
-      model: ``nnx.Module`` or ``(graphdef, state)``.
-      prompt_ids, prompt_mask: ``[B, P]`` left-padded prompts and their mask (the last
-        column must be a real token in every row, as left padding guarantees).
-      completion_ids, completion_mask: ``[B, T]`` completions and their mask.
-      temperature: divide logits by it first (1 = the raw model distribution, the one
-        :func:`generate` reports).
-
-    Returns:
-      ``[B, T]`` float32 log-probs, 0 where ``completion_mask`` is False.
-    """
-    chex.assert_rank([prompt_ids, completion_ids], 2)
-    chex.assert_equal_shape([prompt_ids, prompt_mask])
-    chex.assert_equal_shape([completion_ids, completion_mask])
-    chex.assert_equal_shape_prefix([prompt_ids, completion_ids], 1)
-    module = _as_module(model)
-    prompt_ids = jnp.asarray(prompt_ids, jnp.int32)
-    completion_ids = jnp.asarray(completion_ids, jnp.int32)
-    pmask = jnp.asarray(prompt_mask).astype(bool)
-    cmask = jnp.asarray(completion_mask).astype(bool)
-    t = completion_ids.shape[1]
-    cache, positions = _prefill_all_but_last(module, prompt_ids, pmask, prompt_ids.shape[1] + t)
-    # inputs that predict the completion: last prompt token, then completion[:, :-1]
-    ids = jnp.concatenate([prompt_ids[:, -1:], completion_ids[:, :-1]], axis=1)
-    mask = jnp.concatenate([pmask[:, -1:], cmask[:, :-1]], axis=1)
-    pos = positions[:, -1:] + jnp.cumsum(mask.astype(jnp.int32), axis=1) - mask[:, :1].astype(jnp.int32)
-    logits, _ = module(ids, positions=pos, attention_mask=mask, cache=cache)
-    logits = logits.astype(jnp.float32)
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    out = jnp.take_along_axis(logp, completion_ids[..., None], axis=-1)[..., 0]
-    return jnp.where(cmask, out, 0.0)

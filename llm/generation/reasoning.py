@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import chex
 import jax
@@ -50,8 +50,7 @@ import numpy as np
 from llm.model import sharding
 from llm.model.errors import reject_unknown
 
-if TYPE_CHECKING:  # llm.generation.decode imports llm.game.prompts, which imports this module
-    from llm.generation.decode import GenerationConfig
+from llm.generation.decode import GenerationConfig, generate_ids
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -283,7 +282,6 @@ def think_phase(model: Any, input_ids, prompt_mask, key: Optional[jax.Array], co
     Returns host arrays ``tokens [B, thinking_tokens]``, ``lengths``, ``logprobs``, ``closed``
     (ended on ``</think>``), ``ended`` (ended the turn on an end id) and ``hit_budget``.
     """
-    from llm.generation.decode import generate_ids  # lazy: llm.game.prompts imports this module, llm.generation.decode imports llm.game.prompts
     eos = tuple(int(i) for i in (config.eos_token_ids if config.eos_token_ids is not None else eos_token_ids))
     if int(close_id) in eos:
         raise ReasoningError(f"</think> id {close_id} is also an end-of-turn id")
@@ -342,7 +340,6 @@ def generate_with_thinking(model: Any, input_ids, prompt_mask, key: Optional[jax
       place: puts the phase-3 prompt arrays where the model runs (e.g. shards them).
       to_host: gathers a device array to host numpy.
     """
-    from llm.generation.decode import generate_ids
 
     forced_ids = [int(i) for i in forced_ids]
     if int(close_id) not in forced_ids:

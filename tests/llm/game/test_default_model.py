@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from llm.game import default
-from llm.generation.decode import GenerationConfig, generate
+from llm.generation.decode import GenerationConfig
+from llm.generation.text import generate
 from llm.model.config import Qwen3Config
 
 

@@ -21,9 +21,9 @@ from llm.generation.decode import (
     GenerationConfig,
     _generate_core,
     decode_segments,
-    generate,
-    sequence_logprobs,
 )
+from llm.generation.logprobs import sequence_logprobs
+from llm.generation.text import generate
 from llm.model.config import Qwen3Config
 from llm.model.qwen3 import Qwen3ForCausalLM
 

@@ -1,4 +1,5 @@
-"""Sampling filters and batched KV-cache generation (llm/generation/sampling.py, llm/generation/decode.py)."""
+"""Sampling filters and batched KV-cache generation (llm/generation/sampling.py, llm/generation/decode.py,
+llm/generation/text.py, llm/generation/logprobs.py)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ from hypothesis import strategies as st
 from llm.generation import sampling
 from llm.generation.decode import (
     GenerationConfig,
-    generate,
     generate_ids,
     pad_prompts,
-    sequence_logprobs,
     split_model,
     trace_count,
 )
+from llm.generation.logprobs import sequence_logprobs
+from llm.generation.text import generate
 from llm.model.config import Qwen3Config
 from llm.model.qwen3 import Qwen3ForCausalLM
 from llm.game.tokenizer import save_game_tokenizer

@@ -17,7 +17,7 @@ from llm.training.policy import Policy
 from llm.game.prompter import Prompter
 from llm.training.stage import MetricsLog
 from llm.training.config import GRPOConfig, OptimConfig, TrainConfig
-from llm.generation.decode import sequence_logprobs
+from llm.generation.logprobs import sequence_logprobs
 from llm.rl.grpo import GRPOLossConfig
 from llm.model.config import Qwen3Config
 from llm.model.qwen3 import Qwen3ForCausalLM

@@ -23,7 +23,8 @@ from llm.training.stage import MetricsLog, train_stage
 from llm.training.config import GRPOConfig, ModelConfig, OptimConfig, StageConfig, TrainConfig, WarmStartConfig
 from llm.rl.batches import GRPOBatch, TokenBatch
 from llm.rl.updates import GRPOIterations, completion_forward, make_grpo_update, make_logprob_fn, trace_counts
-from llm.generation.decode import GenerationConfig, generate_ids, sequence_logprobs
+from llm.generation.decode import GenerationConfig, generate_ids
+from llm.generation.logprobs import sequence_logprobs
 from llm.rl.grpo import GRPOLossConfig
 from llm.model.config import Qwen3Config
 from llm.model.qwen3 import Qwen3ForCausalLM
