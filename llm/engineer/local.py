@@ -14,7 +14,7 @@ validation errors and, for constrained decoding, the top-scored values at every 
 Malformed output never raises.
 
 **Reasoning** (``reasoning: {enabled: auto | true | false, thinking_tokens, temperature}``;
-``auto`` follows the run's ``prompt.reasoning.enabled``): the model first writes a free
+``auto``: on when the run's policy thinks in its own words, :func:`run_reasons`): the model first writes a free
 analysis in a ``<think>`` block (sampled or greedy, at most ``thinking_tokens`` tokens; then
 ``</think>`` is forced, :func:`llm.generation.reasoning.think_phase`), and the configuration is decoded
 after it (constrained or free) conditioned on that analysis. The analysis is saved in the
@@ -69,7 +69,10 @@ def reasoning_settings(node: Optional[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def run_reasons(ctx: EngineerContext) -> bool:
-    """Whether the run's policy prompt has reasoning on (``prompt.reasoning.enabled``)."""
+    """Whether the run's policy thinks in its own words: ``prompt.reasoning.enabled`` and not
+    ``prompt.reasoning.warmstart``. A policy whose thinking the warm start templated (the
+    shipped planner traces paths cell by cell) has learned no analysis to write, so ``auto``
+    leaves the engineer's think block off for it."""
     cfg = ctx.run_cfg
     node = cfg.get("prompt") if isinstance(cfg, Mapping) else getattr(cfg, "prompt", None)
     if node is None:
@@ -77,8 +80,8 @@ def run_reasons(ctx: EngineerContext) -> bool:
     node = node.get("reasoning") if isinstance(node, Mapping) else getattr(node, "reasoning", None)
     if node is None:
         return False
-    enabled = node.get("enabled", False) if isinstance(node, Mapping) else getattr(node, "enabled", False)
-    return bool(enabled)
+    get = (lambda k: node.get(k, False)) if isinstance(node, Mapping) else (lambda k: getattr(node, k, False))
+    return bool(get("enabled")) and not bool(get("warmstart"))
 
 
 def write_analysis(model: Any, tokenizer: Any, text: str, thinking_tokens: int, temperature: float,

@@ -97,5 +97,8 @@ def test_the_engineer_reads_the_prompt_from_the_settings():
         return EngineerContext(stage=1, current=s.env, initial=s.env, eval_result={}, summary={}, history=[],
                                state={}, seed=0, stage_dir=Path("."), checkpoint=Path("."), run_cfg=s)
 
-    assert not run_reasons(ctx(RunSettings.from_cfg(_cfg())))
-    assert run_reasons(ctx(RunSettings.from_cfg(_cfg("+prompt.reasoning.enabled=true"))))
+    assert not run_reasons(ctx(RunSettings.from_cfg(_cfg("prompt=compact"))))
+    assert run_reasons(ctx(RunSettings.from_cfg(_cfg("prompt=reasoning"))))
+    # the planner thinks in templated path traces: no analysis of its own to write
+    assert not run_reasons(ctx(RunSettings.from_cfg(_cfg("prompt=planner"))))
+    assert run_reasons(ctx(RunSettings.from_cfg(_cfg("prompt=planner", "prompt.reasoning.warmstart=false"))))
