@@ -38,7 +38,8 @@ class Example:
     Attributes:
       lake: the unbatched lake.
       prompt: the chat text the policy read ("" when the text did not come from a policy).
-      completion: the completion text.
+      completion: the completion text (a reasoning policy's: think block included; its plan
+        is read from the answer after ``</think>``).
       plan: ``[max_agents, horizon]`` int32, the parsed plan (STAY where missing).
       malformed: the completion was off format (a reward term).
       reasons: why it is malformed (empty when it is not).
@@ -142,8 +143,9 @@ def policy_examples(policy: Any, lakes: Lake, key: jax.Array, *, prompt_config: 
       lakes: a batched :class:`Lake` (leading axis ``B``; a handful).
       key: PRNG key (sampling when ``temperature > 0``, and the slips).
       prompt_config: a :class:`llm.game.prompts.PromptConfig` (default: its defaults); use the
-        one the policy was trained with (``TrainConfig.prompt``).
-      max_new_tokens: completion budget, as in training.
+        one the policy was trained with (``TrainConfig.prompt``). With its reasoning on, the
+        policy thinks first (at most ``reasoning.thinking_tokens``), as in training.
+      max_new_tokens: completion budget (the answer's, after any think block), as in training.
       temperature: 0 decodes greedily (as the held-out evaluation does).
       horizon: rollout length (default: the batch's largest ``max_steps``).
       prompt_bucket: prompts are padded to a multiple of this many tokens.
@@ -158,9 +160,13 @@ def policy_examples(policy: Any, lakes: Lake, key: jax.Array, *, prompt_config: 
     ids, mask = prompter.encode(lakes)
     k_gen, k_play = jax.random.split(key)
     gen = GenerationConfig(max_new_tokens=int(max_new_tokens), temperature=float(temperature))
-    out = sample_completions(policy, ids, mask, k_gen, gen, None)
+    out = sample_completions(policy, ids, mask, k_gen, gen, None, config.reasoning)
     texts = prompt_lib.render_prompts(lakes, policy.tokenizer, config)
-    return play_texts(lakes, out.texts, k_play, horizon=horizon, prompts=texts)
+    if out.answers is None:
+        return play_texts(lakes, out.texts, k_play, horizon=horizon, prompts=texts)
+    # reasoning: the plan is the answer after </think>; the example keeps the whole completion
+    played = play_texts(lakes, out.answers, k_play, horizon=horizon, prompts=texts)
+    return [dataclasses.replace(e, completion=full) for e, full in zip(played, out.texts)]
 
 
 def failure_rates(examples: Sequence[Example]) -> dict[str, float]:

@@ -92,3 +92,25 @@ def test_policy_examples_decode_and_play_what_the_policy_wrote():
         assert e.malformed == bad
     again = ex.policy_examples(policy, LAKES, KEY, prompt_config=PromptConfig(), max_new_tokens=6)
     assert [e.completion for e in again] == [e.completion for e in got]  # greedy: deterministic
+
+
+def test_a_reasoning_policy_thinks_and_its_answer_is_played():
+    """With the planner prompt (reasoning on) the policy thinks first, as in training; the
+    example keeps the whole completion and plays the answer after ``</think>``."""
+    import dataclasses
+
+    from llm.game.prompts import load_prompt_config
+    from llm.generation.reasoning import strip_thinking
+
+    _, tokenizer = load_default()
+    cfg = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    policy = Policy.from_model(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(0)), tokenizer)
+    planner = load_prompt_config("planner")
+    prompt = dataclasses.replace(planner, reasoning=dataclasses.replace(planner.reasoning, thinking_tokens=4))
+    got = ex.policy_examples(policy, LAKES, KEY, prompt_config=prompt, max_new_tokens=6)
+    for e in got:
+        assert "</think>" in e.completion  # a random model is closed at its 4-token budget
+        acts, bad = parse_plan(strip_thinking(e.completion), e.num_agents, 6)
+        np.testing.assert_array_equal(e.plan[: e.num_agents], acts)
+        assert e.malformed == bad
