@@ -27,6 +27,7 @@ def tiny_run_overrides(micro):
         "train.eval.batch_size=2", "train.progress=false", "train.plot=false",
         "eval.current_env_lakes=2", "eval.summary.env_stats_lakes=2", "eval.batch_size=16",
         "eval.sampled.num_samples=1", "eval.max_new_tokens=16",
+        "prompt.reasoning.thinking_tokens=8",  # the default prompt (planner) thinks first: a short budget
     ]
 
 
