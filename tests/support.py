@@ -27,8 +27,17 @@ def tiny_run_overrides(micro):
         "train.eval.batch_size=2", "train.progress=false", "train.plot=false",
         "eval.current_env_lakes=2", "eval.summary.env_stats_lakes=2", "eval.batch_size=16",
         "eval.sampled.num_samples=1", "eval.max_new_tokens=16",
-        "prompt.reasoning.thinking_tokens=8",  # the default prompt (planner) thinks first: a short budget
+        # the pipeline's mechanics with a random micro model: the plan-only prompt (the default
+        # planner prompt thinks first, one more compiled sampler per shape); tests that run the
+        # default prompt add planner_prompt_overrides()
+        "prompt=compact",
     ]
+
+
+def planner_prompt_overrides():
+    """The default prompt (conf/prompt/planner.yaml: the policy thinks first) with a short thinking
+    budget, for the tiny runs that exercise it end to end."""
+    return ["prompt=planner", "prompt.reasoning.thinking_tokens=8"]
 
 
 def run_cli(monkeypatch, args):

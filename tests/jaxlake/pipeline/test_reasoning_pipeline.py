@@ -87,7 +87,7 @@ def test_reasoning_run_on_a_random_qwen3_with_the_official_tokenizer(monkeypatch
     monkeypatch.setattr(warmstart, "plan_targets", plan_targets)
     # fewer compilations than the shared tiny overrides: one GRPO step, greedy suite only
     lighter = {"train.grpo.steps": "1", "eval.sampled.num_samples": "0"}
-    base = [o for o in tiny_run_overrides(qwen_shaped_model) if o.split("=", 1)[0] not in lighter]
+    base = [o for o in tiny_run_overrides(qwen_shaped_model) if o.split("=", 1)[0] not in (*lighter, "prompt")]
     args = [f"runs_dir={tmp_path}", "experiment=qwen", "stages=1", *base, *(f"{k}={v}" for k, v in lighter.items()),
             *REASONING, "prompt.reasoning.warmstart=true",
             "engineer.reasoning.enabled=true"]  # auto leaves it off after a templated warm start

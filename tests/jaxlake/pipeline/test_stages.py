@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.support import run_cli, tiny_run_overrides, unwritable
+from tests.support import planner_prompt_overrides, run_cli, tiny_run_overrides, unwritable
 from jaxlake.conf import CONF_DIR
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -150,7 +150,7 @@ def test_stage_by_stage_with_interruptions(monkeypatch, capsys, runs, micro_mode
     from jaxlake.io import lock_record
 
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    args = overrides(runs, micro_model, "staged", "engineer=heuristic")
+    args = overrides(runs, micro_model, "staged", "engineer=heuristic", *planner_prompt_overrides())  # the default prompt
     run = runs / "staged"
     # a bad value is refused before anything is written (the corrected command, below, runs in the
     # same folder); its one line is tests/jaxlake/pipeline/test_run_stage.py's, and the
@@ -196,7 +196,7 @@ def test_stage_by_stage_with_interruptions(monkeypatch, capsys, runs, micro_mode
     shutil.copytree(run, copy)
     for name in ("policy", "checkpoint", "warmstart"):
         shutil.rmtree(run / "stage_1" / name)
-    args = overrides(runs, micro_model, "staged_copy", "engineer=heuristic")
+    args = overrides(runs, micro_model, "staged_copy", "engineer=heuristic", *planner_prompt_overrides())
     run = copy
 
     # stage 2, killed between evaluation and summary, then the same command resumes it
