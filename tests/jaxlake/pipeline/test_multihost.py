@@ -51,6 +51,7 @@ TINY = [
     # and the suite 16): each program compiles once for all of them
     "env.height=3", "env.width=3", "env.num_agents=1", "env.max_steps=4", "env.max_height=4", "env.max_width=4",
     "env.max_agents=2", "train.max_prompt_tokens=64",
+    "prompt=compact",  # plan only: the default planner prompt would think first (a second sampler per shape)
     "train.mesh.data=2", "train.mesh.fsdp=2",
     f"train.warmstart.steps={WARMSTART_STEPS}", "train.warmstart.batch_size=8",
     f"train.warmstart.checkpoint_every={WARMSTART_STEPS}", "train.warmstart.optim.lr=3e-2",
