@@ -130,7 +130,9 @@ def _pretrain(tmp_path, *extra, timeout=900):
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     args = [f"runs_dir={tmp_path}", "experiment=p", "eval=tiny", *MICRO, "train.warmstart.steps=4",
             "train.warmstart.batch_size=8", "train.warmstart.checkpoint_every=2", "train.warmstart.log_every=2",
-            "train.progress=false", "train.plot=false", *extra]
+            "train.progress=false", "train.plot=false",
+            "prompt.reasoning.thinking_tokens=8",  # the planner prompt thinks first: a short budget
+            *extra]
     return subprocess.run([sys.executable, "-m", "jaxlake.pretrain", *args], cwd=str(ROOT), env=env,
                           capture_output=True, text=True, timeout=timeout)
 
