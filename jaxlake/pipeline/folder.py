@@ -152,10 +152,10 @@ def planner_prompt_warning(s: RunSettings) -> Optional[str]:
         return None
     record = read_json(PLANNER_DIR / "pretrain.json")
     trained = (record.get("settings") or {}).get("prompt")
-    if trained is None or PromptConfig.from_dict(trained) == s.prompt:
+    trained = None if trained is None else PromptConfig.from_dict(trained)
+    if trained is None or trained == s.prompt:
         return None
-    fields = [f.name for f in dataclasses.fields(PromptConfig)
-              if getattr(PromptConfig.from_dict(trained), f.name) != getattr(s.prompt, f.name)]
+    fields = [f.name for f in dataclasses.fields(PromptConfig) if getattr(trained, f.name) != getattr(s.prompt, f.name)]
     return (f"the shipped planner was trained on another prompt (it differs in prompt.{', prompt.'.join(fields)}); "
             f"its prompt is settings.prompt of {PLANNER_DIR / 'pretrain.json'}")
 

@@ -36,7 +36,7 @@ from jaxlake.metrics import MetricsWriter
 from jaxlake.mixture import Mixture
 from jaxlake.text import format_plan
 from llm.game import prompts
-from llm.generation.reasoning import THINK_CLOSE, THINK_OPEN
+from llm.generation.reasoning import THINK_CLOSE, THINK_OPEN, WARMSTART_STYLES
 from llm.model import distributed as dist
 from llm.model import sharding as shd
 from llm.game.lakes import sample_lakes
@@ -115,8 +115,8 @@ def reasoning_text(solution: planner.Solution, num_agents: int, tokenizer: Any =
     whole lines are dropped from the end until the block (tags included) fits in
     ``max_tokens`` tokens (the thinking budget).
     """
-    if style not in ("summary", "paths"):
-        raise ValueError(f"style={style!r} not one of ['summary', 'paths']")
+    if style not in WARMSTART_STYLES:
+        raise ValueError(f"style={style!r} not one of {list(WARMSTART_STYLES)}")
     lines = reasoning_lines(solution, num_agents) if style == "summary" else path_lines(solution, num_agents, cell)
     while True:
         block = f"{THINK_OPEN}\n" + "\n".join(lines) + f"\n{THINK_CLOSE}"
