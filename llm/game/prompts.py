@@ -119,6 +119,17 @@ def _check_template(name: str, template: str, allowed: Sequence[str]) -> None:
             raise PromptError(f"{name} uses unknown placeholder {{{field}}}; allowed: {sorted(allowed)}")
 
 
+def default_prompt_name() -> str:
+    """The ``prompt`` choice of the run config's defaults list (``conf/config.yaml``): what
+    ``python -m jaxlake.run`` prompts with unless told otherwise."""
+    from omegaconf import OmegaConf
+
+    for entry in OmegaConf.to_container(OmegaConf.load(PROMPT_DIR.parent / "config.yaml")).get("defaults", []):
+        if isinstance(entry, dict) and "prompt" in entry:
+            return str(entry["prompt"])
+    return "default"
+
+
 def load_prompt_config(name_or_path: str | os.PathLike = "default") -> PromptConfig:
     """Read ``conf/prompt/<name>.yaml`` (or a YAML file path) into a :class:`PromptConfig`."""
     from omegaconf import OmegaConf

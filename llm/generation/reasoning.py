@@ -72,7 +72,7 @@ __all__ = [
 
 
 #: What the warm start's templated think block may say (:attr:`ReasoningConfig.warmstart_style`).
-WARMSTART_STYLES = ("summary", "paths")
+WARMSTART_STYLES = ("summary", "paths", "checks")
 
 
 class ReasoningError(ValueError):
@@ -101,7 +101,9 @@ class ReasoningConfig:
         start, goal, move count, waits and arrival, then the first cell each pair of paths
         shares. ``paths``: each agent's path, one cell per time step (``A 42 32 33 34``, cells
         written by ``prompt.cell``), so the plan after the block is the path's differences and
-        each written cell is one step from the last.
+        each written cell is one step from the last. ``checks``: the same paths, with the
+        cells toward the goal that are holes written and marked before each step
+        (``A 23 13~ 22``: the step up is a hole, so A goes left).
     """
 
     enabled: bool = False

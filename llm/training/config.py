@@ -57,7 +57,11 @@ class WarmStartConfig:
 
     ``batch_size`` lakes per step; ``micro_batches`` for gradient accumulation; lakes the
     planner cannot solve take no loss. ``steps`` is 0 by default: the default model is the
-    pretrained planner (``+recipe=from_scratch`` asks for 300).
+    pretrained planner (``+recipe=from_scratch`` asks for 300). ``blocked_share`` in [0, 1]:
+    at least this share of each batch are lakes where some agent's straight walk meets a hole
+    (:func:`llm.training.warmstart.select_blocked`; 0: the lakes as drawn). ``mark_weight`` >= 1:
+    the loss weight of the hole marks of style ``checks`` against 1 for every other target
+    token (:func:`llm.training.warmstart.token_weights`).
     """
 
     enabled: bool = True
@@ -68,9 +72,17 @@ class WarmStartConfig:
     checkpoint_every: int = 50
     keep_checkpoints: int = 2
     log_every: int = 1
+    blocked_share: float = 0.0
+    mark_weight: float = 1.0
 
     def __post_init__(self) -> None:
         _positive_int("warmstart.steps", self.steps, 0)
+        if isinstance(self.blocked_share, bool) or not isinstance(self.blocked_share, (int, float)) \
+                or not 0.0 <= self.blocked_share <= 1.0:
+            raise ValueError(f"warmstart.blocked_share={self.blocked_share!r} not a number in [0, 1]")
+        if isinstance(self.mark_weight, bool) or not isinstance(self.mark_weight, (int, float)) \
+                or not 1.0 <= self.mark_weight <= 100.0:
+            raise ValueError(f"warmstart.mark_weight={self.mark_weight!r} not a number in [1, 100]")
         _positive_int("warmstart.batch_size", self.batch_size)
         _positive_int("warmstart.micro_batches", self.micro_batches)
         _positive_int("warmstart.checkpoint_every", self.checkpoint_every)

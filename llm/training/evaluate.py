@@ -26,12 +26,13 @@ PLR engineers.
     episodes      one record per completion (jaxlake.suite.score_texts)
     current_env   {env, grids, modes, episodes} on the training environment (optional);
                   modes[m].by_component: each mixture component's metrics on its own lakes
-    settings      decoding settings, max_new_tokens, prompt length
+    settings      decoding settings, max_new_tokens, prompt length, the prompt config
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -203,6 +204,7 @@ def evaluate_policy(
         "prompt_tokens": int(prompter.length),
         "batch_size": batch_size,
         "rollout_seed": seed,
+        "prompt": dataclasses.asdict(pcfg),
     }
     result["wall_s"] = round(time.perf_counter() - t0, 2)
     return result
@@ -236,13 +238,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llm.evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="HF folder, orbax checkpoint dir, or 'default' (embedded model)")
     parser.add_argument("--eval", default="default", help="conf/eval/<name>.yaml or a YAML path (default: default)")
-    parser.add_argument("--prompt", default="compact", help="conf/prompt/<name>.yaml (default: compact)")
+    parser.add_argument("--prompt", default=None,
+                        help="conf/prompt/<name>.yaml or a YAML path (default: the run config's, conf/config.yaml)")
     parser.add_argument("--model", default=None, help="conf/model/<name>.yaml for an orbax checkpoint's tokenizer")
     parser.add_argument("--out", type=Path, default=Path("eval.json"))
     args = parser.parse_args(argv)
     from omegaconf import OmegaConf
 
-    from llm.game.prompts import load_prompt_config
+    from llm.game.prompts import default_prompt_name, load_prompt_config
 
     from llm.training.policy import load_policy
     from llm.training.config import ModelConfig
@@ -251,7 +254,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.model:
         model = ModelConfig.from_dict(to_plain(OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml")))
     policy = load_policy(model, None if args.checkpoint == "default" else args.checkpoint)
-    result = evaluate_policy(policy, load_eval_conf(args.eval), load_prompt_config(args.prompt),
+    result = evaluate_policy(policy, load_eval_conf(args.eval), load_prompt_config(args.prompt or default_prompt_name()),
                              checkpoint=args.checkpoint)
     write_eval(args.out, result)
     scores = ", ".join(f"{m} {r['score']:.3f}" for m, r in result["modes"].items())

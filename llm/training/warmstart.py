@@ -13,8 +13,7 @@ checkpoint is a policy checkpoint.
 reasoning mode): the target is ``<think>`` + :func:`reasoning_text` + ``</think>`` + the plan,
 where the reasoning is templated from the planner's own solution and therefore true. Style
 ``summary``: each agent's start, goal, moves, the steps at which it waits and its arrival step,
-and for each pair of agents the first cell both paths use (who is there first). Style ``paths``
-(the shipped planner's, ``conf/prompt/planner.yaml``): each agent's path cell by cell, so each
+and for each pair of agents the first cell both paths use (who is there first). Style ``paths``: each agent's path cell by cell, so each
 written cell is one step from the last and can be checked against the prompt's hole list. It is cut, whole lines at a
 time, to fit the thinking budget, so the model learns to close the block in time. Off by
 default: a pretrained model thinks in its own words and templated text would overwrite them.
@@ -106,18 +105,75 @@ def path_lines(solution: planner.Solution, num_agents: int, cell: str = " {row}{
     return lines
 
 
+#: With ``warmstart.blocked_share > 0`` each step draws this many times its batch and keeps
+#: the batch from it (:func:`select_blocked`).
+BLOCKED_POOL = 4
+#: What :func:`check_lines` writes after a cell it tried and found to be a hole.
+HOLE_MARK = "~"
+
+
+def toward_goal(here: tuple[int, int], goal: tuple[int, int]) -> list[tuple[int, int]]:
+    """The cells one step from ``here`` toward ``goal``, in the straight walk's order: the
+    row move first (if the rows differ), then the column move (if the columns differ)."""
+    (r, c), (gr, gc) = here, goal
+    out = []
+    if gr != r:
+        out.append((r + (1 if gr > r else -1), c))
+    if gc != c:
+        out.append((r, c + (1 if gc > c else -1)))
+    return out
+
+
+def check_lines(solution: planner.Solution, num_agents: int, holes: np.ndarray, cell: str = " {row}{col}") -> list[str]:
+    """Each agent's path as :func:`path_lines` writes it, with the holes it checked on the way.
+
+    Before each step, the cells toward the agent's goal (:func:`toward_goal`: the row move,
+    then the column move) are tried in that order; each one that is a hole of ``holes``
+    (``[H, W]`` bool) is written, followed by :data:`HOLE_MARK`, until one is not. Then the
+    path's next cell follows. ``A 23 13~ 22 12 11 10``: from row 2 col 3, the step up
+    toward the goal is a hole, so A goes left. The path is the reference planner's, so the
+    cell after a mark may be any free neighbour (or a wait); every cell without a mark is
+    the path, and the plan is the differences of those cells.
+    """
+    if not solution.found:
+        return []
+    holes = np.asarray(holes, bool)
+    lines = []
+    for i in range(int(num_agents)):
+        path = [(int(r), int(c)) for r, c in np.asarray(solution.paths[i])]
+        goal = path[-1]
+        text = _letter(i) + cell.format(row=path[0][0], col=path[0][1])
+        for here, nxt in zip(path, path[1:]):
+            for cand in toward_goal(here, goal):
+                if not holes[cand]:
+                    break
+                text += cell.format(row=cand[0], col=cand[1]) + HOLE_MARK
+            text += cell.format(row=nxt[0], col=nxt[1])
+        lines.append(text)
+    return lines
+
+
 def reasoning_text(solution: planner.Solution, num_agents: int, tokenizer: Any = None,
-                   max_tokens: Optional[int] = None, style: str = "summary", cell: str = " {row}{col}") -> str:
+                   max_tokens: Optional[int] = None, style: str = "summary", cell: str = " {row}{col}",
+                   holes: Optional[np.ndarray] = None) -> str:
     """The think block of a warm-start target: ``<think>\n`` lines ``\n</think>``.
 
     ``style`` picks the lines (``summary``: :func:`reasoning_lines`; ``paths``:
-    :func:`path_lines`, cells written by ``cell``). With ``tokenizer`` and ``max_tokens``,
-    whole lines are dropped from the end until the block (tags included) fits in
-    ``max_tokens`` tokens (the thinking budget).
+    :func:`path_lines`, cells written by ``cell``; ``checks``: :func:`check_lines`, which
+    needs the lake's ``holes``). With ``tokenizer`` and ``max_tokens``, whole lines are
+    dropped from the end until the block (tags included) fits in ``max_tokens`` tokens (the
+    thinking budget).
     """
     if style not in WARMSTART_STYLES:
         raise ValueError(f"style={style!r} not one of {list(WARMSTART_STYLES)}")
-    lines = reasoning_lines(solution, num_agents) if style == "summary" else path_lines(solution, num_agents, cell)
+    if style == "summary":
+        lines = reasoning_lines(solution, num_agents)
+    elif style == "paths":
+        lines = path_lines(solution, num_agents, cell)
+    else:
+        if holes is None:
+            raise ValueError("style='checks' needs the lake's holes")
+        lines = check_lines(solution, num_agents, holes, cell)
     while True:
         block = f"{THINK_OPEN}\n" + "\n".join(lines) + f"\n{THINK_CLOSE}"
         if tokenizer is None or max_tokens is None or not lines:
@@ -148,10 +204,12 @@ def plan_targets(lakes, tokenizer, length: int, thinking_tokens: Optional[int] =
     solved = np.zeros((n,), bool)
     texts = []
     num_agents = np.asarray(lakes.num_agents)
+    holes = np.asarray(lakes.holes, bool)
     for i, sol in enumerate(sols.solutions):
         text = format_plan(sol.actions, int(num_agents[i])) if sol.found else ""
         if sol.found and thinking_tokens is not None:
-            text = reasoning_text(sol, int(num_agents[i]), tokenizer, thinking_tokens, style, cell) + "\n\n" + text
+            text = reasoning_text(sol, int(num_agents[i]), tokenizer, thinking_tokens, style, cell,
+                                  holes=holes[i]) + "\n\n" + text
         texts.append(text)
         if not sol.found:
             continue
@@ -164,12 +222,57 @@ def plan_targets(lakes, tokenizer, length: int, thinking_tokens: Optional[int] =
     return tokens, mask, solved, texts
 
 
+def straight_blocked(lakes) -> np.ndarray:
+    """``[N]`` bool: some agent's straight walk (rows first, then columns: the plan of
+    :func:`jaxlake.baselines.straight_plan`) steps on a hole of its batched lake."""
+    holes = np.asarray(lakes.holes, bool)                       # [N, H, W]
+    starts, goals = np.asarray(lakes.starts), np.asarray(lakes.goals)  # [N, A, 2]
+    n, h, w = holes.shape
+    active = np.arange(starts.shape[1])[None, :] < np.asarray(lakes.num_agents).reshape(n, 1)
+    r, c, gr, gc = starts[..., 0], starts[..., 1], goals[..., 0], goals[..., 1]
+    rows, cols = np.arange(h)[None, None, :], np.arange(w)[None, None, :]
+    # the row leg: column c, rows strictly after r up to gr; then the column leg: row gr, columns after c up to gc
+    on_rows = (rows - r[..., None]) * np.sign(gr - r)[..., None]
+    on_rows = (on_rows > 0) & (on_rows <= np.abs(gr - r)[..., None])
+    on_cols = (cols - c[..., None]) * np.sign(gc - c)[..., None]
+    on_cols = (on_cols > 0) & (on_cols <= np.abs(gc - c)[..., None])
+    lake = np.arange(n)[:, None]
+    column = holes[lake, :, c]                                  # [N, A, H]: holes of each agent's start column
+    row = holes[lake, gr, :]                                    # [N, A, W]: holes of each agent's goal row
+    hit = (column & on_rows).any(-1) | (row & on_cols).any(-1)
+    return (hit & active).any(-1)
+
+
+def select_blocked(lakes, n: int, share: float):
+    """``n`` of the batched ``lakes`` (a pool drawn larger than ``n``), at least ``ceil(share *
+    n)`` of them :func:`straight_blocked` where the pool has that many: the first blocked
+    lakes, then the first others, in pool order (so deterministic in the pool)."""
+    blocked = straight_blocked(lakes)
+    want = int(np.ceil(share * n))
+    take = np.flatnonzero(blocked)[:want]
+    rest = np.setdiff1d(np.arange(blocked.shape[0]), take)[: n - len(take)]
+    index = np.sort(np.concatenate([take, rest]))
+    return jax.tree_util.tree_map(lambda x: x[index], lakes)
+
+
+def token_weights(tokens: np.ndarray, mask: np.ndarray, tokenizer: Any, mark_weight: float) -> np.ndarray:
+    """``[N, T]`` float32 loss weights before normalisation: 1 on every target token, and
+    ``mark_weight`` on the :data:`HOLE_MARK` tokens (style ``checks``: the look-up of a tried
+    cell in the hole line, the decision the plan turns on and a few per cent of the tokens)."""
+    scale = mask.astype(np.float32)
+    if mark_weight != 1.0:
+        mark = tokenizer.encode(HOLE_MARK, add_special_tokens=False)
+        if len(mark) == 1:
+            scale = np.where(mask & (tokens == mark[0]), np.float32(mark_weight), scale)
+    return scale
+
+
 def make_sft_update(graphdef: Any, optimizer: optax.GradientTransformation, *, micro_batches: int = 1,
                     mesh=None) -> Callable:
     """Jitted ``(state, opt_state, batch) -> (state, opt_state, metrics)`` for the warm start.
 
-    ``batch``: a :class:`llm.rl.batches.TokenBatch` (weights = ``mask / total tokens`` over the
-    global batch). Metrics: ``nll`` (token mean),
+    ``batch``: a :class:`llm.rl.batches.TokenBatch` (weights = :func:`token_weights` over their
+    sum on the global batch: the token mean when ``mark_weight`` is 1). Metrics: ``nll`` (that weighted mean),
     ``token_acc`` (arg-max == target), ``loss``, ``grad_norm``.
     """
 
@@ -221,15 +324,21 @@ def run_warmstart(
     rows_sharding = shd.batch_sharding(mesh) if mesh is not None else None
     for step in range(start, end):
         t0 = time.perf_counter()
-        lakes = sample_lakes(jax.random.fold_in(data_key, step), env, wc.batch_size,  # the same on every process
+        pool = wc.batch_size * (BLOCKED_POOL if wc.blocked_share > 0 else 1)
+        lakes = sample_lakes(jax.random.fold_in(data_key, step), env, pool,  # the same on every process
                              split="random")
+        if wc.blocked_share > 0:
+            lakes = select_blocked(lakes, wc.batch_size, wc.blocked_share)
+        blocked = float(straight_blocked(lakes).mean())
         rows = dist.process_rows(wc.batch_size, rows_sharding)  # this process plans and encodes only its rows
         lakes = dist.take_rows(lakes, rows)
         tokens, mask, solved, _ = plan_targets(lakes, policy.tokenizer, completion_len, thinking_tokens,
                                                style=reasoning.warmstart_style, cell=prompter.config.cell)
         ids, pmask = prompter.encode(lakes)
-        solved_all, target_all, prompt_all = dist.gather_rows((solved, mask.sum(1), pmask.sum(1)))
-        weights = mask / max(target_all.sum(), 1)
+        scale = token_weights(tokens, mask, policy.tokenizer, wc.mark_weight)
+        solved_all, target_all, prompt_all, scale_all = dist.gather_rows((solved, mask.sum(1), pmask.sum(1),
+                                                                          scale.sum(1)))
+        weights = scale / max(scale_all.sum(), 1e-9)
         batch = TokenBatch(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask,
                            weights=weights.astype(np.float32))
         batch = dist.global_batch(batch, rows_sharding, wc.batch_size) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, batch)
@@ -239,7 +348,7 @@ def run_warmstart(
         t_end = time.perf_counter()
         processed = int(prompt_all.sum() + target_all.sum())
         row = {"phase": "warmstart", "step": step + 1, **{k: float(v) for k, v in m.items()},
-               "solved_share": float(solved_all.mean()),
+               "solved_share": float(solved_all.mean()), "blocked_share": blocked,
                "target_len": float(target_all[solved_all].mean()) if solved_all.any() else 0.0,
                "lr": schedule_value(wc.optim, wc.steps, step),
                "time/step_s": t_end - t0, "time/update_s": t_end - t_upd,

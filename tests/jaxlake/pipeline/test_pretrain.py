@@ -32,20 +32,26 @@ def _leaves(policy):
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(policy.state)]
 
 
-def test_the_default_starts_from_the_shipped_planner_at_its_recorded_level():
+def test_the_default_starts_from_the_shipped_planner_at_its_recorded_level(tmp_path):
+    """The shipped folder is what a run without model.path loads, and ``python -m
+    llm.evaluate llm/game/planner`` (no --prompt: the run config's prompt, the one its record
+    says it was trained on, recorded in eval.json) scores on the record's suite, greedy, what
+    the record says (greedy decoding is deterministic)."""
+    from omegaconf import OmegaConf
+
     from jaxlake.pipeline.pretrain import _greedy_only
     from jaxlake.suite import load_eval_conf
     from llm.game.default import PLANNER_DIR, planner_dir
-    from llm.game.prompts import PromptConfig
+    from llm.game.prompts import PromptConfig, default_prompt_name, load_prompt_config
     from llm.model.hf_io import from_pretrained
     from llm.training.config import ModelConfig
-    from llm.training.evaluate import evaluate_policy
+    from llm.training.evaluate import main
     from llm.training.policy import Policy, load_policy
 
     assert planner_dir() == str(PLANNER_DIR), "the package ships no pretrained planner (llm/game/planner)"
     record = read_json(PLANNER_DIR / "pretrain.json")
     assert record["format"] == "jaxlake.pretrain/1" and record["command"].startswith("python -m jaxlake.pretrain")
-    assert record["steps"] >= 1000 and record["space_configs"] >= 1000
+    assert record.get("total_steps", record["steps"]) >= 1000 and record["space_configs"] >= 1000
     policy = load_policy(ModelConfig())  # no model.path: the shipped planner
     module, _ = from_pretrained(PLANNER_DIR)
     for a, b in zip(_leaves(policy), _leaves(Policy.from_model(module, policy.tokenizer))):
@@ -53,8 +59,14 @@ def test_the_default_starts_from_the_shipped_planner_at_its_recorded_level():
     fresh = load_policy(ModelConfig(pretrained=False))  # from scratch: the embedded default's fresh weights
     assert any(a.shape == b.shape and not np.array_equal(a, b) for a, b in zip(_leaves(fresh), _leaves(policy)))
 
-    node = _greedy_only(load_eval_conf(record["suite"]))
-    result = evaluate_policy(policy, node, PromptConfig.from_dict(record["settings"]["prompt"]))
+    prompt = load_prompt_config(default_prompt_name())
+    assert prompt == PromptConfig.from_dict(record["settings"]["prompt"])
+    suite = tmp_path / "suite.yaml"
+    OmegaConf.save(OmegaConf.create(_greedy_only(load_eval_conf(record["suite"]))), suite)
+    out = tmp_path / "eval.json"
+    assert main([str(PLANNER_DIR), "--eval", str(suite), "--out", str(out)]) == 0
+    result = read_json(out)
+    assert PromptConfig.from_dict(result["settings"]["prompt"]) == prompt
     n = result["modes"]["greedy"]["n"]
     assert n == record["curve"][-1]["n"]
     assert abs(result["score"] - record["success"]) <= 1.0 / n + 1e-9, (result["score"], record["success"])

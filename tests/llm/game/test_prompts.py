@@ -74,7 +74,7 @@ def test_planner_prompt_lists_holes_and_agents_as_cells(lake):
     msgs = prompts.build_messages(lake, cfg)
     assert [m["role"] for m in msgs] == ["user"]
     assert msgs[0]["content"] == "5 5\n~ 03 11 32\nA 00 a 34\nB 30 b 13"
-    assert cfg.reasoning.enabled and cfg.reasoning.warmstart and cfg.reasoning.warmstart_style == "paths"
+    assert cfg.reasoning.enabled and cfg.reasoning.warmstart and cfg.reasoning.warmstart_style == "checks"
     # a lake without holes gets an empty hole line; a custom cell format is used as written
     dry = parse_lake("A . .\n. . a", max_steps=4)
     custom = PromptConfig(user="~{holes}|{agents}", cell=" ({row},{col})")

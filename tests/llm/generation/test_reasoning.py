@@ -319,6 +319,101 @@ def test_warmstart_paths_are_the_plans_cells():
         ReasoningConfig(warmstart_style="story")
 
 
+def test_warmstart_checks_mark_the_holes_tried_toward_the_goal():
+    """Style ``checks``: without its marked cells a line is the ``paths`` line; before each
+    step the cells toward the goal (the row move, then the column move) are written and
+    marked while they are holes, and the first one that is not a hole ends the marks. Checked
+    on every lake of a batch of holed lakes, some of which must have marks."""
+    from jaxlake.config import LakeConfig
+    from jaxlake.generator import generate_batch
+    from llm.game.prompts import unbatch
+    from llm.training.warmstart import HOLE_MARK, check_lines, path_lines, reasoning_text, toward_goal
+
+    assert toward_goal((2, 3), (1, 0)) == [(1, 3), (2, 2)] and toward_goal((1, 3), (1, 0)) == [(1, 2)]
+    assert toward_goal((1, 0), (1, 0)) == []
+    lakes = generate_batch(jax.random.PRNGKey(5), LakeConfig(height=6, width=6, num_agents=2, hole_density=0.3,
+                                                             max_steps=16), 24)
+    marked = checked = 0
+    for lake in unbatch(lakes):
+        sol = planner.solve(lake)
+        if not sol.found:
+            continue
+        n, holes = int(lake.num_agents), np.asarray(lake.holes)
+        for line, plain in zip(check_lines(sol, n, holes), path_lines(sol, n)):
+            letter, *cells = line.split(" ")
+            assert " ".join([letter] + [c for c in cells if not c.endswith(HOLE_MARK)]) == plain
+            goal = tuple(int(v) for v in cells[-1])
+            here, tried = None, []
+            for c in cells:
+                cell = (int(c[0]), int(c[1]))
+                if c.endswith(HOLE_MARK):
+                    tried.append(cell)
+                    assert holes[cell]
+                    continue
+                if here is not None:  # the marks are the leading holes of the cells toward the goal
+                    ahead = toward_goal(here, goal)
+                    k = next((j for j, a in enumerate(ahead) if not holes[a]), len(ahead))
+                    assert tried == ahead[:k], (line, here, tried)
+                here, tried = cell, []
+            marked += HOLE_MARK in line
+        checked += 1
+    assert checked >= 12 and marked >= 3, (checked, marked)
+    assert reasoning_text(sol, n, style="checks", holes=holes) == "<think>\n" + "\n".join(check_lines(sol, n, holes)) + "\n</think>"
+    with pytest.raises(ValueError, match="holes"):
+        reasoning_text(sol, n, style="checks")
+
+
+def test_blocked_share_picks_lakes_whose_straight_walk_meets_a_hole():
+    """``straight_blocked`` is the straight walk (jaxlake.baselines.straight_plan) played on
+    the lake, stepping on a hole; ``select_blocked`` keeps at least the asked share of them."""
+    from jaxlake.baselines import straight_plan
+    from jaxlake.config import LakeConfig
+    from jaxlake.generator import generate_batch
+    from jaxlake.types import ACTION_DELTAS
+    from llm.game.prompts import unbatch
+    from llm.training.config import WarmStartConfig
+    from llm.training.warmstart import select_blocked, straight_blocked
+
+    lakes = generate_batch(jax.random.PRNGKey(2), LakeConfig(height=6, width=5, num_agents=3, hole_density=0.15,
+                                                             max_steps=14), 64)
+    expected = []
+    for lake in unbatch(lakes):
+        holes, hit = np.asarray(lake.holes), False
+        for i, moves in enumerate(straight_plan(lake)[: int(lake.num_agents)]):
+            r, c = (int(v) for v in lake.starts[i])
+            for a in moves:
+                r, c = r + ACTION_DELTAS[a][0], c + ACTION_DELTAS[a][1]
+                hit |= bool(holes[r, c])
+        expected.append(hit)
+    blocked = straight_blocked(lakes)
+    np.testing.assert_array_equal(blocked, expected)
+    assert 0 < blocked.mean() < 0.9
+    for share in (0.0, 0.5, 1.0):
+        picked = select_blocked(lakes, 16, share)
+        assert picked.holes.shape[0] == 16
+        assert straight_blocked(picked).sum() >= min(int(np.ceil(share * 16)), blocked.sum())
+    with pytest.raises(ValueError, match="warmstart.blocked_share"):
+        WarmStartConfig(blocked_share=1.5)
+
+
+def test_mark_weight_scales_the_hole_marks_only():
+    from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
+    from llm.training.config import WarmStartConfig
+    from llm.training.warmstart import HOLE_MARK, token_weights
+
+    tok = to_hf_tokenizer(build_game_tokenizer())
+    ids = np.asarray([tok.encode("A 23 13~ 22", add_special_tokens=False) + [0, 0]])
+    mask = np.arange(ids.shape[1])[None] < ids.shape[1] - 2
+    mark = ids == tok.encode(HOLE_MARK, add_special_tokens=False)[0]
+    assert mark.sum() == 1
+    np.testing.assert_array_equal(token_weights(ids, mask, tok, 1.0), mask.astype(np.float32))
+    w = token_weights(ids, mask, tok, 5.0)
+    assert (w[mark] == 5.0).all() and (w[mask & ~mark] == 1.0).all() and (w[~mask] == 0.0).all()
+    for bad in (0.5, 101, True):
+        with pytest.raises(ValueError, match="warmstart.mark_weight"):
+            WarmStartConfig(mark_weight=bad)
+
+
 def test_history_shows_the_engineers_analysis():
     from jaxlake.config import LakeConfig
     from jaxlake.summaries import ANALYSIS_CHARS, history_entry, render_summary
