@@ -262,8 +262,10 @@ def token_weights(tokens: np.ndarray, mask: np.ndarray, tokenizer: Any, mark_wei
     scale = mask.astype(np.float32)
     if mark_weight != 1.0:
         mark = tokenizer.encode(HOLE_MARK, add_special_tokens=False)
-        if len(mark) == 1:
-            scale = np.where(mask & (tokens == mark[0]), np.float32(mark_weight), scale)
+        if len(mark) != 1:
+            raise ValueError(f"train.warmstart.mark_weight={mark_weight} needs the hole mark {HOLE_MARK!r} to be one "
+                             f"token of the tokenizer, it is {len(mark)}")
+        scale = np.where(mask & (tokens == mark[0]), np.float32(mark_weight), scale)
     return scale
 
 
