@@ -178,7 +178,10 @@ class RunSettings:
       warmstart_env: ``pipeline.warmstart_env`` (:data:`WARMSTART_ENVS`): the warm start on
         the stage's environment, or on every config of the engineer's space
         (:func:`jaxlake.pipeline.pretrain.space_mixture`); GRPO always trains on the stage's.
-      share_stage1: ``pipeline.share_stage1``, the shared stage-1 store, or ``None``.
+      share_stages: ``pipeline.share_stages``, the store of stages shared between runs
+        (:mod:`jaxlake.pipeline.share`), or ``None``.
+      archive: ``pipeline.archive``, where a finished run's record files are kept
+        (:mod:`jaxlake.pipeline.archive`), or ``None``.
       distributed: ``train.distributed`` (for ``jax.distributed.initialize``).
       settings: ``run.json``'s ``settings`` (the groups of :data:`SETTINGS` less cosmetic keys,
         plus ``pipeline.warmstart``), plain JSON data.
@@ -202,7 +205,8 @@ class RunSettings:
     logger: LoggerConfig = LoggerConfig()
     warmstart: str = "first"
     warmstart_env: str = "stage"
-    share_stage1: Optional[Path] = None
+    share_stages: Optional[Path] = None
+    archive: Optional[Path] = None
     distributed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     hydra_files: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
@@ -245,7 +249,8 @@ class RunSettings:
         warmstart_env = str(cfg_get(pipeline, "warmstart_env", "stage"))
         if warmstart_env not in WARMSTART_ENVS:
             raise PipelineError(f"pipeline.warmstart_env={warmstart_env!r} not in {list(WARMSTART_ENVS)}")
-        share = cfg_get(pipeline, "share_stage1")
+        share = cfg_get(pipeline, "share_stages")
+        archive = cfg_get(pipeline, "archive")
         env = cfg_get(cfg, "env")
         env = None if env is None else _env_mixture(env)
         engineer = to_plain(cfg_get(cfg, "engineer"))
@@ -265,7 +270,8 @@ class RunSettings:
             logger=logger,
             warmstart=warmstart,
             warmstart_env=warmstart_env,
-            share_stage1=Path(str(share)) if share not in (None, "", False) else None,
+            share_stages=Path(str(share)) if share not in (None, "", False) else None,
+            archive=Path(str(archive)) if archive not in (None, "", False) else None,
             distributed=dict(to_plain(cfg_get(cfg_get(cfg, "train"), "distributed")) or {}),
             settings=_run_settings(cfg, warmstart, warmstart_env),
             hydra_files=hydra_files,

@@ -1,11 +1,19 @@
-"""Stage 1 shared between runs (``pipeline.share_stage1``): a sweep over engineers trains
-stage 1 once per seed.
+"""Stages shared between runs (``pipeline.share_stages``): a sweep over engineers trains each
+distinct stage once.
 
-Stage 1's training, evaluation and summaries depend only on the settings :func:`stage1_key` hashes
-(not on the engineer, whose first decision comes after them). The first run stores its finished
-stage 1 (without the engineer's files) under that key (:func:`store_shared_stage1`, atomically);
-later runs with the same key copy it (:func:`restore_shared_stage1`) and run their own engineer.
-The store has its own lock per key (``<store>/<key>.lock``), independent of the run folders' locks.
+A stage's training and held-out evaluation depend only on the settings :func:`stage_key` hashes:
+the run's settings (not the engineer), its seed, the stage's number and the environments of
+this stage and every earlier one (the earlier ones fix the policy it starts from). Stage 1 comes
+before the engineer's first decision, so it is the same for every engineer of a seed; a later
+stage is shared whenever two engineers chose the same environments so far (in the CPU study
+the policy engineer and its context ablations often do, and ``heuristic`` often keeps
+``fixed``'s environment).
+
+The first run stores its finished stage (without the engineer's files) under the key
+(:func:`store_shared_stage`, atomically); later runs with the same key copy it
+(:func:`restore_shared_stage`) and then run their own summary (after stage 1 it reads the
+engineer's history) and their own engineer. The store has its own lock per key
+(``<store>/<key>.lock``), independent of the run folders' locks.
 """
 
 from __future__ import annotations
@@ -15,56 +23,80 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from jaxlake.io import FolderLock, read_json, write_json
-from jaxlake.mixture import Mixture, mixture_to_obj
+from jaxlake.mixture import Mixture, load_mixture, mixture_to_obj
 from jaxlake.pipeline.folder import log, rewrite_paths
 from jaxlake.pipeline.settings import RunSettings
 
-#: How long a run waits for another one's copy into or out of the shared stage-1 store.
+#: How long a run waits for another one's copy into or out of the shared store.
 STORE_WAIT_S = 600.0
-#: Stage-1 files that belong to the engineer (never shared).
+#: Stage files that belong to the engineer (never shared).
 _ENGINEER_FILES = ("engineer.json", "next_env.yaml")
+#: Files a stage after the first never shares: its summary reads the engineer's earlier decisions.
+_SUMMARY_FILES = ("summary.json", "summary.txt")
 _SOURCE_FILE = "shared_from.json"
 
 
-def stage1_key(cfg: Any, mixture: Mixture) -> str:
-    """Hash of everything stage 1's training, evaluation and summaries depend on: the run's
-    settings (:func:`run_settings`, less the warm-start policy of later stages), its seed and
-    stage 1's environment (the engineer's initial mixture, which may replace ``env``).
-    ``cfg``: the :class:`RunSettings` or a raw config."""
+def stage_key(cfg: Any, k: int, mixtures: Sequence[Mixture]) -> str:
+    """Hash of everything stage ``k``'s training and held-out evaluation depend on: the run's
+    settings (``run.json``'s, less ``env``, which the engineer replaces), its seed, ``k``,
+    whether each stage up to ``k`` warm-starts, and ``mixtures``: the environments of stages
+    1..k. ``cfg``: the :class:`RunSettings` or a raw config."""
     s = RunSettings.of(cfg)
+    k = int(k)
+    if len(mixtures) != k:
+        raise ValueError(f"stage_key: stage {k} needs the environments of stages 1..{k}, got {len(mixtures)}")
     settings = s.record()
     for later in ("env", "pipeline.warmstart"):
         settings.pop(later)
-    payload = {"settings": settings, "seed": s.seed, "env": mixture_to_obj(mixture)}
+    payload = {"settings": settings, "seed": s.seed, "stage": k,
+               "warmstart": [bool(s.stage_config(j).train.warmstart.enabled) for j in range(1, k + 1)],
+               "env": [mixture_to_obj(m) for m in mixtures]}
     blob = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def stage1_key(cfg: Any, mixture: Mixture) -> str:
+    """:func:`stage_key` of stage 1, whose environment is ``mixture``."""
+    return stage_key(cfg, 1, [mixture])
+
+
+def run_stage_key(s: RunSettings, k: int, mixture: Mixture) -> str:
+    """:func:`stage_key` of this run's stage ``k``: the earlier stages' environments are read
+    from their ``env.yaml``."""
+    earlier = [load_mixture(s.stage_dir(j) / "env.yaml") for j in range(1, k)]
+    return stage_key(s, k, [*earlier, mixture])
+
+
 def _store_lock(share: Path, key: str) -> FolderLock:
-    """The shared stage-1 store's own lock for ``key`` (``<store>/<key>.lock``): runs of a sweep
-    copy into and out of the store one at a time; a run waits for another's copy (up to
+    """The shared store's own lock for ``key`` (``<store>/<key>.lock``): runs of a sweep copy
+    into and out of the store one at a time; a run waits for another's copy (up to
     :data:`STORE_WAIT_S`) instead of refusing."""
-    return FolderLock(share / f"{key}.lock", what="shared stage-1 store", wait_s=STORE_WAIT_S,
-                      on_stale=lambda r: log(f"took over a stale lock of the shared stage-1 store {share} "
+    return FolderLock(share / f"{key}.lock", what="shared stage store", wait_s=STORE_WAIT_S,
+                      on_stale=lambda r: log(f"took over a stale lock of the shared stage store {share} "
                                               f"(process {r.get('pid')} on {r.get('host')} is gone)"))
 
 
-def restore_shared_stage1(s: RunSettings, d: Path, mixture: Mixture) -> bool:
-    """Fill stage folder ``d`` from the shared stage-1 store when it holds this run's key."""
-    share = s.share_stage1
+def _private(k: int) -> tuple[str, ...]:
+    """The files of stage ``k`` each run writes itself."""
+    return _ENGINEER_FILES + (_SUMMARY_FILES if k > 1 else ())
+
+
+def restore_shared_stage(s: RunSettings, k: int, d: Path, mixture: Mixture) -> bool:
+    """Fill stage folder ``d`` (stage ``k``) from the shared store when it holds its key."""
+    share = s.share_stages
     if share is None or (d / "train.json").is_file():
         return False
-    key = stage1_key(s, mixture)
+    key = run_stage_key(s, k, mixture)
     src = share / key
-    if not (src / "summary.json").is_file():
+    if not (src / "eval.json").is_file():
         return False
     with _store_lock(share, key):
         origin = read_json(src / _SOURCE_FILE)["dir"]
         for item in src.iterdir():
-            if item.name in (_SOURCE_FILE, "env.yaml") + _ENGINEER_FILES:
+            if item.name in (_SOURCE_FILE, "env.yaml") + _private(k):
                 continue
             target = d / item.name
             if item.is_dir():
@@ -73,17 +105,17 @@ def restore_shared_stage1(s: RunSettings, d: Path, mixture: Mixture) -> bool:
                 shutil.copy2(item, target)
     rewrite_paths(d, origin, str(d))
     write_json(d / _SOURCE_FILE, {"dir": origin, "key": key})
-    log(f"stage 1: shared from {origin} (pipeline.share_stage1 key {key})")
+    log(f"stage {k}: shared from {origin} (pipeline.share_stages key {key})")
     return True
 
 
-def store_shared_stage1(s: RunSettings, d: Path, mixture: Mixture) -> None:
-    """Copy a finished stage 1 (engineer files excluded) into the shared store, atomically
-    (a temporary folder renamed into place) and under the store's own lock."""
-    share = s.share_stage1
-    if share is None:
+def store_shared_stage(s: RunSettings, k: int, d: Path, mixture: Mixture) -> None:
+    """Copy a trained and evaluated stage ``k`` (the run's own files excluded) into the shared
+    store, atomically (a temporary folder renamed into place) and under the store's own lock."""
+    share = s.share_stages
+    if share is None or (d / _SOURCE_FILE).is_file():  # a copy from the store: already there
         return
-    key = stage1_key(s, mixture)
+    key = run_stage_key(s, k, mixture)
     dst = share / key
     if dst.is_dir():
         return
@@ -93,7 +125,7 @@ def store_shared_stage1(s: RunSettings, d: Path, mixture: Mixture) -> None:
             return
         tmp = share / f".{dst.name}.{os.getpid()}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(d, tmp, ignore=shutil.ignore_patterns(*_ENGINEER_FILES, _SOURCE_FILE, "*.tmp", "wandb"))
+        shutil.copytree(d, tmp, ignore=shutil.ignore_patterns(*_private(k), _SOURCE_FILE, "*.tmp", "wandb"))
         write_json(tmp / _SOURCE_FILE, {"dir": str(d)})
         try:
             os.replace(tmp, dst)

@@ -48,8 +48,10 @@ statistics randomness; the suite's seeds are fixed by ``eval``), ``model``, ``tr
 ``logger`` / ``wandb`` (the metric back ends, :mod:`jaxlake.metrics`; the trainer's go to
 ``stage_<k>/metrics.jsonl``, ``stage_<k>/tb/<phase>/``, ``stage_<k>/wandb/``).
 
-``pipeline.share_stage1`` (a folder, or null) shares stage 1 between runs of a sweep
-(:mod:`jaxlake.pipeline.share`). The run folder's lock and the checks made before any write
+``pipeline.share_stages`` (a folder, or null) shares stages between runs of a sweep
+(:mod:`jaxlake.pipeline.share`: stage 1 per seed, a later stage when the engineers chose the same
+environments); ``pipeline.archive`` (a folder, or null) keeps a finished run's record files
+(:mod:`jaxlake.pipeline.archive`). The run folder's lock and the checks made before any write
 live in :mod:`jaxlake.pipeline.folder`; a finished stage's records and tables in
 :mod:`jaxlake.pipeline.records`.
 
@@ -84,7 +86,8 @@ from jaxlake.pipeline.folder import (
 )
 from jaxlake.pipeline.records import log_stage, stage_record, stage_table
 from jaxlake.pipeline.settings import SETTINGS, PipelineError, RunSettings, user_error  # noqa: F401 (re-exported)
-from jaxlake.pipeline.share import restore_shared_stage1, store_shared_stage1
+from jaxlake.pipeline.archive import archive_run
+from jaxlake.pipeline.share import restore_shared_stage, store_shared_stage
 
 #: Files that make a stage complete (the checkpoint is named by train.json).
 STAGE_FILES = ("env.yaml", "train.json", "eval.json", "summary.json", "engineer.json", "next_env.yaml")
@@ -357,13 +360,11 @@ def _run_stage(s: RunSettings, k: int, engineer: Any) -> dict:
     d.mkdir(parents=True, exist_ok=True)
     if not env_file.is_file():
         write_text(env_file, mixture_to_yaml(mixture))
-    if k == 1:
-        restore_shared_stage1(s, d, mixture)
+    restore_shared_stage(s, k, d, mixture)
     train = step_train(s, k, d, mixture)
     ev = step_eval(s, k, d, mixture, train)
     summary = step_summary(s, k, d, mixture, ev)
-    if k == 1:
-        store_shared_stage1(s, d, mixture)
+    store_shared_stage(s, k, d, mixture)
     decision = step_engineer(s, k, d, mixture, ev, summary, train, engineer)
     record = stage_record(d, k)
     if not was_complete:
@@ -396,6 +397,8 @@ def _run_pipeline(s: RunSettings, engineer: Any) -> list:
         else:
             _run_stage(s, k, engineer)
         records.append(stage_record(d, k))
+    if s.archive is not None and archive_run(s.run_dir, s.archive) is not None:
+        log(f"archived the run's records in {s.archive / s.run_dir.name} (pipeline.archive)")
     table = stage_table(records)
     try:
         from jaxlake.pipeline.report import build_report

@@ -9,7 +9,13 @@
 1. **Sweep.** ``python -m jaxlake.run -m +study=<name> <overrides>`` in a subprocess: every
    engineer variant x seed of ``conf/study/<name>.yaml`` (runs in
    ``<runs_dir>/<experiment>/<variant>_seed<seed>/``; rerunning resumes). Its wall time is
-   appended to ``<runs_dir>/<experiment>/study.json``.
+   appended to ``<runs_dir>/<experiment>/study.json``. Stages that two runs share (stage 1 of a
+   seed; a later one where their engineers chose the same environments) are trained once
+   (``pipeline.share_stages``).
+   **Across machines:** each finished run's record files (no checkpoints; a few kB per stage)
+   are archived beside the page (``<page stem>/runs/``, :mod:`jaxlake.pipeline.archive`), and
+   restored into the sweep folder before the next sweep, which then skips them: commit the
+   archive with the page and a sweep cut short on one machine resumes on another.
 2. **Results.** From the runs' ``stage_<k>/eval.json`` (held-out suite), ``train.json`` and
    ``engineer.json``: the aggregate score (mean success over the suite) per variant and stage
    as mean ± 95 % CI over seeds, the last stage's score paired with the ``fixed`` baseline of
@@ -34,6 +40,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from jaxlake.io import FolderLock, FolderLockError, read_json, write_json, write_text
 from jaxlake.mixture import load_mixture, mixture_to_obj
+from jaxlake.pipeline.archive import restore_runs
 from jaxlake.pipeline.records import short_env
 from jaxlake.pipeline.report import find_runs, load_run, plot_breakdown, plot_scores
 from jaxlake.stats import mean_ci
@@ -122,7 +129,7 @@ def collect_rows(root: Path) -> list[dict]:
                 "attempts": len(eng["attempts"]) if isinstance(eng.get("attempts"), list) else None,
                 "changed": eng.get("changed"),
                 "proposal": eng.get("proposal"),
-                "shared_stage1": (sd / "shared_from.json").is_file(),
+                "shared": (sd / "shared_from.json").is_file(),
                 "train_wall_s": train.get("wall_s"),
                 "eval_wall_s": ev.get("wall_s"),
                 "engineer_wall_s": eng.get("wall_s"),
@@ -286,19 +293,24 @@ def wall_time(root: Path, rows: Sequence[dict]) -> tuple[float, str]:
     log = _read(Path(root) / "study.json")
     if log and log.get("invocations"):
         return float(sum(i["wall_s"] for i in log["invocations"])), "sweep invocations recorded in study.json"
-    times = []
+    return compute_time(rows), "the stages' recorded training, evaluation and engineer times"
+
+
+def compute_time(rows: Sequence[dict]) -> float:
+    """Seconds of training, evaluation and engineer time the runs record, each shared stage
+    counted once (a copy from the store repeats its origin's records)."""
+    total = 0.0
     for r in rows:
-        for p in Path(r["dir"]).iterdir():
-            if p.is_file():
-                times.append(p.stat().st_mtime)
-    for p in Path(root).glob("*/run.json"):
-        times.append(p.stat().st_mtime)
-    return (max(times) - min(times) if times else 0.0), "span of the run files' modification times"
+        parts = [r["engineer_wall_s"]] + ([] if r["shared"] else [r["train_wall_s"], r["eval_wall_s"]])
+        total += sum(float(x) for x in parts if x is not None)
+    return total
 
 
 def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path) -> tuple[str, dict]:
     """The generated markdown (between the markers) and the results.json payload."""
     wall, how = wall_time(root, rows)
+    compute = compute_time(rows)
+    trained = sum(not r["shared"] for r in rows)
     stages = sorted({r["stage"] for r in rows})
     seeds = sorted({r["seed"] for r in rows})
     floors = suite_baselines(rows)
@@ -307,6 +319,8 @@ def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path
         f"**Command:** `{command}`  ",
         f"**Wall time:** {wall / 60:.1f} min on this machine ({how}); {len({(r['variant'], r['seed']) for r in rows})} runs, "
         f"{len(stages)} stages, seeds {seeds}.  ",
+        f"**Compute:** {compute / 60:.1f} min of training, evaluation and engineer time; {trained} of "
+        f"{len(rows)} stages trained, the others copied from an identical stage (`pipeline.share_stages`).  ",
         f"**Runs:** `{root}`",
         "",
         "### Aggregate score on the held-out suite (greedy decoding)",
@@ -345,7 +359,8 @@ def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path
     parts += ["", f"![last-stage score per engineer]({assets.name}/last_stage.png)", "",
               f"![score per stage]({assets.name}/score_per_stage.png)", "",
               f"![last-stage score per suite dimension]({assets.name}/breakdown.png)"]
-    payload = {"command": command, "wall_s": round(wall, 1), "wall_source": how, "root": str(root),
+    payload = {"command": command, "wall_s": round(wall, 1), "wall_source": how, "compute_s": round(compute, 1),
+               "root": str(root),
                "table_md": greedy, "baselines": floors, "rows": [{k: v for k, v in r.items() if k not in ("dir", "suite")} for r in rows]}
     return "\n".join(parts), payload
 
@@ -393,6 +408,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--results", type=Path, default=DEFAULT_PAGE,
                         help="the results page (default: docs/results.md in the current folder; its plots go to <page stem>/, its data to <page stem>.json)")
     parser.add_argument("--no-run", action="store_true", help="only rewrite the results from finished runs")
+    parser.add_argument("--archive", type=Path, default=None,
+                        help="where finished runs' record files are kept and restored from (default: <page stem>/runs/ "
+                             "beside the page, committed with it, so a sweep resumes on another machine)")
+    parser.add_argument("--no-archive", action="store_true", help="neither keep nor restore finished runs' records")
     args = parser.parse_args(argv)
     if not (CONF_DIR / "study" / f"{args.study}.yaml").is_file():
         known = sorted(p.stem for p in (CONF_DIR / "study").glob("*.yaml"))
@@ -404,9 +423,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     command = " ".join(["python -m jaxlake.study"] + ([f"--study {args.study}"] if args.study != "cpu" else [])
                        + ([f"--results {shown}"] if page != DEFAULT_PAGE.resolve() else [])
                        + (["--", *map(shlex.quote, extra)] if extra else []))
+    archive = None if args.no_archive else (args.archive or page.with_suffix("") / "runs").resolve()
     try:
+        if archive is not None:
+            restored = restore_runs(archive, root)
+            if restored:
+                print(f"[study] restored {len(restored)} finished runs from {archive} into {root} (their stages are "
+                      f"skipped; delete a run's folder there to run it again)", file=sys.stderr, flush=True)
+            if not (root / "study.json").is_file() and (archive / "study.json").is_file():
+                write_json(root / "study.json", read_json(archive / "study.json"))  # earlier sessions' sweeps
         if not args.no_run:
-            run_sweep(args.study, extra, root)
+            try:
+                run_sweep(args.study, extra + ([f"pipeline.archive={archive}"] if archive is not None else []), root)
+            finally:
+                if archive is not None and (root / "study.json").is_file():
+                    archive.mkdir(parents=True, exist_ok=True)
+                    write_json(archive / "study.json", read_json(root / "study.json"))
         payload = write_results(root, args.results, command)
     except (StudyError, FolderLockError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -31,7 +31,7 @@ def test_settings_are_typed_pieces_of_the_config(tmp_path):
     assert (s.eval.k_failures, s.eval.env_stats_lakes, s.eval.summary_mode) == (4, 8, "greedy")
     assert isinstance(s.train, StageConfig) and s.train == StageConfig.from_cfg(cfg)
     assert isinstance(s.prompt, PromptConfig) and isinstance(s.model, ModelConfig)
-    assert s.engineer["_target_"].startswith("llm.") and s.share_stage1 is None and s.warmstart == "first"
+    assert s.engineer["_target_"].startswith("llm.") and s.share_stages is None and s.archive is None and s.warmstart == "first"
     assert s.stage_dir(2) == tmp_path / "x" / "stage_2"
     assert s.command_for_stage(1) == "python -m jaxlake.run +stage=1 experiment=x"
     assert RunSettings.of(s) is s

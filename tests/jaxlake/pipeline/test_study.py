@@ -15,8 +15,8 @@ import yaml
 from jaxlake.conf import CONF_DIR
 
 from jaxlake.pipeline import study
-from jaxlake.pipeline.share import stage1_key
-from tests.support import tiny_run_overrides
+from jaxlake.pipeline.share import stage1_key, stage_key
+from tests.support import run_cli, tiny_run_overrides
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -34,7 +34,7 @@ def test_study_config_composes_the_promised_sweep():
     assert params.seed.split(",") == ["0", "1", "2", "3", "4"] and cfg.stages >= 3
     assert list(params) == ["seed", "engineer"]
     assert cfg.eval.name == "small" and cfg.eval.lakes_per_cell == 12
-    assert cfg.pipeline.share_stage1
+    assert cfg.pipeline.share_stages
     for name in engineers:  # every variant is a real engineer config
         assert (CONF_DIR / "engineer" / f"{name}.yaml").is_file()
 
@@ -92,6 +92,50 @@ def test_stage1_key_ignores_the_engineer_and_cosmetics_but_not_training():
     assert key("eval=tiny") != base
 
 
+def test_a_later_stage_key_follows_the_environments_so_far():
+    from hydra import compose, initialize_config_dir
+
+    from jaxlake.mixture import mixture_from_node
+
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config")
+        other = compose("config", overrides=["env.hole_density=0.2"])
+    a, b = mixture_from_node(cfg.env), mixture_from_node(other.env)
+    assert stage_key(cfg, 1, [a]) == stage1_key(cfg, a)
+    assert stage_key(cfg, 2, [a, b]) != stage_key(cfg, 2, [b, b])  # another stage 1 before it
+    assert stage_key(cfg, 2, [a, b]) != stage_key(cfg, 2, [a, a])  # another environment now
+    assert stage_key(cfg, 2, [a, a]) != stage1_key(cfg, a)
+    with pytest.raises(ValueError, match="stages 1..2"):
+        stage_key(cfg, 2, [a])
+
+
+@pytest.mark.slow
+def test_identical_stages_are_trained_once_and_each_run_keeps_its_own_files(tmp_path, micro_model, monkeypatch,
+                                                                           capfd):
+    """Two runs that choose the same environments (the `fixed` engineer twice, in two folders):
+    the second copies both stages from the store, then writes its own summary and decision."""
+    store = tmp_path / "store"
+    base = [f"runs_dir={tmp_path}", "stages=2", "engineer=fixed", *tiny_run_overrides(micro_model),
+            f"pipeline.share_stages={store}"]
+    assert run_cli(monkeypatch, [*base, "experiment=a"]) is None
+    capfd.readouterr()
+    assert run_cli(monkeypatch, [*base, "experiment=b"]) is None
+    err = capfd.readouterr().err
+    assert "stage 1: shared from" in err and "stage 2: shared from" in err and "training" not in err
+    a, b = tmp_path / "a", tmp_path / "b"
+    for k in (1, 2):
+        assert json.loads((b / f"stage_{k}" / "shared_from.json").read_text())["dir"] == str(a / f"stage_{k}")
+        assert json.loads((b / f"stage_{k}" / "eval.json").read_text()) == json.loads(
+            (a / f"stage_{k}" / "eval.json").read_text())
+        for own in ("summary.json", "engineer.json", "next_env.yaml"):
+            assert (b / f"stage_{k}" / own).is_file(), own
+    # another stage-1 environment: nothing to share, both stages train
+    capfd.readouterr()
+    assert run_cli(monkeypatch, [*base, "experiment=c", "env.hole_density=0.2"]) is None
+    err = capfd.readouterr().err
+    assert "shared from" not in err and "stage 2: training" in err
+
+
 def test_unknown_study_is_a_clear_error(capsys):
     assert study.main(["--study", "nope", "--no-run"]) == 2
     assert "conf/study/nope.yaml" in capsys.readouterr().err
@@ -119,7 +163,7 @@ def test_study_end_to_end(tmp_path, micro_model, capfd):
     }
     first = [r for r in rows if r["stage"] == 1]
     # stage 1 trained once for the seed, copied into the other two runs: identical scores
-    assert sorted(r["shared_stage1"] for r in first) == [False, True, True]
+    assert sorted(r["shared"] for r in first) == [False, True, True]
     assert len({(r["score_greedy"], r["score_sampled"], r["own_env_greedy"]) for r in first}) == 1
     fixed = [r for r in rows if r["variant"] == "fixed"]
     assert len({r["env"] for r in fixed}) == 1  # the baseline never moves
@@ -157,6 +201,34 @@ def test_study_end_to_end(tmp_path, micro_model, capfd):
     assert study.main(["--results", str(page), "--", *extra]) == 0
     err = capfd.readouterr().err
     assert "stage 2: complete, skipped" in err and "training" not in err
+
+    # a later stage is shared exactly when the engineers chose the same environments so far:
+    # each distinct stage-2 environment is trained once, the other runs copy it
+    by_env: dict = {}
+    for r in rows:
+        if r["stage"] == 2:
+            by_env.setdefault(r["env"], []).append(r["shared"])
+    assert all(sorted(flags) == [False] + [True] * (len(flags) - 1) for flags in by_env.values()), by_env
+
+    # the archive beside the page: every finished run's records, no checkpoints
+    archive = page.parent / "results" / "runs"
+    archived = sorted(d.name for d in archive.iterdir() if d.is_dir())
+    assert archived == ["fixed_seed0", "heuristic_seed0", "policy_no_history_seed0"]
+    assert (archive / "study.json").is_file()
+    for d in archive.iterdir():
+        if d.is_dir():
+            assert (d / "run.json").is_file() and (d / "stage_2" / "eval.json").is_file()
+            assert not list(d.rglob("*.safetensors")) and not list(d.rglob("checkpoint"))
+    # ... from which a fresh checkout (another runs folder) resumes: nothing trains, same table
+    fresh = tmp_path / "fresh_runs"
+    capfd.readouterr()
+    assert study.main(["--results", str(page), "--", *[e for e in extra if not e.startswith("runs_dir=")],
+                       f"runs_dir={fresh}"]) == 0
+    err = capfd.readouterr().err
+    assert "restored 3 finished runs" in err and "training" not in err
+    again = json.loads(page.with_suffix(".json").read_text())
+    assert [(r["variant"], r["stage"], r["score_greedy"]) for r in again["rows"]] == [
+        (r["variant"], r["stage"], r["score_greedy"]) for r in payload["rows"]]
 
     # the multirun's folders: one per job (Hydra's sweep subdir), the fixed engineer keeps its env
     jobs = {json.loads((d / "run.json").read_text())["engineer"]: d for d in root.iterdir() if (d / "run.json").is_file()}

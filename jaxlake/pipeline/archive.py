@@ -1,0 +1,79 @@
+"""Finished runs kept as their small record files (``pipeline.archive``), so that a sweep longer
+than one machine's life resumes on another.
+
+A run folder holds checkpoints (megabytes to gigabytes); what a results page reads of a
+*finished* run is a few kilobytes per stage: its environments, training and evaluation records,
+summary and engineer decision. :func:`archive_run` copies those (:data:`RUN_FILES`,
+:data:`STAGE_FILES`) into ``<archive>/<run folder name>/`` once every stage is complete, atomically
+and keeping the files' modification times. :func:`restore_runs` copies archived runs back into a
+sweep's folder where a run is missing; the pipeline then finds every stage complete and skips
+the run (nothing after a finished stage needs its checkpoint), so a resumed sweep trains only
+what no archive holds. ``python -m jaxlake.study`` archives beside its results page
+(``docs/results/runs/`` for the committed page) and restores from there before it sweeps.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+#: Run-level files archived.
+RUN_FILES = ("run.json",)
+#: Stage-level files archived (everything a results page and the pipeline's completeness check read).
+STAGE_FILES = ("env.yaml", "next_env.yaml", "train.json", "eval.json", "summary.json", "summary.txt",
+               "engineer.json", "shared_from.json", "metrics.jsonl")
+
+
+def _copy_record(src: Path, dst: Path) -> None:
+    dst.mkdir(parents=True)
+    for name in RUN_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, dst / name)
+    for sd in sorted(src.glob("stage_*")):
+        if not sd.is_dir():
+            continue
+        (dst / sd.name).mkdir()
+        for name in STAGE_FILES:
+            if (sd / name).is_file():
+                shutil.copy2(sd / name, dst / sd.name / name)
+
+
+def archive_run(run_dir: Path, archive: Path) -> Path | None:
+    """Copy the record files of the finished run ``run_dir`` into ``archive/<run_dir.name>/``
+    (a temporary folder renamed into place). An archived copy already there is kept (a restored
+    run is not archived again). Returns the archived folder, or None when it was there."""
+    run_dir, archive = Path(run_dir), Path(archive)
+    dst = archive / run_dir.name
+    if (dst / "run.json").is_file():
+        return None
+    archive.mkdir(parents=True, exist_ok=True)
+    tmp = archive / f".{run_dir.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    _copy_record(run_dir, tmp)
+    shutil.rmtree(dst, ignore_errors=True)  # a half-copied folder of an older version
+    os.replace(tmp, dst)
+    return dst
+
+
+def restore_runs(archive: Path, root: Path) -> list[str]:
+    """Copy every archived run whose folder ``root`` lacks (no ``run.json``) into ``root``.
+    Returns the restored folder names. A folder in ``root`` is never overwritten: a run that is
+    there is the record."""
+    archive, root = Path(archive), Path(root)
+    if not archive.is_dir():
+        return []
+    restored = []
+    for src in sorted(p for p in archive.iterdir() if p.is_dir() and (p / "run.json").is_file()):
+        dst = root / src.name
+        if (dst / "run.json").is_file() or any(dst.glob("stage_*")):
+            continue  # the run's own folder (with no run.json yet, something else started it: left alone)
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".{src.name}.{os.getpid()}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        _copy_record(src, tmp)
+        if dst.exists():  # a folder with no run.json and no stage: an interrupted start (Hydra's log only)
+            shutil.rmtree(dst)
+        os.replace(tmp, dst)
+        restored.append(src.name)
+    return restored
