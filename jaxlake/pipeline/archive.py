@@ -4,7 +4,8 @@ than one machine's life resumes on another.
 A run folder holds checkpoints (megabytes to gigabytes); what a results page reads of a
 *finished* run is a few kilobytes per stage: its environments, training and evaluation records,
 summary and engineer decision. :func:`archive_run` copies those (:data:`RUN_FILES`,
-:data:`STAGE_FILES`) into ``<archive>/<run folder name>/`` once every stage is complete, atomically
+:data:`STAGE_FILES`; ``eval.json`` without its grids and with each episode's outcome only,
+:func:`slim_eval`) into ``<archive>/<run folder name>/`` once every stage is complete, atomically
 and keeping the files' modification times. :func:`restore_runs` copies archived runs back into a
 sweep's folder where a run is missing; the pipeline then finds every stage complete and skips
 the run (nothing after a finished stage needs its checkpoint), so a resumed sweep trains only
@@ -18,14 +19,37 @@ import os
 import shutil
 from pathlib import Path
 
+from jaxlake.io import read_json, write_json
+
 #: Run-level files archived.
 RUN_FILES = ("run.json",)
 #: Stage-level files archived (everything a results page and the pipeline's completeness check read).
 STAGE_FILES = ("env.yaml", "next_env.yaml", "train.json", "eval.json", "summary.json", "summary.txt",
-               "engineer.json", "shared_from.json", "metrics.jsonl")
+               "engineer.json", "shared_from.json")
+#: What an archived ``eval.json`` keeps of each episode record: which lake, and how it ended
+#: (a paired comparison of two runs lake by lake needs no more; the completions, plans and
+#: event details stay in the run folder).
+EPISODE_KEYS = ("lake", "cell", "mode", "sample", "num_agents", "success", "fell", "timed_out", "conflicts",
+                "malformed", "failure_types")
 
 
-def _copy_record(src: Path, dst: Path) -> None:
+def slim_eval(ev: dict) -> dict:
+    """``eval.json`` as archived: without the lakes' grids and with each episode's outcome only
+    (:data:`EPISODE_KEYS`), in the suite and the stage's own environment alike."""
+    def slim(node: dict) -> dict:
+        out = {k: v for k, v in node.items() if k != "grids"}
+        if isinstance(out.get("episodes"), list):
+            out["episodes"] = [{k: r[k] for k in EPISODE_KEYS if k in r} for r in out["episodes"]]
+        return out
+
+    out = slim(ev)
+    if isinstance(out.get("current_env"), dict):
+        out["current_env"] = slim(out["current_env"])
+    out["archived"] = True
+    return out
+
+
+def _copy_record(src: Path, dst: Path, slim: bool = False) -> None:
     dst.mkdir(parents=True)
     for name in RUN_FILES:
         if (src / name).is_file():
@@ -35,8 +59,16 @@ def _copy_record(src: Path, dst: Path) -> None:
             continue
         (dst / sd.name).mkdir()
         for name in STAGE_FILES:
-            if (sd / name).is_file():
-                shutil.copy2(sd / name, dst / sd.name / name)
+            src_file, dst_file = sd / name, dst / sd.name / name
+            if not src_file.is_file():
+                continue
+            if name == "eval.json" and slim:
+                ev = read_json(src_file)
+                if not ev.get("archived"):
+                    write_json(dst_file, slim_eval(ev), indent=None)
+                    shutil.copystat(src_file, dst_file)
+                    continue
+            shutil.copy2(src_file, dst_file)
 
 
 def archive_run(run_dir: Path, archive: Path) -> Path | None:
@@ -50,7 +82,7 @@ def archive_run(run_dir: Path, archive: Path) -> Path | None:
     archive.mkdir(parents=True, exist_ok=True)
     tmp = archive / f".{run_dir.name}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    _copy_record(run_dir, tmp)
+    _copy_record(run_dir, tmp, slim=True)
     shutil.rmtree(dst, ignore_errors=True)  # a half-copied folder of an older version
     os.replace(tmp, dst)
     return dst

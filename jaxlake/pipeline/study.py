@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+import numpy as np
+
 from jaxlake.io import FolderLock, FolderLockError, read_json, write_json, write_text
 from jaxlake.mixture import load_mixture, mixture_to_obj
 from jaxlake.pipeline.archive import restore_runs
@@ -135,10 +137,50 @@ def collect_rows(root: Path) -> list[dict]:
                 "engineer_wall_s": eng.get("wall_s"),
                 "dir": str(sd),
                 "suite": ev.get("suite"),
+                "lakes": lake_outcomes(ev),
             })
     if not rows:
         raise StudyError(f"no finished stages under {root}; run the sweep first (python -m jaxlake.study)")
     return rows
+
+
+def lake_outcomes(ev: Mapping[str, Any], mode: str = "greedy") -> dict:
+    """``{(cell, lake): success}`` of the suite's ``mode`` episodes (the first sample of each)."""
+    return {(int(r.get("cell", -1)), int(r["lake"])): bool(r["success"]) for r in ev.get("episodes") or []
+            if r.get("mode") == mode and int(r.get("sample", 0)) == 0}
+
+
+def noise_table(rows: Sequence[dict]) -> str:
+    """What the paired intervals are made of, per engineer against ``fixed`` on the last stage
+    (greedy): the share of suite lakes where the two runs of a seed disagree (one solves the
+    lake, the other does not; mean over seeds), the lake noise of one seed's difference that
+    share allows (at most sqrt(share / lakes)), and the standard deviation of the paired
+    difference over seeds (what the interval is built from)."""
+    stages = sorted({r["stage"] for r in rows})
+    last = stages[-1]
+    base = {r["seed"]: r for r in rows if r["variant"] == BASELINE and r["stage"] == last}
+    out = ["| engineer | seeds | lakes | disagreeing with fixed | lake noise, one seed (≤) | sd of the difference over seeds |",
+           "|---|---|---|---|---|---|"]
+    for v in _variants(rows):
+        if v == BASELINE:
+            continue
+        shares, diffs, n = [], [], 0
+        for r in rows:
+            b = base.get(r["seed"])
+            if r["variant"] != v or r["stage"] != last or b is None or not r.get("lakes") or not b.get("lakes"):
+                continue
+            both = set(r["lakes"]) & set(b["lakes"])
+            if not both:
+                continue
+            n = len(both)
+            shares.append(sum(r["lakes"][x] != b["lakes"][x] for x in both) / n)
+            diffs.append(sum(r["lakes"][x] - b["lakes"][x] for x in both) / n)
+        if not shares:
+            continue
+        q = float(np.mean(shares))
+        sd = f"{np.std(diffs, ddof=1):.3f}" if len(diffs) > 1 else "–"
+        out.append(f"| {v} | {len(shares)} | {n} | {q:.3f} | {np.sqrt(q / n):.3f} | {sd} |")
+    return "\n".join(out)
 
 
 def _variants(rows: Sequence[dict]) -> list[str]:
@@ -336,6 +378,13 @@ def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path
         "",
         greedy,
     ]
+    noise = noise_table(rows)
+    if noise.count("\n") > 1:
+        parts += ["", "### Where the paired intervals come from", "",
+                  "Per engineer against `fixed`, last stage, greedy: the share of suite lakes the two runs of a",
+                  "seed disagree on, the lake noise of one seed's difference it allows (at most sqrt(share /",
+                  "lakes)), and the seed-to-seed standard deviation of the paired difference, from which the",
+                  "interval above is built (t over seeds).", "", noise]
     if any(r["score_sampled"] is not None for r in rows):
         parts += ["", "### Aggregate score (sampled decoding)", "", score_table(rows, "score_sampled")]
     if any(r["own_env_greedy"] is not None for r in rows):
@@ -361,7 +410,7 @@ def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path
               f"![last-stage score per suite dimension]({assets.name}/breakdown.png)"]
     payload = {"command": command, "wall_s": round(wall, 1), "wall_source": how, "compute_s": round(compute, 1),
                "root": str(root),
-               "table_md": greedy, "baselines": floors, "rows": [{k: v for k, v in r.items() if k not in ("dir", "suite")} for r in rows]}
+               "table_md": greedy, "baselines": floors, "rows": [{k: v for k, v in r.items() if k not in ("dir", "suite", "lakes")} for r in rows]}
     return "\n".join(parts), payload
 
 

@@ -311,3 +311,45 @@ def test_a_second_study_into_the_same_folder_is_refused(tmp_path):
         with pytest.raises(FolderLockError, match=f"the study folder {root} is in use by this process"):
             study.run_sweep("cpu", [f"runs_dir={tmp_path}"], root)
     assert sorted(p.name for p in root.iterdir()) == []  # no sweep started, no study.json
+
+
+def test_noise_table_measures_disagreement_with_fixed_lake_by_lake():
+    def row(variant, seed, wins):
+        return {"variant": variant, "seed": seed, "stage": 2, "lakes": {(0, i): w for i, w in enumerate(wins)}}
+
+    rows = [row("fixed", 0, [1, 1, 0, 0]), row("plr", 0, [1, 0, 1, 1]),   # 3 of 4 disagree, +1 lake
+            row("fixed", 1, [1, 1, 1, 1]), row("plr", 1, [1, 1, 1, 0])]   # 1 of 4, -1 lake
+    line = [x for x in study.noise_table(rows).splitlines() if x.startswith("| plr")][0]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[:4] == ["plr", "2", "4", "0.500"]
+    assert cells[4] == f"{(0.5 / 4) ** 0.5:.3f}"
+    assert cells[5] == f"{(2 * 0.25 ** 2) ** 0.5:.3f}"  # differences +0.25 and -0.25: sd 0.354
+
+
+def test_archive_keeps_the_records_without_checkpoints_and_restores_only_missing_runs(tmp_path):
+    from jaxlake.pipeline.archive import archive_run, restore_runs
+
+    run = tmp_path / "runs" / "fixed_seed0"
+    (run / "stage_1" / "checkpoint").mkdir(parents=True)
+    (run / "stage_1" / "checkpoint" / "big.bin").write_bytes(b"0" * 1000)
+    (run / "run.json").write_text('{"engineer": "fixed"}')
+    ep = {"lake": 3, "cell": 1, "mode": "greedy", "sample": 0, "success": True, "completion": "A: R R", "plan": "A: R R"}
+    (run / "stage_1" / "eval.json").write_text(json.dumps({"format": 1, "grids": [[1]], "episodes": [ep],
+                                                          "current_env": {"grids": [[2]], "episodes": [ep]}}))
+    (run / "stage_1" / "engineer.json").write_text("{}")
+    archive = tmp_path / "docs" / "results" / "runs"
+    assert archive_run(run, archive) == archive / "fixed_seed0"
+    kept = archive / "fixed_seed0" / "stage_1"
+    assert sorted(p.name for p in kept.iterdir()) == ["engineer.json", "eval.json"]
+    ev = json.loads((kept / "eval.json").read_text())
+    assert "grids" not in ev and "grids" not in ev["current_env"] and ev["archived"] is True
+    assert ev["episodes"] == [{k: ep[k] for k in ("lake", "cell", "mode", "sample", "success")}]
+    assert archive_run(run, archive) is None  # already archived: kept as it is
+
+    fresh = tmp_path / "fresh"
+    (fresh / "other_seed0").mkdir(parents=True)
+    (fresh / "other_seed0" / "run.json").write_text("{}")
+    assert restore_runs(archive, fresh) == ["fixed_seed0"]
+    assert json.loads((fresh / "fixed_seed0" / "stage_1" / "eval.json").read_text()) == ev
+    assert restore_runs(archive, fresh) == []  # a run folder that is there is never overwritten
+    assert not list(fresh.glob(".*tmp"))
