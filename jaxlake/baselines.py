@@ -49,6 +49,28 @@ def straight_plan(lake: Lake, horizon: int | None = None) -> np.ndarray:
     return plan
 
 
+def straight_blocked(lakes) -> np.ndarray:
+    """``[N]`` bool: some agent's straight walk (rows first, then columns: the plan of
+    :func:`straight_plan`) steps on a hole of its batched lake. Vectorised over the batch and
+    its agents (the warm start draws its blocked share of a batch with it)."""
+    holes = np.asarray(lakes.holes, bool)                       # [N, H, W]
+    starts, goals = np.asarray(lakes.starts), np.asarray(lakes.goals)  # [N, A, 2]
+    n, h, w = holes.shape
+    active = np.arange(starts.shape[1])[None, :] < np.asarray(lakes.num_agents).reshape(n, 1)
+    r, c, gr, gc = starts[..., 0], starts[..., 1], goals[..., 0], goals[..., 1]
+    rows, cols = np.arange(h)[None, None, :], np.arange(w)[None, None, :]
+    # the row leg: column c, rows strictly after r up to gr; then the column leg: row gr, columns after c up to gc
+    on_rows = (rows - r[..., None]) * np.sign(gr - r)[..., None]
+    on_rows = (on_rows > 0) & (on_rows <= np.abs(gr - r)[..., None])
+    on_cols = (cols - c[..., None]) * np.sign(gc - c)[..., None]
+    on_cols = (on_cols > 0) & (on_cols <= np.abs(gc - c)[..., None])
+    lake = np.arange(n)[:, None]
+    column = holes[lake, :, c]                                  # [N, A, H]: holes of each agent's start column
+    row = holes[lake, gr, :]                                    # [N, A, W]: holes of each agent's goal row
+    hit = (column & on_rows).any(-1) | (row & on_cols).any(-1)
+    return (hit & active).any(-1)
+
+
 def alone_plan(lake: Lake, horizon: int | None = None) -> np.ndarray:
     """``[max_agents, T]`` actions: each agent's own shortest path to its goal, alone.
 

@@ -31,6 +31,7 @@ import numpy as np
 import optax
 
 from jaxlake import planner
+from jaxlake.baselines import straight_blocked
 from jaxlake.metrics import MetricsWriter
 from jaxlake.mixture import Mixture
 from jaxlake.text import format_plan
@@ -220,27 +221,6 @@ def plan_targets(lakes, tokenizer, length: int, thinking_tokens: Optional[int] =
         mask[i, : len(ids)] = True
         solved[i] = True
     return tokens, mask, solved, texts
-
-
-def straight_blocked(lakes) -> np.ndarray:
-    """``[N]`` bool: some agent's straight walk (rows first, then columns: the plan of
-    :func:`jaxlake.baselines.straight_plan`) steps on a hole of its batched lake."""
-    holes = np.asarray(lakes.holes, bool)                       # [N, H, W]
-    starts, goals = np.asarray(lakes.starts), np.asarray(lakes.goals)  # [N, A, 2]
-    n, h, w = holes.shape
-    active = np.arange(starts.shape[1])[None, :] < np.asarray(lakes.num_agents).reshape(n, 1)
-    r, c, gr, gc = starts[..., 0], starts[..., 1], goals[..., 0], goals[..., 1]
-    rows, cols = np.arange(h)[None, None, :], np.arange(w)[None, None, :]
-    # the row leg: column c, rows strictly after r up to gr; then the column leg: row gr, columns after c up to gc
-    on_rows = (rows - r[..., None]) * np.sign(gr - r)[..., None]
-    on_rows = (on_rows > 0) & (on_rows <= np.abs(gr - r)[..., None])
-    on_cols = (cols - c[..., None]) * np.sign(gc - c)[..., None]
-    on_cols = (on_cols > 0) & (on_cols <= np.abs(gc - c)[..., None])
-    lake = np.arange(n)[:, None]
-    column = holes[lake, :, c]                                  # [N, A, H]: holes of each agent's start column
-    row = holes[lake, gr, :]                                    # [N, A, W]: holes of each agent's goal row
-    hit = (column & on_rows).any(-1) | (row & on_cols).any(-1)
-    return (hit & active).any(-1)
 
 
 def select_blocked(lakes, n: int, share: float):

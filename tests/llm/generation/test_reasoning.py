@@ -372,7 +372,8 @@ def test_blocked_share_picks_lakes_whose_straight_walk_meets_a_hole():
     from jaxlake.types import ACTION_DELTAS
     from llm.game.prompts import unbatch
     from llm.training.config import WarmStartConfig
-    from llm.training.warmstart import select_blocked, straight_blocked
+    from jaxlake.baselines import straight_blocked
+    from llm.training.warmstart import select_blocked
 
     lakes = generate_batch(jax.random.PRNGKey(2), LakeConfig(height=6, width=5, num_agents=3, hole_density=0.15,
                                                              max_steps=14), 64)
