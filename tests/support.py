@@ -24,6 +24,9 @@ def tiny_run_overrides(micro):
         "train.warmstart.steps=1", "train.warmstart.batch_size=4", "train.warmstart.checkpoint_every=1",
         "train.grpo.steps=2", "train.grpo.lakes_per_step=2", "train.grpo.group_size=2",
         "train.grpo.max_new_tokens=16", "train.grpo.checkpoint_every=1", "train.eval.num_lakes=2",
+        # a random micro model's groups all tie: dynamic sampling (on by default) would sample 3
+        # rounds and skip every update; its refill and skip are tested in test_grpo_sampling.py
+        "train.grpo.dynamic_sampling.enabled=false",
         "train.eval.batch_size=2", "train.progress=false", "train.plot=false",
         "eval.current_env_lakes=2", "eval.summary.env_stats_lakes=2", "eval.batch_size=16",
         "eval.sampled.num_samples=1", "eval.max_new_tokens=16",
