@@ -107,7 +107,7 @@ class GRPOConfig:
     micro_batches: int = 1
     optim: OptimConfig = OptimConfig(lr=1e-4, warmup_steps=3)
     loss: GRPOLossConfig = GRPOLossConfig()
-    dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig()
+    dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig(enabled=True)  # conf/train/default.yaml's
     max_new_tokens: int = 32
     temperature: float = 1.0
     top_k: int = 0

@@ -198,7 +198,10 @@ def stage_cfg(grpo_steps: int = 4, beta: float = 0.0) -> dict:
             "warmstart": {"steps": 2, "batch_size": 4, "checkpoint_every": 1},
             "grpo": {"steps": grpo_steps, "lakes_per_step": 4, "group_size": 2, "checkpoint_every": 2,
                      "max_new_tokens": 10, "optim": {"lr": 3e-3, "warmup_steps": 1},
-                     "loss": {"beta": beta}},
+                     "loss": {"beta": beta},
+                     # a random model's groups all tie: dynamic sampling (the default) would skip
+                     # every update; its refill and skip: tests/llm/training/test_grpo_sampling.py
+                     "dynamic_sampling": {"enabled": False}},
             "eval": {"num_lakes": 4, "batch_size": 4},
         },
         "prompt": {"system": "", "user": "{grid}\n{agents}", "use_system": False},
