@@ -58,11 +58,6 @@ def stage_key(cfg: Any, k: int, mixtures: Sequence[Mixture]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def stage1_key(cfg: Any, mixture: Mixture) -> str:
-    """:func:`stage_key` of stage 1, whose environment is ``mixture``."""
-    return stage_key(cfg, 1, [mixture])
-
-
 def run_stage_key(s: RunSettings, k: int, mixture: Mixture) -> str:
     """:func:`stage_key` of this run's stage ``k``: the earlier stages' environments are read
     from their ``env.yaml``."""

@@ -15,7 +15,7 @@ import yaml
 from jaxlake.conf import CONF_DIR
 
 from jaxlake.pipeline import study
-from jaxlake.pipeline.share import stage1_key, stage_key
+from jaxlake.pipeline.share import stage_key
 from tests.support import run_cli, tiny_run_overrides
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -81,7 +81,7 @@ def test_stage1_key_ignores_the_engineer_and_cosmetics_but_not_training():
     def key(*overrides):
         with initialize_config_dir(str(CONF_DIR), version_base=None):
             cfg = compose("config", overrides=list(overrides))
-        return stage1_key(cfg, mixture_from_node(cfg.env))
+        return stage_key(cfg, 1, [mixture_from_node(cfg.env)])
 
     base = key()
     assert key("engineer=heuristic") == base
@@ -101,10 +101,9 @@ def test_a_later_stage_key_follows_the_environments_so_far():
         cfg = compose("config")
         other = compose("config", overrides=["env.hole_density=0.2"])
     a, b = mixture_from_node(cfg.env), mixture_from_node(other.env)
-    assert stage_key(cfg, 1, [a]) == stage1_key(cfg, a)
     assert stage_key(cfg, 2, [a, b]) != stage_key(cfg, 2, [b, b])  # another stage 1 before it
     assert stage_key(cfg, 2, [a, b]) != stage_key(cfg, 2, [a, a])  # another environment now
-    assert stage_key(cfg, 2, [a, a]) != stage1_key(cfg, a)
+    assert stage_key(cfg, 2, [a, a]) != stage_key(cfg, 1, [a])
     with pytest.raises(ValueError, match="stages 1..2"):
         stage_key(cfg, 2, [a])
 
