@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 from jaxlake.io import read_json, write_json
+
+#: The sweep's own record (its invocations and wall times), kept beside the runs.
+STUDY_FILE = "study.json"
 
 #: Run-level files archived.
 RUN_FILES = ("run.json",)
@@ -109,3 +113,49 @@ def restore_runs(archive: Path, root: Path) -> list[str]:
         os.replace(tmp, dst)
         restored.append(src.name)
     return restored
+
+
+def default_archive(page: Path) -> Path:
+    """Where ``python -m jaxlake.study`` keeps a page's finished runs: ``<page stem>/runs/``
+    (``docs/results/runs/`` for ``docs/results.md``), committed with the page."""
+    return Path(page).with_suffix("") / "runs"
+
+
+def restore_study_record(archive: Path, root: Path) -> bool:
+    """Copy the archived ``study.json`` (earlier sessions' sweep invocations) into a sweep folder
+    that has none. Returns whether it copied."""
+    src, dst = Path(archive) / STUDY_FILE, Path(root) / STUDY_FILE
+    if dst.is_file() or not src.is_file():
+        return False
+    write_json(dst, read_json(src))
+    return True
+
+
+def archive_study_record(root: Path, archive: Path) -> bool:
+    """Copy the sweep folder's ``study.json`` into the archive (after every sweep invocation, cut
+    short or not). Returns whether there was one."""
+    src = Path(root) / STUDY_FILE
+    if not src.is_file():
+        return False
+    Path(archive).mkdir(parents=True, exist_ok=True)
+    write_json(Path(archive) / STUDY_FILE, read_json(src))
+    return True
+
+
+def git_ignores(path: Path) -> str | None:
+    """The ``.gitignore`` rule (``file:line:pattern``) that keeps files under ``path`` out of the
+    git work tree ``path`` is in, or None: not ignored, not in a work tree, or no ``git``. An
+    archive that git ignores is never committed, so a sweep cut short cannot resume elsewhere."""
+    path = Path(path).resolve()
+    probe = path / "run.json"
+    where = next((p for p in (path, *path.parents) if p.is_dir()), None)
+    if where is None or shutil.which("git") is None:
+        return None
+    try:
+        r = subprocess.run(["git", "-C", str(where), "check-ignore", "-v", "--no-index", str(probe)],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if r.returncode != 0 or not r.stdout.strip():
+        return None
+    return r.stdout.split("\t")[0].strip()

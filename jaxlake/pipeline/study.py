@@ -42,7 +42,8 @@ import numpy as np
 
 from jaxlake.io import FolderLock, FolderLockError, read_json, write_json, write_text
 from jaxlake.mixture import load_mixture, mixture_to_obj
-from jaxlake.pipeline.archive import restore_runs
+from jaxlake.pipeline.archive import (archive_study_record, default_archive, git_ignores, restore_runs,
+                                      restore_study_record)
 from jaxlake.pipeline.records import short_env
 from jaxlake.pipeline.report import find_runs, load_run, plot_breakdown, plot_scores
 from jaxlake.stats import mean_ci
@@ -472,22 +473,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     command = " ".join(["python -m jaxlake.study"] + ([f"--study {args.study}"] if args.study != "cpu" else [])
                        + ([f"--results {shown}"] if page != DEFAULT_PAGE.resolve() else [])
                        + (["--", *map(shlex.quote, extra)] if extra else []))
-    archive = None if args.no_archive else (args.archive or page.with_suffix("") / "runs").resolve()
+    archive = None if args.no_archive else (args.archive or default_archive(page)).resolve()
     try:
         if archive is not None:
+            rule = git_ignores(archive)
+            if rule is not None:
+                print(f"[study] warning: git ignores the archive {archive} ({rule}): its runs will not be committed, "
+                      f"so a sweep cut short will not resume in another checkout", file=sys.stderr, flush=True)
             restored = restore_runs(archive, root)
             if restored:
                 print(f"[study] restored {len(restored)} finished runs from {archive} into {root} (their stages are "
                       f"skipped; delete a run's folder there to run it again)", file=sys.stderr, flush=True)
-            if not (root / "study.json").is_file() and (archive / "study.json").is_file():
-                write_json(root / "study.json", read_json(archive / "study.json"))  # earlier sessions' sweeps
+            restore_study_record(archive, root)  # earlier sessions' sweep invocations
         if not args.no_run:
             try:
                 run_sweep(args.study, extra + ([f"pipeline.archive={archive}"] if archive is not None else []), root)
             finally:
-                if archive is not None and (root / "study.json").is_file():
-                    archive.mkdir(parents=True, exist_ok=True)
-                    write_json(archive / "study.json", read_json(root / "study.json"))
+                if archive is not None:
+                    archive_study_record(root, archive)
         payload = write_results(root, args.results, command)
     except (StudyError, FolderLockError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -6,6 +6,7 @@ sweep is the suite's multirun (``python -m jaxlake.run -m``), and ``python -m ja
 runs over its folder."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -352,3 +353,30 @@ def test_archive_keeps_the_records_without_checkpoints_and_restores_only_missing
     assert json.loads((fresh / "fixed_seed0" / "stage_1" / "eval.json").read_text()) == ev
     assert restore_runs(archive, fresh) == []  # a run folder that is there is never overwritten
     assert not list(fresh.glob(".*tmp"))
+
+
+def test_the_committed_pages_archive_is_not_git_ignored():
+    """The archive exists to be committed with its page; a ``runs/`` rule in .gitignore once kept
+    every archived run of docs/results.md out of the repository, so nothing could resume."""
+    from jaxlake.pipeline.archive import default_archive, git_ignores
+
+    repo = Path(__file__).resolve().parents[3]
+    if shutil.which("git") is None or not (repo / ".git").exists():
+        pytest.skip("needs git and a git checkout of the project")
+    assert git_ignores(default_archive(repo / study.DEFAULT_PAGE)) is None
+
+
+def test_git_ignores_names_the_rule_that_hides_an_archive(tmp_path):
+    from jaxlake.pipeline.archive import git_ignores
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    archive = tmp_path / "docs" / "results" / "runs"
+    assert git_ignores(archive) is None  # not there yet, not ignored
+    (tmp_path / ".gitignore").write_text("build/\nruns/\n")
+    assert git_ignores(archive) == ".gitignore:2:runs/"
+    (tmp_path / ".gitignore").write_text("/runs/\n")
+    assert git_ignores(archive) is None
+    assert git_ignores(tmp_path / "runs") == ".gitignore:1:/runs/"
+    assert git_ignores(tmp_path.parent / "elsewhere_not_a_repo_xyz") is None  # outside any work tree
