@@ -38,18 +38,43 @@ EPISODE_KEYS = ("lake", "cell", "mode", "sample", "num_agents", "success", "fell
 
 
 def slim_eval(ev: dict) -> dict:
-    """``eval.json`` as archived: without the lakes' grids and with each episode's outcome only
-    (:data:`EPISODE_KEYS`), in the suite and the stage's own environment alike."""
+    """``eval.json`` as archived: without the lakes' grids, and each episode's outcome only
+    (:data:`EPISODE_KEYS`) stored by column (``episodes: {"columns": {key: [value per
+    episode]}}``, a fifth of the rows' size), in the suite and the stage's own environment
+    alike. :func:`episode_rows` reads either form; :func:`restore_runs` writes rows back."""
     def slim(node: dict) -> dict:
         out = {k: v for k, v in node.items() if k != "grids"}
-        if isinstance(out.get("episodes"), list):
-            out["episodes"] = [{k: r[k] for k in EPISODE_KEYS if k in r} for r in out["episodes"]]
+        rows = out.get("episodes")
+        if isinstance(rows, list):
+            keys = [k for k in EPISODE_KEYS if any(k in r for r in rows)]
+            out["episodes"] = {"columns": {k: [r.get(k) for r in rows] for k in keys}}
         return out
 
     out = slim(ev)
     if isinstance(out.get("current_env"), dict):
         out["current_env"] = slim(out["current_env"])
     out["archived"] = True
+    return out
+
+
+def episode_rows(node: dict) -> list[dict]:
+    """The episode records of an ``eval.json`` node (the suite, or its ``current_env``), one dict
+    per episode, from a run's file or an archived one (:func:`slim_eval`'s columns; a key an
+    episode lacked is left out of its row)."""
+    eps = node.get("episodes")
+    if isinstance(eps, dict) and isinstance(eps.get("columns"), dict):
+        cols = eps["columns"]
+        n = len(next(iter(cols.values()), []))
+        return [{k: v[i] for k, v in cols.items() if v[i] is not None} for i in range(n)]
+    return list(eps or [])
+
+
+def _unslim_eval(ev: dict) -> dict:
+    """An archived ``eval.json`` with its episodes as rows again (what a run folder holds)."""
+    out = dict(ev)
+    out["episodes"] = episode_rows(ev)
+    if isinstance(out.get("current_env"), dict):
+        out["current_env"] = {**out["current_env"], "episodes": episode_rows(out["current_env"])}
     return out
 
 
@@ -66,10 +91,10 @@ def _copy_record(src: Path, dst: Path, slim: bool = False) -> None:
             src_file, dst_file = sd / name, dst / sd.name / name
             if not src_file.is_file():
                 continue
-            if name == "eval.json" and slim:
+            if name == "eval.json":
                 ev = read_json(src_file)
-                if not ev.get("archived"):
-                    write_json(dst_file, slim_eval(ev), indent=None)
+                if slim or isinstance(ev.get("episodes"), dict):
+                    write_json(dst_file, slim_eval(ev) if slim else _unslim_eval(ev), indent=None)
                     shutil.copystat(src_file, dst_file)
                     continue
             shutil.copy2(src_file, dst_file)

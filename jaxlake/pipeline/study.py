@@ -42,7 +42,7 @@ import numpy as np
 
 from jaxlake.io import FolderLock, FolderLockError, read_json, write_json, write_text
 from jaxlake.mixture import load_mixture, mixture_to_obj
-from jaxlake.pipeline.archive import (archive_study_record, default_archive, git_ignores, restore_runs,
+from jaxlake.pipeline.archive import (archive_study_record, default_archive, episode_rows, git_ignores, restore_runs,
                                       restore_study_record)
 from jaxlake.pipeline.records import short_env
 from jaxlake.pipeline.report import find_runs, load_run, plot_breakdown, plot_scores
@@ -147,7 +147,7 @@ def collect_rows(root: Path) -> list[dict]:
 
 def lake_outcomes(ev: Mapping[str, Any], mode: str = "greedy") -> dict:
     """``{(cell, lake): success}`` of the suite's ``mode`` episodes (the first sample of each)."""
-    return {(int(r.get("cell", -1)), int(r["lake"])): bool(r["success"]) for r in ev.get("episodes") or []
+    return {(int(r.get("cell", -1)), int(r["lake"])): bool(r["success"]) for r in episode_rows(ev)
             if r.get("mode") == mode and int(r.get("sample", 0)) == 0}
 
 

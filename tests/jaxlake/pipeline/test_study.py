@@ -327,7 +327,7 @@ def test_noise_table_measures_disagreement_with_fixed_lake_by_lake():
 
 
 def test_archive_keeps_the_records_without_checkpoints_and_restores_only_missing_runs(tmp_path):
-    from jaxlake.pipeline.archive import archive_run, restore_runs
+    from jaxlake.pipeline.archive import archive_run, episode_rows, restore_runs
 
     run = tmp_path / "runs" / "fixed_seed0"
     (run / "stage_1" / "checkpoint").mkdir(parents=True)
@@ -343,14 +343,18 @@ def test_archive_keeps_the_records_without_checkpoints_and_restores_only_missing
     assert sorted(p.name for p in kept.iterdir()) == ["engineer.json", "eval.json"]
     ev = json.loads((kept / "eval.json").read_text())
     assert "grids" not in ev and "grids" not in ev["current_env"] and ev["archived"] is True
-    assert ev["episodes"] == [{k: ep[k] for k in ("lake", "cell", "mode", "sample", "success")}]
+    outcome = {k: ep[k] for k in ("lake", "cell", "mode", "sample", "success")}
+    assert ev["episodes"] == {"columns": {k: [v] for k, v in outcome.items()}}  # by column, outcomes only
+    assert episode_rows(ev) == episode_rows(ev["current_env"]) == [outcome]
     assert archive_run(run, archive) is None  # already archived: kept as it is
 
     fresh = tmp_path / "fresh"
     (fresh / "other_seed0").mkdir(parents=True)
     (fresh / "other_seed0" / "run.json").write_text("{}")
     assert restore_runs(archive, fresh) == ["fixed_seed0"]
-    assert json.loads((fresh / "fixed_seed0" / "stage_1" / "eval.json").read_text()) == ev
+    back = json.loads((fresh / "fixed_seed0" / "stage_1" / "eval.json").read_text())
+    assert back["episodes"] == back["current_env"]["episodes"] == [outcome]  # rows again, as a run writes them
+    assert study.lake_outcomes(back) == study.lake_outcomes(ev) == {(1, 3): True}
     assert restore_runs(archive, fresh) == []  # a run folder that is there is never overwritten
     assert not list(fresh.glob(".*tmp"))
 
