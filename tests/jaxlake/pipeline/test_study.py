@@ -384,3 +384,21 @@ def test_git_ignores_names_the_rule_that_hides_an_archive(tmp_path):
     assert git_ignores(archive) is None
     assert git_ignores(tmp_path / "runs") == ".gitignore:1:/runs/"
     assert git_ignores(tmp_path.parent / "elsewhere_not_a_repo_xyz") is None  # outside any work tree
+
+
+def test_the_committed_page_is_what_its_archive_rebuilds(tmp_path, monkeypatch):
+    """docs/results.md's generated block and docs/results.json are what `python -m jaxlake.study
+    --no-run` writes in a fresh folder from the runs archived beside the page: the page and its
+    archive agree, so a fresh checkout resumes the sweep the page shows."""
+    from jaxlake.pipeline.archive import STUDY_FILE, default_archive
+
+    repo = Path(__file__).resolve().parents[3]
+    page = repo / study.DEFAULT_PAGE
+    archive = default_archive(page)
+    assert (archive / STUDY_FILE).is_file(), f"{archive} holds no {STUDY_FILE}: the page has no archive"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    shutil.copy(page, tmp_path / "docs" / "results.md")
+    assert study.main(["--no-run", "--archive", str(archive)]) == 0
+    assert (tmp_path / "docs" / "results.md").read_text() == page.read_text()
+    assert json.loads((tmp_path / "docs" / "results.json").read_text()) == json.loads(page.with_suffix(".json").read_text())
