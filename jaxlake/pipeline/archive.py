@@ -181,6 +181,7 @@ def git_ignores(path: Path) -> str | None:
                            capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
-    if r.returncode != 0 or not r.stdout.strip():
+    rule = r.stdout.split("\t")[0].strip() if r.returncode == 0 else ""
+    if not rule or rule.split(":", 2)[-1].startswith("!"):  # no rule, or a negation that keeps it
         return None
-    return r.stdout.split("\t")[0].strip()
+    return rule

@@ -380,6 +380,8 @@ def test_git_ignores_names_the_rule_that_hides_an_archive(tmp_path):
     assert git_ignores(archive) is None  # not there yet, not ignored
     (tmp_path / ".gitignore").write_text("build/\nruns/\n")
     assert git_ignores(archive) == ".gitignore:2:runs/"
+    (tmp_path / ".gitignore").write_text("runs/\n!docs/results/runs/\n")
+    assert git_ignores(archive) is None  # re-included by a negation
     (tmp_path / ".gitignore").write_text("/runs/\n")
     assert git_ignores(archive) is None
     assert git_ignores(tmp_path / "runs") == ".gitignore:1:/runs/"
