@@ -146,25 +146,25 @@ def default_archive(page: Path) -> Path:
     return Path(page).with_suffix("") / "runs"
 
 
+def _copy_study_record(src_dir: Path, dst_dir: Path, overwrite: bool) -> bool:
+    src, dst = Path(src_dir) / STUDY_FILE, Path(dst_dir) / STUDY_FILE
+    if not src.is_file() or (dst.is_file() and not overwrite):
+        return False
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    write_json(dst, read_json(src))
+    return True
+
+
 def restore_study_record(archive: Path, root: Path) -> bool:
     """Copy the archived ``study.json`` (earlier sessions' sweep invocations) into a sweep folder
     that has none. Returns whether it copied."""
-    src, dst = Path(archive) / STUDY_FILE, Path(root) / STUDY_FILE
-    if dst.is_file() or not src.is_file():
-        return False
-    write_json(dst, read_json(src))
-    return True
+    return _copy_study_record(archive, root, overwrite=False)
 
 
 def archive_study_record(root: Path, archive: Path) -> bool:
     """Copy the sweep folder's ``study.json`` into the archive (after every sweep invocation, cut
     short or not). Returns whether there was one."""
-    src = Path(root) / STUDY_FILE
-    if not src.is_file():
-        return False
-    Path(archive).mkdir(parents=True, exist_ok=True)
-    write_json(Path(archive) / STUDY_FILE, read_json(src))
-    return True
+    return _copy_study_record(root, archive, overwrite=True)
 
 
 def git_ignores(path: Path) -> str | None:

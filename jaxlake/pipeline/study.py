@@ -42,8 +42,8 @@ import numpy as np
 
 from jaxlake.io import FolderLock, FolderLockError, read_json, write_json, write_text
 from jaxlake.mixture import load_mixture, mixture_to_obj
-from jaxlake.pipeline.archive import (archive_study_record, default_archive, episode_rows, git_ignores, restore_runs,
-                                      restore_study_record)
+from jaxlake.pipeline.archive import (STUDY_FILE, archive_study_record, default_archive, episode_rows, git_ignores,
+                                      restore_runs, restore_study_record)
 from jaxlake.pipeline.records import short_env
 from jaxlake.pipeline.report import find_runs, load_run, plot_breakdown, plot_scores
 from jaxlake.stats import mean_ci
@@ -91,10 +91,10 @@ def run_sweep(study: str, overrides: Sequence[str], root: Path) -> float:
         t0 = time.time()
         code = subprocess.call(cmd)  # in the current folder, like the runs' relative runs_dir
         wall = time.time() - t0
-        log = _read(root / "study.json") or {"invocations": []}
+        log = _read(root / STUDY_FILE) or {"invocations": []}
         log["invocations"].append({"study": study, "overrides": list(overrides), "wall_s": round(wall, 1),
                                    "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0)), "rc": code})
-        write_json(root / "study.json", log)
+        write_json(root / STUDY_FILE, log)
     if code != 0:
         raise StudyError(f"the sweep exited with status {code}; rerun the same command to resume it")
     return wall
@@ -333,7 +333,7 @@ def plot_final(rows: Sequence[dict], path: Path, key: str = "score_greedy") -> P
 
 def wall_time(root: Path, rows: Sequence[dict]) -> tuple[float, str]:
     """The study's wall time: recorded sweep invocations, else the span of its files."""
-    log = _read(Path(root) / "study.json")
+    log = _read(Path(root) / STUDY_FILE)
     if log and log.get("invocations"):
         return float(sum(i["wall_s"] for i in log["invocations"])), "sweep invocations recorded in study.json"
     return compute_time(rows), "the stages' recorded training, evaluation and engineer times"
