@@ -5,8 +5,9 @@ A run folder holds checkpoints (megabytes to gigabytes); what a results page rea
 *finished* run is a few kilobytes per stage: its environments, training and evaluation records,
 summary and engineer decision. :func:`archive_run` copies those (:data:`RUN_FILES`,
 :data:`STAGE_FILES`; ``eval.json`` without its grids and with each episode's outcome only,
-:func:`slim_eval`) into ``<archive>/<run folder name>/`` once every stage is complete, atomically
-and keeping the files' modification times. :func:`restore_runs` copies archived runs back into a
+:func:`slim_eval`) into ``<archive>/<run folder name>/`` once every stage is complete, atomically,
+keeping the files' modification times and no path of the machine that made them
+(:func:`portable_record`). :func:`restore_runs` copies archived runs back into a
 sweep's folder where a run is missing; the pipeline then finds every stage complete and skips
 the run (nothing after a finished stage needs its checkpoint), so a resumed sweep trains only
 what no archive holds. ``python -m jaxlake.study`` archives beside its results page
@@ -78,11 +79,36 @@ def _unslim_eval(ev: dict) -> dict:
     return out
 
 
+def portable_record(name: str, record: dict, stage_dir: Path | None = None) -> dict:
+    """``record`` (the JSON file ``name`` of a run or of its stage folder ``stage_dir``) as
+    archived: with no path of the machine that made it. ``run.json`` loses ``run_dir`` (a
+    restored run records its new folder on its next start); ``shared_from.json``'s ``dir``
+    (the stage it was copied from, for provenance) becomes relative to ``stage_dir`` when both
+    lie in one sweep folder. Other files are returned as they are."""
+    out = dict(record)
+    if name == "run.json":
+        out.pop("run_dir", None)
+    elif name == "shared_from.json" and stage_dir is not None and isinstance(out.get("dir"), str):
+        origin = Path(out["dir"])
+        root = Path(stage_dir).resolve().parent.parent
+        if origin.is_absolute() and origin.resolve().is_relative_to(root):
+            out["dir"] = os.path.relpath(origin.resolve(), Path(stage_dir).resolve())
+    return out
+
+
+def _copy_json(src_file: Path, dst_file: Path, name: str, stage_dir: Path | None) -> None:
+    write_json(dst_file, portable_record(name, read_json(src_file), stage_dir))
+    shutil.copystat(src_file, dst_file)
+
+
 def _copy_record(src: Path, dst: Path, slim: bool = False) -> None:
     dst.mkdir(parents=True)
     for name in RUN_FILES:
         if (src / name).is_file():
-            shutil.copy2(src / name, dst / name)
+            if slim:
+                _copy_json(src / name, dst / name, name, None)
+            else:
+                shutil.copy2(src / name, dst / name)
     for sd in sorted(src.glob("stage_*")):
         if not sd.is_dir():
             continue
@@ -97,6 +123,9 @@ def _copy_record(src: Path, dst: Path, slim: bool = False) -> None:
                     write_json(dst_file, slim_eval(ev) if slim else _unslim_eval(ev), indent=None)
                     shutil.copystat(src_file, dst_file)
                     continue
+            if slim and name == "shared_from.json":
+                _copy_json(src_file, dst_file, name, sd)
+                continue
             shutil.copy2(src_file, dst_file)
 
 

@@ -487,7 +487,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             restore_study_record(archive, root)  # earlier sessions' sweep invocations
         if not args.no_run:
             try:
-                run_sweep(args.study, extra + ([f"pipeline.archive={archive}"] if archive is not None else []), root)
+                # the archive as the sweep's override: relative to this folder when inside it, so
+                # the invocations study.json records name no path of this machine
+                given = (archive.relative_to(here).as_posix() if archive is not None and archive.is_relative_to(here)
+                         else archive)
+                run_sweep(args.study, extra + ([f"pipeline.archive={given}"] if archive is not None else []), root)
             finally:
                 if archive is not None:
                     archive_study_record(root, archive)

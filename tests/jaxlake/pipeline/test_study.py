@@ -332,7 +332,9 @@ def test_archive_keeps_the_records_without_checkpoints_and_restores_only_missing
     run = tmp_path / "runs" / "fixed_seed0"
     (run / "stage_1" / "checkpoint").mkdir(parents=True)
     (run / "stage_1" / "checkpoint" / "big.bin").write_bytes(b"0" * 1000)
-    (run / "run.json").write_text('{"engineer": "fixed"}')
+    (run / "run.json").write_text(json.dumps({"engineer": "fixed", "run_dir": str(run)}))
+    source = tmp_path / "runs" / "policy_seed0" / "stage_1"
+    (run / "stage_1" / "shared_from.json").write_text(json.dumps({"dir": str(source), "key": "k"}))
     ep = {"lake": 3, "cell": 1, "mode": "greedy", "sample": 0, "success": True, "completion": "A: R R", "plan": "A: R R"}
     (run / "stage_1" / "eval.json").write_text(json.dumps({"format": 1, "grids": [[1]], "episodes": [ep],
                                                           "current_env": {"grids": [[2]], "episodes": [ep]}}))
@@ -340,7 +342,10 @@ def test_archive_keeps_the_records_without_checkpoints_and_restores_only_missing
     archive = tmp_path / "docs" / "results" / "runs"
     assert archive_run(run, archive) == archive / "fixed_seed0"
     kept = archive / "fixed_seed0" / "stage_1"
-    assert sorted(p.name for p in kept.iterdir()) == ["engineer.json", "eval.json"]
+    assert sorted(p.name for p in kept.iterdir()) == ["engineer.json", "eval.json", "shared_from.json"]
+    # no path of the machine that made the run: its folder is dropped, a sibling stage is relative
+    assert json.loads((archive / "fixed_seed0" / "run.json").read_text()) == {"engineer": "fixed"}
+    assert json.loads((kept / "shared_from.json").read_text()) == {"dir": "../../policy_seed0/stage_1", "key": "k"}
     ev = json.loads((kept / "eval.json").read_text())
     assert "grids" not in ev and "grids" not in ev["current_env"] and ev["archived"] is True
     outcome = {k: ep[k] for k in ("lake", "cell", "mode", "sample", "success")}
@@ -368,6 +373,24 @@ def test_the_committed_pages_archive_is_not_git_ignored():
     if shutil.which("git") is None or not (repo / ".git").exists():
         pytest.skip("needs git and a git checkout of the project")
     assert git_ignores(default_archive(repo / study.DEFAULT_PAGE)) is None
+
+
+def test_the_committed_archive_names_no_path_of_the_machine_that_made_it():
+    """Archived records travel with the repository: no absolute path of the sweep's machine in a
+    run's folder (``run.json``), a shared stage's source or a recorded sweep override."""
+    from jaxlake.pipeline.archive import STUDY_FILE, default_archive
+
+    archive = default_archive(Path(__file__).resolve().parents[3] / study.DEFAULT_PAGE)
+    runs = [d for d in archive.iterdir() if (d / "run.json").is_file()]
+    assert runs, f"{archive} holds no archived run"
+    for d in runs:
+        assert "run_dir" not in json.loads((d / "run.json").read_text()), d
+        for f in d.glob("stage_*/shared_from.json"):
+            assert not Path(json.loads(f.read_text())["dir"]).is_absolute(), f
+    for inv in json.loads((archive / STUDY_FILE).read_text())["invocations"]:
+        for o in inv["overrides"]:
+            key, _, value = o.partition("=")
+            assert not (key == "pipeline.archive" and Path(value).is_absolute()), o
 
 
 def test_git_ignores_names_the_rule_that_hides_an_archive(tmp_path):
