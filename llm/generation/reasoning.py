@@ -72,7 +72,7 @@ __all__ = [
 
 
 #: What the warm start's templated think block may say (:attr:`ReasoningConfig.warmstart_style`).
-WARMSTART_STYLES = ("summary", "paths", "checks")
+WARMSTART_STYLES = ("summary", "paths", "checks", "crowd")
 
 
 class ReasoningError(ValueError):
@@ -103,7 +103,9 @@ class ReasoningConfig:
         written by ``prompt.cell``), so the plan after the block is the path's differences and
         each written cell is one step from the last. ``checks``: the same paths, with the
         cells toward the goal that are holes written and marked before each step
-        (``A 23 13~ 22``: the step up is a hole, so A goes left).
+        (``A 23 13~ 22``: the step up is a hole, so A goes left). ``crowd``: ``checks`` with
+        the tried cells that an earlier agent takes over the same step marked too (``B 20
+        21! 20 21``: the step right meets A, so B waits).
     """
 
     enabled: bool = False

@@ -31,6 +31,7 @@ import numpy as np
 import optax
 
 from jaxlake import planner
+from jaxlake.types import ON_GOAL_STAY
 from jaxlake.baselines import straight_blocked
 from jaxlake.metrics import MetricsWriter
 from jaxlake.mixture import Mixture
@@ -111,6 +112,11 @@ def path_lines(solution: planner.Solution, num_agents: int, cell: str = " {row}{
 BLOCKED_POOL = 4
 #: What :func:`check_lines` writes after a cell it tried and found to be a hole.
 HOLE_MARK = "~"
+#: What :func:`check_lines` (``agents=True``, style ``crowd``) writes after a cell it tried
+#: that an earlier agent takes at the next time step (or swaps through).
+AGENT_MARK = "!"
+#: The marks :func:`token_weights` weighs with ``mark_weight``.
+MARKS = (HOLE_MARK, AGENT_MARK)
 
 
 def toward_goal(here: tuple[int, int], goal: tuple[int, int]) -> list[tuple[int, int]]:
@@ -125,8 +131,31 @@ def toward_goal(here: tuple[int, int], goal: tuple[int, int]) -> list[tuple[int,
     return out
 
 
-def check_lines(solution: planner.Solution, num_agents: int, holes: np.ndarray, cell: str = " {row}{col}") -> list[str]:
-    """Each agent's path as :func:`path_lines` writes it, with the holes it checked on the way.
+def occupant(path: list[tuple[int, int]], t: int, stays: bool) -> Optional[tuple[int, int]]:
+    """Where an agent that walks ``path`` (one cell per time step, waits repeated) is at time
+    ``t``: its goal after it arrives when it ``stays`` there (``on_goal: stay``), else nowhere
+    (``vanish``: None)."""
+    if t < len(path):
+        return path[t]
+    return path[-1] if stays else None
+
+
+def taken(here: tuple[int, int], cand: tuple[int, int], t: int, earlier: list[list[tuple[int, int]]],
+          stays: bool) -> bool:
+    """The step ``here -> cand`` from time ``t`` meets an agent of ``earlier`` (their paths):
+    one is in ``cand`` at ``t + 1`` (a vertex conflict, or a block by an agent that stays), or
+    one moves ``cand -> here`` over the same step (a swap). docs/rules.md, Conflicts."""
+    for other in earlier:
+        if occupant(other, t + 1, stays) == cand:
+            return True
+        if occupant(other, t, stays) == cand and occupant(other, t + 1, stays) == here:
+            return True
+    return False
+
+
+def check_lines(solution: planner.Solution, num_agents: int, holes: np.ndarray, cell: str = " {row}{col}",
+                *, agents: bool = False, stays: bool = False) -> list[str]:
+    """Each agent's path as :func:`path_lines` writes it, with the cells it checked on the way.
 
     Before each step, the cells toward the agent's goal (:func:`toward_goal`: the row move,
     then the column move) are tried in that order; each one that is a hole of ``holes``
@@ -135,33 +164,43 @@ def check_lines(solution: planner.Solution, num_agents: int, holes: np.ndarray, 
     toward the goal is a hole, so A goes left. The path is the reference planner's, so the
     cell after a mark may be any free neighbour (or a wait); every cell without a mark is
     the path, and the plan is the differences of those cells.
+
+    With ``agents`` (style ``crowd``) a tried cell that an *earlier* agent (a line above, which
+    the model has already written) takes over the same step (:func:`taken`; ``stays``: agents
+    stay on their goals) is written too, followed by :data:`AGENT_MARK`: ``B 20 21! 20 21``:
+    the step right meets A, so B waits.
     """
     if not solution.found:
         return []
     holes = np.asarray(holes, bool)
-    lines = []
+    lines, paths = [], []
     for i in range(int(num_agents)):
         path = [(int(r), int(c)) for r, c in np.asarray(solution.paths[i])]
         goal = path[-1]
         text = _letter(i) + cell.format(row=path[0][0], col=path[0][1])
-        for here, nxt in zip(path, path[1:]):
+        for t, (here, nxt) in enumerate(zip(path, path[1:])):
             for cand in toward_goal(here, goal):
-                if not holes[cand]:
+                if holes[cand]:
+                    text += cell.format(row=cand[0], col=cand[1]) + HOLE_MARK
+                elif agents and taken(here, cand, t, paths, stays):
+                    text += cell.format(row=cand[0], col=cand[1]) + AGENT_MARK
+                else:
                     break
-                text += cell.format(row=cand[0], col=cand[1]) + HOLE_MARK
             text += cell.format(row=nxt[0], col=nxt[1])
         lines.append(text)
+        paths.append(path)
     return lines
 
 
 def reasoning_text(solution: planner.Solution, num_agents: int, tokenizer: Any = None,
                    max_tokens: Optional[int] = None, style: str = "summary", cell: str = " {row}{col}",
-                   holes: Optional[np.ndarray] = None) -> str:
+                   holes: Optional[np.ndarray] = None, stays: bool = False) -> str:
     """The think block of a warm-start target: ``<think>\n`` lines ``\n</think>``.
 
     ``style`` picks the lines (``summary``: :func:`reasoning_lines`; ``paths``:
     :func:`path_lines`, cells written by ``cell``; ``checks``: :func:`check_lines`, which
-    needs the lake's ``holes``). With ``tokenizer`` and ``max_tokens``, whole lines are
+    needs the lake's ``holes``; ``crowd``: the same with the earlier agents' cells checked too,
+    ``stays`` saying whether arrived agents stay on their goals). With ``tokenizer`` and ``max_tokens``, whole lines are
     dropped from the end until the block (tags included) fits in ``max_tokens`` tokens (the
     thinking budget).
     """
@@ -173,8 +212,8 @@ def reasoning_text(solution: planner.Solution, num_agents: int, tokenizer: Any =
         lines = path_lines(solution, num_agents, cell)
     else:
         if holes is None:
-            raise ValueError("style='checks' needs the lake's holes")
-        lines = check_lines(solution, num_agents, holes, cell)
+            raise ValueError(f"style={style!r} needs the lake's holes")
+        lines = check_lines(solution, num_agents, holes, cell, agents=style == "crowd", stays=stays)
     while True:
         block = f"{THINK_OPEN}\n" + "\n".join(lines) + f"\n{THINK_CLOSE}"
         if tokenizer is None or max_tokens is None or not lines:
@@ -206,11 +245,12 @@ def plan_targets(lakes, tokenizer, length: int, thinking_tokens: Optional[int] =
     texts = []
     num_agents = np.asarray(lakes.num_agents)
     holes = np.asarray(lakes.holes, bool)
+    stays = np.asarray(lakes.on_goal) == ON_GOAL_STAY
     for i, sol in enumerate(sols.solutions):
         text = format_plan(sol.actions, int(num_agents[i])) if sol.found else ""
         if sol.found and thinking_tokens is not None:
             text = reasoning_text(sol, int(num_agents[i]), tokenizer, thinking_tokens, style, cell,
-                                  holes=holes[i]) + "\n\n" + text
+                                  holes=holes[i], stays=bool(stays[i])) + "\n\n" + text
         texts.append(text)
         if not sol.found:
             continue
@@ -237,15 +277,17 @@ def select_blocked(lakes, n: int, share: float):
 
 def token_weights(tokens: np.ndarray, mask: np.ndarray, tokenizer: Any, mark_weight: float) -> np.ndarray:
     """``[N, T]`` float32 loss weights before normalisation: 1 on every target token, and
-    ``mark_weight`` on the :data:`HOLE_MARK` tokens (style ``checks``: the look-up of a tried
-    cell in the hole line, the decision the plan turns on and a few per cent of the tokens)."""
+    ``mark_weight`` on the :data:`MARKS` tokens (styles ``checks`` and ``crowd``: the look-up
+    of a tried cell in the hole line or in an earlier agent's path, the decision the plan
+    turns on and a few per cent of the tokens)."""
     scale = mask.astype(np.float32)
     if mark_weight != 1.0:
-        mark = tokenizer.encode(HOLE_MARK, add_special_tokens=False)
-        if len(mark) != 1:
-            raise ValueError(f"train.warmstart.mark_weight={mark_weight} needs the hole mark {HOLE_MARK!r} to be one "
-                             f"token of the tokenizer, it is {len(mark)}")
-        scale = np.where(mask & (tokens == mark[0]), np.float32(mark_weight), scale)
+        for symbol in MARKS:
+            mark = tokenizer.encode(symbol, add_special_tokens=False)
+            if len(mark) != 1:
+                raise ValueError(f"train.warmstart.mark_weight={mark_weight} needs the mark {symbol!r} to be one "
+                                 f"token of the tokenizer, it is {len(mark)}")
+            scale = np.where(mask & (tokens == mark[0]), np.float32(mark_weight), scale)
     return scale
 
 

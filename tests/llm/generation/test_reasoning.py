@@ -397,16 +397,86 @@ def test_blocked_share_picks_lakes_whose_straight_walk_meets_a_hole():
         WarmStartConfig(blocked_share=1.5)
 
 
-def test_mark_weight_scales_the_hole_marks_only():
+def _solution(*paths):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(found=True, paths=[np.asarray(p) for p in paths])
+
+
+def test_crowd_marks_the_cells_an_earlier_agent_takes_over_the_same_step():
+    """Style ``crowd`` (docs/rules.md, Conflicts): a tried cell an earlier agent enters at the
+    next step (vertex), or leaves toward this agent's cell (swap), is written and marked ``!``;
+    an agent that arrived is an obstacle only under ``on_goal: stay``."""
+    from llm.training.warmstart import AGENT_MARK, check_lines, reasoning_text
+
+    assert AGENT_MARK == "!"
+    no_holes = np.zeros((3, 3), bool)
+    # vertex: A enters 01 at t = 1, where B's step up would go; B waits, then goes
+    vertex = _solution([(0, 0), (0, 1), (0, 2)], [(1, 1), (1, 1), (0, 1)])
+    assert check_lines(vertex, 2, no_holes, agents=True) == ["A 00 01 02", "B 11 01! 11 01"]
+    assert check_lines(vertex, 2, no_holes) == ["A 00 01 02", "B 11 11 01"]  # style checks: no agent marks
+    # swap: A goes 00 -> 01 while B's step toward its goal is 01 -> 00
+    swap = _solution([(0, 0), (0, 1)], [(0, 1), (1, 1), (1, 0), (0, 0)])
+    assert check_lines(swap, 2, no_holes, agents=True) == ["A 00 01", "B 01 00! 11 10 00"]
+    # an arrived agent: gone under vanish, still on its goal under stay
+    # (A enters 01 at t = 1 and arrives; B's first step there meets it either way)
+    arrived = _solution([(0, 0), (0, 1)], [(0, 2), (0, 2), (0, 1), (0, 0)])
+    assert check_lines(arrived, 2, no_holes, agents=True, stays=False)[1] == "B 02 01! 02 01 00"
+    assert check_lines(arrived, 2, no_holes, agents=True, stays=True)[1] == "B 02 01! 02 01! 01 00"
+    # a hole is checked first: a cell that is both gets the hole mark only (a labeller's
+    # check: these paths step on the hole, no reference path would)
+    holed = no_holes.copy()
+    holed[0, 1] = True
+    assert check_lines(vertex, 2, holed, agents=True)[1] == "B 11 01~ 11 01~ 01"
+    assert reasoning_text(vertex, 2, style="crowd", holes=no_holes) == "<think>\nA 00 01 02\nB 11 01! 11 01\n</think>"
+
+
+def test_crowd_lines_are_the_checks_lines_plus_agent_marks_on_real_lakes():
+    """On crowded lakes of both arrival rules: without its ``!`` cells a ``crowd`` line is the
+    ``checks`` line; the first agent has none; every ``!`` cell is a free cell one step from
+    where the agent stands; and some lakes have marks."""
+    from jaxlake.config import LakeConfig
+    from jaxlake.generator import generate_batch
+    from jaxlake.types import ON_GOAL_STAY
+    from llm.game.prompts import unbatch
+    from llm.training.warmstart import AGENT_MARK, check_lines
+
+    marked = 0
+    for on_goal in ("vanish", "stay"):
+        cfg = LakeConfig(height=5, width=5, num_agents=3, hole_density=0.1, conflict_density=1.0, max_steps=16,
+                         on_goal=on_goal)
+        for lake in unbatch(generate_batch(jax.random.PRNGKey(3), cfg, 16)):
+            sol = planner.solve(lake)
+            if not sol.found:
+                continue
+            n, holes = int(lake.num_agents), np.asarray(lake.holes)
+            stays = int(lake.on_goal) == ON_GOAL_STAY
+            crowd = check_lines(sol, n, holes, agents=True, stays=stays)
+            assert AGENT_MARK not in crowd[0]
+            for line, plain in zip(crowd, check_lines(sol, n, holes)):
+                letter, *cells = line.split(" ")
+                assert " ".join([letter] + [c for c in cells if not c.endswith(AGENT_MARK)]) == plain
+                here = None
+                for c in cells:
+                    cell = (int(c[0]), int(c[1]))
+                    if c.endswith(AGENT_MARK):
+                        assert not holes[cell] and abs(cell[0] - here[0]) + abs(cell[1] - here[1]) == 1
+                    elif not c.endswith("~"):
+                        here = cell
+            marked += sum(AGENT_MARK in line for line in crowd)
+    assert marked >= 3, marked
+
+
+def test_mark_weight_scales_the_marks_only():
     from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
     from llm.training.config import WarmStartConfig
     from llm.training.warmstart import HOLE_MARK, token_weights
 
     tok = to_hf_tokenizer(build_game_tokenizer())
-    ids = np.asarray([tok.encode("A 23 13~ 22", add_special_tokens=False) + [0, 0]])
+    ids = np.asarray([tok.encode("A 23 13~ 22\nB 21 22! 21", add_special_tokens=False) + [0, 0]])
     mask = np.arange(ids.shape[1])[None] < ids.shape[1] - 2
-    mark = ids == tok.encode(HOLE_MARK, add_special_tokens=False)[0]
-    assert mark.sum() == 1
+    mark = (ids == tok.encode(HOLE_MARK, add_special_tokens=False)[0]) | (ids == tok.encode("!", add_special_tokens=False)[0])
+    assert mark.sum() == 2  # the hole mark and style crowd's agent mark
     np.testing.assert_array_equal(token_weights(ids, mask, tok, 1.0), mask.astype(np.float32))
     w = token_weights(ids, mask, tok, 5.0)
     assert (w[mark] == 5.0).all() and (w[mask & ~mark] == 1.0).all() and (w[~mask] == 0.0).all()
