@@ -115,7 +115,7 @@ class _Budget:
         return True
 
 
-class _Reservations:
+class Reservations:
     """Space-time cells and moves taken by the agents planned so far.
 
     Cells are flat indices ``r * W + c``.
@@ -173,7 +173,7 @@ def _space_time_astar(
     heuristic: np.ndarray,
     limit: int,
     stay_rule: bool,
-    res: _Reservations,
+    res: Reservations,
     budget: _Budget,
     avoid: frozenset[int] = frozenset(),
 ) -> Optional[list[int]]:
@@ -358,7 +358,7 @@ def solve(
     reason = "no ordering succeeded"
     while len(tried) < max_orderings and budget.left > 0:
         tried.add(order)
-        res = _Reservations()
+        res = Reservations()
         paths: dict[int, list[int]] = {}
         failed = None
         for k, i in enumerate(order):

@@ -443,6 +443,11 @@ def read_results(path: Optional[Path] = None) -> Optional[dict]:
 
 
 # ============================================================================ CLI
+def _under(path: Path, here: Path) -> str:
+    """``path`` relative to the folder ``here`` when it lies inside it, else as it is."""
+    return path.relative_to(here).as_posix() if path.is_relative_to(here) else str(path)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
@@ -469,7 +474,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     root = study_root(args.study, extra)
     page, here = Path(args.results).resolve(), Path.cwd().resolve()
-    shown = page.relative_to(here).as_posix() if page.is_relative_to(here) else str(page)
+    shown = _under(page, here)
     command = " ".join(["python -m jaxlake.study"] + ([f"--study {args.study}"] if args.study != "cpu" else [])
                        + ([f"--results {shown}"] if page != DEFAULT_PAGE.resolve() else [])
                        + (["--", *map(shlex.quote, extra)] if extra else []))
@@ -487,11 +492,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             restore_study_record(archive, root)  # earlier sessions' sweep invocations
         if not args.no_run:
             try:
-                # the archive as the sweep's override: relative to this folder when inside it, so
-                # the invocations study.json records name no path of this machine
-                given = (archive.relative_to(here).as_posix() if archive is not None and archive.is_relative_to(here)
-                         else archive)
-                run_sweep(args.study, extra + ([f"pipeline.archive={given}"] if archive is not None else []), root)
+                # the archive relative to this folder when inside it, so the invocations study.json
+                # records name no path of this machine
+                run_sweep(args.study, extra + ([f"pipeline.archive={_under(archive, here)}"] if archive is not None else []),
+                          root)
             finally:
                 if archive is not None:
                     archive_study_record(root, archive)

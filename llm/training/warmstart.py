@@ -131,28 +131,6 @@ def toward_goal(here: tuple[int, int], goal: tuple[int, int]) -> list[tuple[int,
     return out
 
 
-def occupant(path: list[tuple[int, int]], t: int, stays: bool) -> Optional[tuple[int, int]]:
-    """Where an agent that walks ``path`` (one cell per time step, waits repeated) is at time
-    ``t``: its goal after it arrives when it ``stays`` there (``on_goal: stay``), else nowhere
-    (``vanish``: None)."""
-    if t < len(path):
-        return path[t]
-    return path[-1] if stays else None
-
-
-def taken(here: tuple[int, int], cand: tuple[int, int], t: int, earlier: list[list[tuple[int, int]]],
-          stays: bool) -> bool:
-    """The step ``here -> cand`` from time ``t`` meets an agent of ``earlier`` (their paths):
-    one is in ``cand`` at ``t + 1`` (a vertex conflict, or a block by an agent that stays), or
-    one moves ``cand -> here`` over the same step (a swap). docs/rules.md, Conflicts."""
-    for other in earlier:
-        if occupant(other, t + 1, stays) == cand:
-            return True
-        if occupant(other, t, stays) == cand and occupant(other, t + 1, stays) == here:
-            return True
-    return False
-
-
 def check_lines(solution: planner.Solution, num_agents: int, holes: np.ndarray, cell: str = " {row}{col}",
                 *, agents: bool = False, stays: bool = False) -> list[str]:
     """Each agent's path as :func:`path_lines` writes it, with the cells it checked on the way.
@@ -166,14 +144,18 @@ def check_lines(solution: planner.Solution, num_agents: int, holes: np.ndarray, 
     the path, and the plan is the differences of those cells.
 
     With ``agents`` (style ``crowd``) a tried cell that an *earlier* agent (a line above, which
-    the model has already written) takes over the same step (:func:`taken`; ``stays``: agents
-    stay on their goals) is written too, followed by :data:`AGENT_MARK`: ``B 20 21! 20 21``:
-    the step right meets A, so B waits.
+    the model has already written) takes over the same step is written too, followed by
+    :data:`AGENT_MARK`: ``B 20 21! 20 21``: the step right meets A, so B waits. "Takes" is
+    the reference planner's own test (:class:`jaxlake.planner.Reservations` of the earlier
+    paths): the cell is occupied at the next step (``stays``: arrived agents stay on their
+    goals for good), or an agent moves from it to this one (a swap).
     """
     if not solution.found:
         return []
     holes = np.asarray(holes, bool)
-    lines, paths = [], []
+    width = holes.shape[1]
+    flat = lambda rc: rc[0] * width + rc[1]  # noqa: E731 (the planner's cell index)
+    lines, earlier = [], planner.Reservations()
     for i in range(int(num_agents)):
         path = [(int(r), int(c)) for r, c in np.asarray(solution.paths[i])]
         goal = path[-1]
@@ -182,13 +164,14 @@ def check_lines(solution: planner.Solution, num_agents: int, holes: np.ndarray, 
             for cand in toward_goal(here, goal):
                 if holes[cand]:
                     text += cell.format(row=cand[0], col=cand[1]) + HOLE_MARK
-                elif agents and taken(here, cand, t, paths, stays):
+                elif agents and not (earlier.cell_free(t + 1, flat(cand))
+                                     and earlier.move_free(t, flat(here), flat(cand))):
                     text += cell.format(row=cand[0], col=cand[1]) + AGENT_MARK
                 else:
                     break
             text += cell.format(row=nxt[0], col=nxt[1])
         lines.append(text)
-        paths.append(path)
+        earlier.add([flat(rc) for rc in path], stays)
     return lines
 
 
