@@ -92,11 +92,35 @@ class WarmStartConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class GuidanceConfig:
+    """``train.grpo.guidance`` (:mod:`llm.training.guidance`).
+
+    Attributes:
+      enabled: put the reference planner's completion into each group of a sampling round
+        in which no completion succeeded (and whose lake the planner solves within the
+        round's token width).
+      rows: how many of such a group's ``G`` completions (its last ones) are replaced; at
+        least 1 and less than ``G`` (checked against ``group_size`` by the GRPO config), so a
+        guided group still holds the policy's own failures to push down.
+    """
+
+    enabled: bool = False
+    rows: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"grpo.guidance.enabled={self.enabled!r} must be true or false")
+        if isinstance(self.rows, bool) or not isinstance(self.rows, int) or self.rows < 1:
+            raise ValueError(f"grpo.guidance.rows={self.rows!r} must be an integer >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
 class GRPOConfig:
     """GRPO settings: ``lakes_per_step`` groups of ``group_size`` completions per step.
 
     ``dynamic_sampling``: DAPO's refill of the batch with informative groups, in at most
-    ``max_rounds`` sampling rounds (:mod:`llm.rl.dynamic`).
+    ``max_rounds`` sampling rounds (:mod:`llm.rl.dynamic`). ``guidance``: the reference
+    planner's completion in each group where no sample succeeded (:mod:`llm.training.guidance`).
     """
 
     enabled: bool = True
@@ -108,6 +132,7 @@ class GRPOConfig:
     optim: OptimConfig = OptimConfig(lr=1e-4, warmup_steps=3)
     loss: GRPOLossConfig = GRPOLossConfig()
     dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig(enabled=True)  # conf/train/default.yaml's
+    guidance: GuidanceConfig = GuidanceConfig()
     max_new_tokens: int = 32
     temperature: float = 1.0
     top_k: int = 0
@@ -140,6 +165,9 @@ class GRPOConfig:
             raise ValueError(f"grpo.top_k={self.top_k} / grpo.top_p={self.top_p}: GRPO samples from the "
                              "temperature-scaled distribution only (top_k=0, top_p=1.0), so the ratio, KL "
                              "and entropy refer to the distribution that drew the tokens")
+        if self.guidance.enabled and self.guidance.rows >= self.group_size:
+            raise ValueError(f"grpo.guidance.rows={self.guidance.rows} must be less than grpo.group_size="
+                             f"{self.group_size} (a guided group keeps some of the policy's own completions)")
         rows = self.lakes_per_step * self.group_size
         if rows % self.micro_batches:
             raise ValueError(
@@ -203,6 +231,8 @@ class TrainConfig:
         if "dynamic_sampling" in g:
             g["dynamic_sampling"] = _from_mapping(DynamicSamplingConfig, g["dynamic_sampling"],
                                                   "train.grpo.dynamic_sampling")
+        if "guidance" in g:
+            g["guidance"] = _from_mapping(GuidanceConfig, g["guidance"], "train.grpo.guidance")
         ev = dict(t.pop("eval", {}) or {})
         t["distributed"] = dict(t.get("distributed") or {})
         t["mesh"] = MeshConfig.from_dict(t.get("mesh"))
@@ -215,6 +245,15 @@ class TrainConfig:
             reward=RewardConfig.from_dict(reward or {}),
             prompt=PromptConfig.from_dict(prompt) if prompt is not None else PromptConfig(),
         )
+
+    def __post_init__(self) -> None:
+        r = self.prompt.reasoning
+        if self.grpo.guidance.enabled and r.enabled and not r.warmstart:
+            # the guided completion is the warm start's target; a model that thinks in its own
+            # words has no templated think block to be shown
+            raise ValueError("train.grpo.guidance.enabled=true needs prompt.reasoning.warmstart=true when the "
+                             "prompt thinks (the guided completion is the warm start's templated think block "
+                             "and plan)")
 
 
 #: ``model`` fields that are not :class:`llm.model.config.Qwen3Config` fields.

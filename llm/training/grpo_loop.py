@@ -12,7 +12,10 @@ One GRPO step:
    the step's keys) until ``N`` groups whose rewards differ are in hand or
    ``max_rounds`` rounds are spent; the batch takes ``N`` groups, informative ones first,
    tied fillers masked out; a batch with no informative group (or no token left in the
-   loss) takes no update at all (``update_skipped``);
+   loss) takes no update at all (``update_skipped``). With ``grpo.guidance``
+   (:mod:`llm.training.guidance`) a group of a round in which no completion succeeded gets
+   the reference planner's completion in its last ``rows`` rows before any of this, so it
+   is informative; the metrics still describe the policy's own samples;
 4. group advantages, sequence masks and global token weights (:mod:`llm.rl.grpo`); the
    reference's log-probs when ``beta > 0`` (:func:`llm.rl.updates.make_logprob_fn`, in the
    update's micro-batches; skipped entirely when ``beta == 0``);
@@ -30,7 +33,8 @@ gradient all-reduce. The same code runs on one CPU and on many accelerators.
 
 Metrics of a step: the reward terms, lengths, ``zero_adv_share`` and thinking statistics of
 the step's *first* sampling round (a plain sample of the policy, as without dynamic
-sampling); ``kept_share`` and the loss metrics of the batch trained on; with dynamic sampling
+sampling, unguided); ``kept_share`` and the loss metrics of the batch trained on;
+``guided_groups`` (with guidance: the batch's groups that hold the planner's completion); with dynamic sampling
 ``sampling_rounds``, ``informative_groups`` (found in all rounds) and ``kept_groups`` (in the
 batch); ``update_skipped`` (1: no optimizer update, and no loss metrics in the row); ``lr``
 of the step's first update, read from the optimizer's own count (a skipped step does not
@@ -63,6 +67,7 @@ from llm.generation.decode import GenerationConfig
 from llm.game.lakes import env_horizon, sample_lakes
 from llm.rl.dynamic import all_groups, enough, select_groups
 from llm.rl.optim import make_optimizer, schedule_value, update_count
+from llm.training.guidance import guide_round
 from llm.training.phase import Checkpoints, PhaseResult, progress_bar
 from llm.training.policy import Policy, copy_state, shares_buffers
 from llm.game.prompter import Prompter
@@ -127,6 +132,8 @@ def run_grpo(
     gen = GenerationConfig(max_new_tokens=gc.max_new_tokens, temperature=gc.temperature, top_k=gc.top_k,
                            top_p=gc.top_p)
     reasoning = prompter.config.reasoning
+    # guidance writes the warm start's target: its think block when the prompt thinks
+    guide_thinking = reasoning.thinking_tokens if reasoning.enabled and reasoning.warmstart else None
     horizon = env_horizon(env)
     data_key, sample_key, reward_key = (jax.random.fold_in(rng, i) for i in (11, 12, 13))
     end = gc.steps if max_steps is None else min(gc.steps, max_steps)
@@ -146,17 +153,36 @@ def run_grpo(
         t = time.perf_counter()
         out = sample_completions(policy, ids, pmask, keys[1], gen, mesh, reasoning=reasoning)
         gen_s = time.perf_counter() - t
-        res = rewards.compute_rewards(rewards.repeat_lakes(lakes, g), out.texts, keys[2], config.reward,
-                                      ref_soc=np.repeat(ref_soc, g), horizon=horizon, reasoning=reasoning.enabled,
-                                      forced_close=out.thinking.hit_budget if reasoning.enabled else None)
-        truncated = ~np.asarray(out.hit_eos, bool)
-        if reasoning.enabled:  # a forced close is a cut by the thinking budget
-            truncated = truncated | np.asarray(out.thinking.hit_budget, bool)
-        grouped = np.asarray(res.reward, np.float32).reshape(n, g)
+        repeated = rewards.repeat_lakes(lakes, g)
+        forced = np.asarray(out.thinking.hit_budget, bool) if reasoning.enabled else np.zeros((n * g,), bool)
+
+        def score(texts: list, forced_close: np.ndarray):
+            return rewards.compute_rewards(repeated, texts, keys[2], config.reward, ref_soc=np.repeat(ref_soc, g),
+                                           horizon=horizon, reasoning=reasoning.enabled,
+                                           forced_close=forced_close if reasoning.enabled else None)
+
+        res = score(out.texts, forced)
+        truncated = ~np.asarray(out.hit_eos, bool) | forced  # a forced close is a cut by the thinking budget
+        tokens, mask = np.asarray(out.tokens_np), np.asarray(to_host(out.mask))
+        train_mask = np.asarray(to_host(out.train_mask))
+        trained = res  # the rewards the advantages come from (the policy's own: `res`, for the metrics)
+        guided_groups = np.zeros((n,), bool)
+        if gc.guidance.enabled:
+            gd = guide_round(lakes, tokens, mask, train_mask, out.texts, res.success, group_size=g,
+                             rows=gc.guidance.rows, tokenizer=policy.tokenizer, thinking_tokens=guide_thinking,
+                             style=reasoning.warmstart_style, cell=prompter.config.cell)
+            if gd.groups.any():
+                tokens, mask, train_mask = gd.tokens, gd.mask, gd.train_mask
+                truncated = truncated & ~gd.rows
+                trained = score(gd.texts, forced & ~gd.rows)
+                guided_groups = gd.groups
+        grouped = np.asarray(trained.reward, np.float32).reshape(n, g)
+        own = np.asarray(res.reward, np.float32).reshape(n, g)
         return _Round(ids=ids, pmask=pmask, out=out, res=res, grouped=grouped, truncated=truncated,
-                      tokens=np.asarray(out.tokens_np), mask=np.asarray(to_host(out.mask)),
-                      train_mask=np.asarray(to_host(out.train_mask)),
-                      informative=~np.asarray(grpo.zero_variance_groups(jnp.asarray(grouped))), gen_s=gen_s)
+                      tokens=tokens, mask=mask, train_mask=train_mask,
+                      informative=~np.asarray(grpo.zero_variance_groups(jnp.asarray(grouped))),
+                      own_informative=~np.asarray(grpo.zero_variance_groups(jnp.asarray(own))),
+                      guided=guided_groups, gen_s=gen_s)
 
     for step in range(start, end):
         t0 = time.perf_counter()
@@ -209,7 +235,9 @@ def run_grpo(
             if gc.mu > 1:
                 row.update({f"last/{k}": float(v) for k, v in inner[-1].items()})
         row["update_skipped"] = int(skipped)
-        row["zero_adv_share"] = float(np.mean(~first.informative))
+        row["zero_adv_share"] = float(np.mean(~first.own_informative))  # the policy's own samples, unguided
+        if gc.guidance.enabled:
+            row["guided_groups"] = int(np.sum(np.stack([x.guided for x in rounds])[sel.round, sel.group]))
         row["kept_share"] = 0.0 if skipped else float(np.mean(np.asarray(seq_mask)))
         if ds.enabled:
             row["sampling_rounds"] = len(rounds)
@@ -254,7 +282,9 @@ class _Round:
     tokens: np.ndarray  # [N * G, T]
     mask: np.ndarray  # [N * G, T] completion tokens
     train_mask: np.ndarray  # [N * G, T] tokens that take the policy-gradient loss
-    informative: np.ndarray  # [N] bool: rewards not all equal
+    informative: np.ndarray  # [N] bool: rewards not all equal (after guidance)
+    own_informative: np.ndarray  # [N] bool: the policy's own rewards not all equal
+    guided: np.ndarray  # [N] bool: the group holds the planner's completion (grpo.guidance)
     gen_s: float
 
 
