@@ -115,6 +115,7 @@ def causal_attention(
     *,
     impl: str = "auto",
     block: int = DEFAULT_BLOCK,
+    segment_ids: Optional[jax.Array] = None,
 ) -> jax.Array:
     """Causal self-attention of ``T`` tokens with a key padding mask, by implementation name.
 
@@ -125,12 +126,23 @@ def causal_attention(
         per row for ``"cudnn"`` / ``"xla"``, see the module doc).
       impl: one of :data:`ATTENTION_IMPLS` (see :func:`resolve_impl`).
       block: query/key tile of the ``"chunked"`` implementation.
+      segment_ids: ``[B, T]`` int, packed rows (several sequences one after another in a
+        row, :mod:`llm.training.packing`): a query attends only to keys of its own segment.
+        Always the dense masked path (:func:`grouped_attention`), whatever ``impl``: packing
+        is for short rows, where the ``[B, T, T]`` mask is small.
 
-    Query ``t`` attends to keys ``s <= t`` with ``key_mask[:, s]``. Returns ``[B, T, heads, d]``.
+    Query ``t`` attends to keys ``s <= t`` with ``key_mask[:, s]`` (and, with ``segment_ids``,
+    ``segment_ids[:, s] == segment_ids[:, t]``). Returns ``[B, T, heads, d]``.
     """
     chex.assert_rank([q, k, v, key_mask], [4, 4, 4, 2])
     chex.assert_equal_shape([k, v])
     chex.assert_equal_shape_prefix([q, k, key_mask], 2)
+    if segment_ids is not None:
+        chex.assert_shape(segment_ids, key_mask.shape)
+        t = q.shape[1]
+        same = segment_ids[:, :, None] == segment_ids[:, None, :]
+        allowed = jnp.tril(jnp.ones((t, t), bool))[None] & key_mask.astype(bool)[:, None, :] & same
+        return grouped_attention(q, k, v, allowed, k.shape[2])
     impl = resolve_impl(impl, q.dtype, head_dim=q.shape[-1])
     if impl == "chunked":
         return chunked_attention(q, k, v, key_mask, q_block=block, k_block=block)

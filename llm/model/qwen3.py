@@ -139,6 +139,7 @@ class Attention(nnx.Module):
         index: jax.Array | None,
         kv_len: int | None = None,
         key_mask: jax.Array | None = None,
+        segment_ids: jax.Array | None = None,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
         """``x [B, T, H]``; ``allowed [B, T, K]`` (K = T without cache, ``kv_len`` with one).
 
@@ -193,7 +194,7 @@ class Attention(nnx.Module):
                     v = jax.lax.dynamic_slice(v_all, read, size)[0].astype(q.dtype)
             new_kv = (k_all, v_all)
         if allowed is None:
-            out = causal_attention(q, k, v, key_mask, impl=self.attention_impl)
+            out = causal_attention(q, k, v, key_mask, impl=self.attention_impl, segment_ids=segment_ids)
         elif self.attention_impl in ("xla", "cudnn"):
             # cached path (prefill into a cache, decode steps) through jax.nn.dot_product_attention
             # when the config names an implementation: the mask is this call's [B, T, kv_len]
@@ -227,8 +228,9 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, param_dtype=c.jnp_param_dtype)
         self.mlp = MLP(c, rngs=rngs)
 
-    def __call__(self, x, cos, sin, allowed, cache_kv, index, kv_len=None, key_mask=None):
-        h, new_kv = self.self_attn(self.input_layernorm(x), cos, sin, allowed, cache_kv, index, kv_len, key_mask)
+    def __call__(self, x, cos, sin, allowed, cache_kv, index, kv_len=None, key_mask=None, segment_ids=None):
+        h, new_kv = self.self_attn(self.input_layernorm(x), cos, sin, allowed, cache_kv, index, kv_len, key_mask,
+                                   segment_ids)
         x = x + h
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, new_kv
@@ -289,13 +291,14 @@ class Qwen3ForCausalLM(nnx.Module):
             v = jnp.zeros((c.num_hidden_layers,) + shape, c.jnp_dtype)
         return KVCache(k=k, v=v, mask=jnp.zeros((batch_size, capacity), bool), index=jnp.zeros((), jnp.int32))
 
-    def _layer_scan(self, x: jax.Array, cos: jax.Array, sin: jax.Array, key_mask: jax.Array, remat: str) -> jax.Array:
+    def _layer_scan(self, x: jax.Array, cos: jax.Array, sin: jax.Array, key_mask: jax.Array, remat: str,
+                    segment_ids: jax.Array | None = None) -> jax.Array:
         """The decoder layers without a cache: one ``lax.scan`` over the stacked weights, the
         body wrapped in ``jax.checkpoint`` with the ``remat`` policy (:data:`REMAT_POLICIES`)."""
         graphdef, layer_state = nnx.split(self.layers)
 
         def body(h, state):
-            h, _ = nnx.merge(graphdef, state)(h, cos, sin, None, None, None, None, key_mask)
+            h, _ = nnx.merge(graphdef, state)(h, cos, sin, None, None, None, None, key_mask, segment_ids)
             return h, None
 
         if remat == "full":
@@ -315,6 +318,7 @@ class Qwen3ForCausalLM(nnx.Module):
         *,
         last: int | None = None,
         remat: str = "none",
+        segment_ids: jax.Array | None = None,
     ) -> jax.Array:
         """Final (normed) hidden states ``[B, last or T, H]`` in the compute dtype: the causal
         forward without a cache and without the LM head (what :meth:`__call__` computes before
@@ -324,6 +328,9 @@ class Qwen3ForCausalLM(nnx.Module):
         True); ``last=k`` keeps the last ``k`` positions (before the final norm, like
         ``logits_to_keep``); ``remat`` (one of :data:`REMAT_POLICIES`) wraps the layer-scan body
         in ``jax.checkpoint``: same values and gradients, less memory for the backward pass.
+        ``segment_ids [B, T]`` (int) marks packed rows: a token attends only to the earlier
+        tokens of its own segment (:func:`llm.model.attention.causal_attention`), and
+        ``positions`` should restart at each segment's first token.
         """
         if remat not in REMAT_POLICIES:
             raise ValueError(f"remat={remat!r} not in {REMAT_POLICIES}")
@@ -339,7 +346,7 @@ class Qwen3ForCausalLM(nnx.Module):
         chex.assert_shape([positions, attention_mask], (b, t))
         cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta)
         x = self.embed_tokens(input_ids.astype(jnp.int32)).astype(c.jnp_dtype)
-        x = self._layer_scan(x, cos, sin, attention_mask.astype(bool), remat)
+        x = self._layer_scan(x, cos, sin, attention_mask.astype(bool), remat, segment_ids)
         if last is not None:
             x = x[:, t - last :]
         return self.norm(x)

@@ -61,7 +61,9 @@ class WarmStartConfig:
     at least this share of each batch are lakes where some agent's straight walk meets a hole
     (:func:`llm.training.warmstart.select_blocked`; 0: the lakes as drawn). ``mark_weight`` >= 1:
     the loss weight of the hole marks of style ``checks`` against 1 for every other target
-    token (:func:`llm.training.warmstart.token_weights`).
+    token (:func:`llm.training.warmstart.token_weights`). ``pack_rows`` > 0: the batch's lakes
+    packed into that many rows of the padded row's width (:mod:`llm.training.packing`; 0:
+    one lake a row); a multiple of ``micro_batches``.
     """
 
     enabled: bool = True
@@ -74,6 +76,7 @@ class WarmStartConfig:
     log_every: int = 1
     blocked_share: float = 0.0
     mark_weight: float = 1.0
+    pack_rows: int = 0
 
     def __post_init__(self) -> None:
         _positive_int("warmstart.steps", self.steps, 0)
@@ -89,6 +92,10 @@ class WarmStartConfig:
         _positive_int("warmstart.keep_checkpoints", self.keep_checkpoints)
         if self.batch_size % self.micro_batches:
             raise ValueError(f"warmstart.batch_size={self.batch_size} must be divisible by micro_batches={self.micro_batches}")
+        _positive_int("warmstart.pack_rows", self.pack_rows, 0)
+        if self.pack_rows and (self.pack_rows > self.batch_size or self.pack_rows % self.micro_batches):
+            raise ValueError(f"warmstart.pack_rows={self.pack_rows} must be at most batch_size={self.batch_size} and "
+                             f"divisible by micro_batches={self.micro_batches}")
 
 
 @dataclasses.dataclass(frozen=True)

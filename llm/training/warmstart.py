@@ -42,6 +42,7 @@ from llm.model import distributed as dist
 from llm.model import sharding as shd
 from llm.game.lakes import sample_lakes
 from llm.rl.optim import apply_gradients, make_optimizer, schedule_value
+from llm.training.packing import make_packed_sft_update, pack_batch
 from llm.training.phase import Checkpoints, PhaseResult, progress_bar
 from llm.training.policy import Policy
 from llm.game.prompter import Prompter
@@ -319,7 +320,15 @@ def run_warmstart(
     metrics.truncate("warmstart", start, drop_later=start < wc.steps)
     if mesh is not None:
         state, opt_state = shd.place_state(state, mesh), shd.place_opt_state(opt_state, state, mesh)
-    update = make_sft_update(policy.graphdef, optimizer, micro_batches=wc.micro_batches, mesh=mesh)
+    if wc.pack_rows:
+        if jax.process_count() > 1:
+            raise ValueError("train.warmstart.pack_rows > 0 runs in one process (each process would pack its own "
+                             "rows); set it to 0 for a multi-process warm start")
+        if mesh is not None:
+            shd.check_divisible(wc.pack_rows // wc.micro_batches, mesh, "warmstart packed rows per micro-batch")
+        update = make_packed_sft_update(policy.graphdef, optimizer, micro_batches=wc.micro_batches, mesh=mesh)
+    else:
+        update = make_sft_update(policy.graphdef, optimizer, micro_batches=wc.micro_batches, mesh=mesh)
     data_key = jax.random.fold_in(rng, 21)
     reasoning = prompter.config.reasoning
     thinking_tokens = None
@@ -329,6 +338,7 @@ def run_warmstart(
     end = wc.steps if max_steps is None else min(wc.steps, max_steps)
     bar = progress_bar(wc.steps, start, "warmstart", config.progress)
     rows_sharding = shd.batch_sharding(mesh) if mesh is not None else None
+    _, pad_id = eos_and_pad(policy.tokenizer)
     for step in range(start, end):
         t0 = time.perf_counter()
         pool = wc.batch_size * (BLOCKED_POOL if wc.blocked_share > 0 else 1)
@@ -345,10 +355,16 @@ def run_warmstart(
         scale = token_weights(tokens, mask, policy.tokenizer, wc.mark_weight)
         solved_all, target_all, prompt_all, scale_all = dist.gather_rows((solved, mask.sum(1), pmask.sum(1),
                                                                           scale.sum(1)))
-        weights = scale / max(scale_all.sum(), 1e-9)
-        batch = TokenBatch(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask,
-                           weights=weights.astype(np.float32))
-        batch = dist.global_batch(batch, rows_sharding, wc.batch_size) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, batch)
+        dropped = 0
+        if wc.pack_rows:  # one process: these are all the batch's rows
+            batch, dropped = pack_batch(ids, pmask, tokens, mask, scale, rows=wc.pack_rows,
+                                        length=ids.shape[1] + tokens.shape[1], pad_id=pad_id)
+            batch = shd.shard_batch(batch, mesh) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, batch)
+        else:
+            weights = scale / max(scale_all.sum(), 1e-9)
+            batch = TokenBatch(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask,
+                               weights=weights.astype(np.float32))
+            batch = dist.global_batch(batch, rows_sharding, wc.batch_size) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, batch)
         t_upd = time.perf_counter()
         state, opt_state, m = update(state, opt_state, batch)
         m = jax.device_get(m)
@@ -357,6 +373,7 @@ def run_warmstart(
         row = {"phase": "warmstart", "step": step + 1, **{k: float(v) for k, v in m.items()},
                "solved_share": float(solved_all.mean()), "blocked_share": blocked,
                "target_len": float(target_all[solved_all].mean()) if solved_all.any() else 0.0,
+               **({"packed_dropped": dropped} if wc.pack_rows else {}),
                "lr": schedule_value(wc.optim, wc.steps, step),
                "time/step_s": t_end - t0, "time/update_s": t_end - t_upd,
                "train_tokens_per_s": processed / max(t_end - t_upd, 1e-9)}

@@ -142,6 +142,7 @@ def _pretrain(tmp_path, *extra, timeout=900):
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     args = [f"runs_dir={tmp_path}", "experiment=p", "eval=tiny", *MICRO, "train.warmstart.steps=4",
             "train.warmstart.batch_size=8", "train.warmstart.checkpoint_every=2", "train.warmstart.log_every=2",
+            "train.warmstart.pack_rows=4",  # conf/pretrain.yaml packs (16 rows of a batch of 32): the same code path
             "train.progress=false", "train.plot=false",
             "prompt.reasoning.thinking_tokens=8",  # the planner prompt thinks first: a short budget
             *extra]
