@@ -55,3 +55,18 @@ def test_settings_are_checked_before_any_model_is_built():
         bench_train("tiny", rows=4, prompt_len=8, completion_len=8, remat="some", peak_flops=1e12)
     with pytest.raises(ValueError, match="group_size=1 must be >= 2"):
         bench_grpo_step("tiny", lakes=2, group_size=1, prompt_len=8, new_tokens=8, peak_flops=1e12)
+
+
+def test_pack_mode_times_padded_and_packed_updates_on_pretraining_lakes(tmp_path):
+    out = tmp_path / "pack.json"
+    result = main(["pack", "--batch", "4", "--rows", "2,1", "--steps", "1", "--out", str(out)])
+    assert result["space_configs"] == 3750  # the lakes pretraining draws
+    padded, two, one = result["layouts"]
+    assert (padded["layout"], padded["rows"], padded["speedup"], padded["dropped"]) == ("padded", 4, 1.0, 0)
+    assert two["rows"] == 2 and one["rows"] == 1
+    for r in (two, one):
+        assert r["step_s"] > 0 and r["speedup"] == pytest.approx(padded["step_s"] / r["step_s"])
+        assert r["fill"] == pytest.approx(padded["fill"] * 4 / r["rows"])
+    # 4 sequences of 30-256 tokens do not all fit one 256-position row: some are left out and counted
+    assert one["dropped"] >= 1 and 0 < padded["fill"] < 1
+    assert json.loads(out.read_text())["layouts"][1]["dropped"] == two["dropped"]
