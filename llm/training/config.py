@@ -59,7 +59,10 @@ class WarmStartConfig:
     planner cannot solve take no loss. ``steps`` is 0 by default: the default model is the
     pretrained planner (``+recipe=from_scratch`` asks for 300). ``blocked_share`` in [0, 1]:
     at least this share of each batch are lakes where some agent's straight walk meets a hole
-    (:func:`llm.training.warmstart.select_blocked`; 0: the lakes as drawn). ``mark_weight`` >= 1:
+    (:func:`llm.training.warmstart.select_blocked`; 0: the lakes as drawn). ``detour_share`` in
+    [0, 1]: at least this share are lakes whose reference path steps away from a goal
+    (:func:`llm.training.warmstart.detour_lakes`: dead ends the trace must walk around), taken
+    before the blocked ones. ``mark_weight`` >= 1:
     the loss weight of the hole marks of style ``checks`` against 1 for every other target
     token (:func:`llm.training.warmstart.token_weights`). ``pack_rows`` > 0: the batch's lakes
     packed into that many rows of the padded row's width (:mod:`llm.training.packing`; 0:
@@ -75,6 +78,7 @@ class WarmStartConfig:
     keep_checkpoints: int = 2
     log_every: int = 1
     blocked_share: float = 0.0
+    detour_share: float = 0.0
     mark_weight: float = 1.0
     pack_rows: int = 0
 
@@ -83,6 +87,9 @@ class WarmStartConfig:
         if isinstance(self.blocked_share, bool) or not isinstance(self.blocked_share, (int, float)) \
                 or not 0.0 <= self.blocked_share <= 1.0:
             raise ValueError(f"warmstart.blocked_share={self.blocked_share!r} not a number in [0, 1]")
+        if isinstance(self.detour_share, bool) or not isinstance(self.detour_share, (int, float)) \
+                or not 0.0 <= self.detour_share <= 1.0:
+            raise ValueError(f"warmstart.detour_share={self.detour_share!r} not a number in [0, 1]")
         if isinstance(self.mark_weight, bool) or not isinstance(self.mark_weight, (int, float)) \
                 or not 1.0 <= self.mark_weight <= 100.0:
             raise ValueError(f"warmstart.mark_weight={self.mark_weight!r} not a number in [1, 100]")

@@ -251,11 +251,38 @@ def select_blocked(lakes, n: int, share: float):
     """``n`` of the batched ``lakes`` (a pool drawn larger than ``n``), at least ``ceil(share *
     n)`` of them :func:`straight_blocked` where the pool has that many: the first blocked
     lakes, then the first others, in pool order (so deterministic in the pool)."""
-    blocked = straight_blocked(lakes)
-    want = int(np.ceil(share * n))
-    take = np.flatnonzero(blocked)[:want]
-    rest = np.setdiff1d(np.arange(blocked.shape[0]), take)[: n - len(take)]
-    index = np.sort(np.concatenate([take, rest]))
+    return select_shares(lakes, n, [(straight_blocked(lakes), share)])
+
+
+def detour_lakes(lakes) -> np.ndarray:
+    """``[N]`` bool: some agent's reference path (:func:`jaxlake.planner.solve`) takes a step
+    away from its goal (its Manhattan distance grows): the lakes where, somewhere on the way,
+    every cell toward the goal is a hole or taken, so the trace must write a detour. A host
+    loop over the planner's solutions."""
+    out = np.zeros((int(np.asarray(lakes.num_agents).shape[0]),), bool)
+    for i, sol in enumerate(planner.solve_batch(lakes).solutions):
+        if not sol.found:
+            continue
+        for path in sol.paths:
+            cells = np.asarray(path)
+            if cells.shape[0] > 1 and (np.diff(np.abs(cells - cells[-1]).sum(-1)) > 0).any():
+                out[i] = True
+                break
+    return out
+
+
+def select_shares(lakes, n: int, wants: list) -> Any:
+    """``n`` of the batched ``lakes`` (a pool): for each ``(flags [pool] bool, share)`` in order,
+    up to ``ceil(share * n)`` flagged lakes not yet taken, then the first others, each in pool
+    order; the batch keeps pool order (deterministic in the pool)."""
+    size = int(np.asarray(lakes.num_agents).shape[0])
+    taken = np.zeros((size,), bool)
+    for flags, share in wants:
+        want = int(np.ceil(share * n)) if share > 0 else 0
+        room = n - int(taken.sum())
+        taken[np.flatnonzero(np.asarray(flags, bool) & ~taken)[: min(want, room)]] = True
+    taken[np.flatnonzero(~taken)[: n - int(taken.sum())]] = True
+    index = np.flatnonzero(taken)
     return jax.tree_util.tree_map(lambda x: x[index], lakes)
 
 
@@ -341,11 +368,13 @@ def run_warmstart(
     _, pad_id = eos_and_pad(policy.tokenizer)
     for step in range(start, end):
         t0 = time.perf_counter()
-        pool = wc.batch_size * (BLOCKED_POOL if wc.blocked_share > 0 else 1)
+        selecting = wc.blocked_share > 0 or wc.detour_share > 0
+        pool = wc.batch_size * (BLOCKED_POOL if selecting else 1)
         lakes = sample_lakes(jax.random.fold_in(data_key, step), env, pool,  # the same on every process
                              split="random")
-        if wc.blocked_share > 0:
-            lakes = select_blocked(lakes, wc.batch_size, wc.blocked_share)
+        if selecting:  # detours first (the rarer), then lakes whose straight walk meets a hole
+            wants = [(detour_lakes(lakes), wc.detour_share)] if wc.detour_share > 0 else []
+            lakes = select_shares(lakes, wc.batch_size, wants + [(straight_blocked(lakes), wc.blocked_share)])
         blocked = float(straight_blocked(lakes).mean())
         rows = dist.process_rows(wc.batch_size, rows_sharding)  # this process plans and encodes only its rows
         lakes = dist.take_rows(lakes, rows)
@@ -372,6 +401,7 @@ def run_warmstart(
         processed = int(prompt_all.sum() + target_all.sum())
         row = {"phase": "warmstart", "step": step + 1, **{k: float(v) for k, v in m.items()},
                "solved_share": float(solved_all.mean()), "blocked_share": blocked,
+               **({"detour_share": float(detour_lakes(lakes).mean())} if wc.detour_share > 0 else {}),
                "target_len": float(target_all[solved_all].mean()) if solved_all.any() else 0.0,
                **({"packed_dropped": dropped} if wc.pack_rows else {}),
                "lr": schedule_value(wc.optim, wc.steps, step),

@@ -397,6 +397,45 @@ def test_blocked_share_picks_lakes_whose_straight_walk_meets_a_hole():
         WarmStartConfig(blocked_share=1.5)
 
 
+
+def test_detour_share_picks_lakes_whose_reference_path_steps_away_from_a_goal():
+    """``detour_lakes`` flags a lake when some agent's reference path has a step that lengthens its
+    Manhattan distance to its goal (checked here by walking the paths); ``select_shares`` takes
+    the asked shares in order (detours first), then the rest, keeping pool order."""
+    from jaxlake.baselines import straight_blocked
+    from jaxlake.config import LakeConfig
+    from jaxlake.generator import generate_batch
+    from llm.training.config import WarmStartConfig
+    from llm.training.warmstart import detour_lakes, select_shares
+
+    lakes = generate_batch(jax.random.PRNGKey(5), LakeConfig(height=6, width=6, num_agents=2, hole_density=0.3,
+                                                             max_steps=16), 48)
+    flags = detour_lakes(lakes)
+    expected = []
+    for sol in planner.solve_batch(lakes).solutions:
+        away = False
+        for path in (sol.paths if sol.found else ()):
+            goal = tuple(int(v) for v in path[-1])
+            dist = [abs(int(r) - goal[0]) + abs(int(c) - goal[1]) for r, c in path]
+            away |= any(b > a for a, b in zip(dist, dist[1:]))
+        expected.append(away)
+    np.testing.assert_array_equal(flags, expected)
+    assert 0 < flags.sum() < 24  # rarer than not: why the warm start asks for them
+    blocked = straight_blocked(lakes)
+    picked = select_shares(lakes, 12, [(flags, 0.5), (blocked, 0.25)])
+    assert picked.holes.shape[0] == 12
+    assert detour_lakes(picked).sum() >= min(6, int(flags.sum()))
+    # pool order kept: the picked lakes are a sorted subset of the pool
+    starts = np.asarray(lakes.starts).reshape(48, -1)
+    rows = [int(np.flatnonzero((starts == s).all(1) & (np.asarray(lakes.holes).reshape(48, -1)
+                                                       == h).all(1))[0])
+            for s, h in zip(np.asarray(picked.starts).reshape(12, -1), np.asarray(picked.holes).reshape(12, -1))]
+    assert rows == sorted(rows)
+    # nothing asked: the first lakes of the pool
+    np.testing.assert_array_equal(select_shares(lakes, 5, [(flags, 0.0)]).holes, np.asarray(lakes.holes)[:5])
+    with pytest.raises(ValueError, match="warmstart.detour_share"):
+        WarmStartConfig(detour_share=-0.1)
+
 def _solution(*paths):
     from types import SimpleNamespace
 
