@@ -5,7 +5,7 @@ every config of the engineer's space around ``env=tiny`` (3750 configs: sizes 2-
 holes 0-0.3, conflicts 0-1), the planner prompt (``conf/prompt/planner.yaml``) at pretraining's
 112 prompt tokens, and the reference planner's traced plans as targets. The same ``--steps``
 batches go through the padded update (:func:`llm.training.warmstart.make_sft_update`: a
-lake a row) and through the packed one (:func:`llm.training.packing.make_packed_sft_update`)
+lake a row) and through the packed one (the same update on a :class:`llm.training.packing.PackedBatch`)
 for each ``--rows``; each update is compiled first, then timed (device work awaited) step by
 step from the same starting weights. Reported per layout: the median seconds a step, the
 speed-up against the padded update measured in this run, the share of positions that hold a
@@ -78,7 +78,7 @@ def pack_main(argv: list[str] | None = None) -> dict[str, Any]:
     from llm.rl.batches import TokenBatch
     from llm.rl.optim import make_optimizer
     from llm.training.config import OptimConfig
-    from llm.training.packing import make_packed_sft_update, pack_batch
+    from llm.training.packing import pack_batch
     from llm.training.policy import Policy, copy_state
     from llm.training.warmstart import make_sft_update
     from llm.generation.stops import eos_and_pad
@@ -115,7 +115,7 @@ def pack_main(argv: list[str] | None = None) -> dict[str, Any]:
             packed = [pack_batch(*x, rows=rows, length=width, pad_id=pad_id) for x in raw]
             batches = [jax.tree_util.tree_map(jnp.asarray, b) for b, _ in packed]
             dropped = int(sum(d for _, d in packed[1:]))
-            update = make_packed_sft_update(graphdef, opt)
+            update = make_sft_update(graphdef, opt)
             positions = rows * width
         else:
             batches = [padded(*x) for x in raw]

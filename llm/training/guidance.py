@@ -28,8 +28,9 @@ import dataclasses
 from typing import Any, Optional
 
 import chex
-import jax
 import numpy as np
+
+from jaxlake.suite import take_lakes
 
 from llm.training.warmstart import plan_targets
 
@@ -91,7 +92,7 @@ def guide_round(lakes: Any, tokens: np.ndarray, mask: np.ndarray, train_mask: np
     texts = list(texts)
     if failed.any():
         pick = np.flatnonzero(failed)
-        sub = _take(lakes, pick)
+        sub = take_lakes(lakes, pick)
         ref_tokens, ref_mask, solved, ref_texts = plan_targets(sub, tokenizer, width, thinking_tokens, style=style,
                                                                cell=cell)
         for j, g in enumerate(pick):
@@ -104,6 +105,3 @@ def guide_round(lakes: Any, tokens: np.ndarray, mask: np.ndarray, train_mask: np
                 guided_rows[r] = True
     return Guided(tokens=tokens, mask=mask, train_mask=train_mask, texts=texts, rows=guided_rows, groups=groups)
 
-
-def _take(lakes: Any, index: np.ndarray) -> Any:
-    return jax.tree_util.tree_map(lambda x: np.asarray(x)[index], lakes)

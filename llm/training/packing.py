@@ -21,23 +21,21 @@ decreasing (the longest first):
 So the packed loss is the padded loss of the same lakes, term by term (tests/llm/training/
 test_packing.py). ``R`` and ``L`` are static (one compilation): a lake that fits in no row is
 left out of the step (``packed_dropped`` in the metrics); the weights of the lakes kept are
-renormalised to sum to 1. Host-side numpy; the update is jitted.
+renormalised to sum to 1. Host-side numpy; the update is the warm start's own
+(:func:`llm.training.warmstart.make_sft_update` takes either batch).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx, struct
 
 from llm.model import logprobs as logprobs_mod
-from llm.rl.optim import apply_gradients
-from llm.rl.updates import accumulate_gradients
 
 
 @struct.dataclass
@@ -134,22 +132,3 @@ def packed_forward(graphdef: Any, state: Any, batch: PackedBatch, *, chunk: int 
                                                  chunk=chunk, entropy=False)
     valid = batch.weights > 0
     return jnp.where(valid, logp, 0.0), match & valid
-
-
-def make_packed_sft_update(graphdef: Any, optimizer: optax.GradientTransformation, *, micro_batches: int = 1,
-                           mesh=None) -> Callable:
-    """Jitted ``(state, opt_state, PackedBatch) -> (state, opt_state, metrics)``: the warm start's
-    update (:func:`llm.training.warmstart.make_sft_update`) on packed rows, same metrics."""
-
-    def loss_fn(state, mb: PackedBatch):
-        logp, match = packed_forward(graphdef, state, mb)
-        return -jnp.sum(logp * mb.weights), {"token_acc": jnp.sum(match * mb.weights)}
-
-    def update(state, opt_state, batch: PackedBatch):
-        if not isinstance(batch, PackedBatch):
-            raise TypeError(f"the packed update takes a PackedBatch, got {type(batch).__name__}")
-        loss, msum, grads = accumulate_gradients(loss_fn, state, batch, micro_batches, mesh)
-        state, opt_state, gnorm = apply_gradients(optimizer, state, opt_state, grads, mesh)
-        return state, opt_state, {"nll": loss, "loss": loss, "token_acc": msum["token_acc"], "grad_norm": gnorm}
-
-    return jax.jit(update, donate_argnums=(0, 1))

@@ -42,7 +42,7 @@ from llm.model import distributed as dist
 from llm.model import sharding as shd
 from llm.game.lakes import sample_lakes
 from llm.rl.optim import apply_gradients, make_optimizer, schedule_value
-from llm.training.packing import make_packed_sft_update, pack_batch
+from llm.training.packing import PackedBatch, pack_batch, packed_forward
 from llm.training.phase import Checkpoints, PhaseResult, progress_bar
 from llm.training.policy import Policy
 from llm.game.prompter import Prompter
@@ -311,14 +311,18 @@ def make_sft_update(graphdef: Any, optimizer: optax.GradientTransformation, *, m
     ``token_acc`` (arg-max == target), ``loss``, ``grad_norm``.
     """
 
-    def loss_fn(state, mb: TokenBatch):
-        logp, _, match = completion_forward(graphdef, state, *mb.sequences)
+    def loss_fn(state, mb):
+        if isinstance(mb, PackedBatch):  # the pytree's type is static: one branch is traced
+            logp, match = packed_forward(graphdef, state, mb)
+        else:
+            logp, _, match = completion_forward(graphdef, state, *mb.sequences)
         loss = -jnp.sum(logp * mb.weights)
         return loss, {"token_acc": jnp.sum(match * mb.weights)}
 
-    def update(state, opt_state, batch: TokenBatch):
-        if not isinstance(batch, TokenBatch):
-            raise TypeError(f"the warm-start update takes a llm.rl.batches.TokenBatch, got {type(batch).__name__}")
+    def update(state, opt_state, batch):
+        if not isinstance(batch, (TokenBatch, PackedBatch)):
+            raise TypeError(f"the warm-start update takes a llm.rl.batches.TokenBatch or a "
+                            f"llm.training.packing.PackedBatch, got {type(batch).__name__}")
         loss, msum, grads = accumulate_gradients(loss_fn, state, batch, micro_batches, mesh)
         state, opt_state, gnorm = apply_gradients(optimizer, state, opt_state, grads, mesh)
         return state, opt_state, {"nll": loss, "loss": loss, "token_acc": msum["token_acc"], "grad_norm": gnorm}
@@ -353,9 +357,7 @@ def run_warmstart(
                              "rows); set it to 0 for a multi-process warm start")
         if mesh is not None:
             shd.check_divisible(wc.pack_rows // wc.micro_batches, mesh, "warmstart packed rows per micro-batch")
-        update = make_packed_sft_update(policy.graphdef, optimizer, micro_batches=wc.micro_batches, mesh=mesh)
-    else:
-        update = make_sft_update(policy.graphdef, optimizer, micro_batches=wc.micro_batches, mesh=mesh)
+    update = make_sft_update(policy.graphdef, optimizer, micro_batches=wc.micro_batches, mesh=mesh)
     data_key = jax.random.fold_in(rng, 21)
     reasoning = prompter.config.reasoning
     thinking_tokens = None

@@ -20,7 +20,7 @@ from llm.rl.batches import TokenBatch
 from llm.rl.optim import make_optimizer
 from llm.training import warmstart as ws
 from llm.training.config import OptimConfig
-from llm.training.packing import PackedBatch, make_packed_sft_update, pack_batch
+from llm.training.packing import PackedBatch, pack_batch
 from llm.training.policy import Policy, copy_state
 
 ENV = LakeConfig(height=4, width=4, num_agents=2, hole_density=0.2, max_steps=10, max_height=5, max_width=5,
@@ -89,7 +89,7 @@ def test_the_packed_loss_and_gradient_are_the_padded_ones(setup):
     s1 = copy_state(policy.state)
     a_state, _, a = ws.make_sft_update(policy.graphdef, opt)(s1, opt.init(s1), padded)
     s2 = copy_state(policy.state)
-    b_state, _, b = make_packed_sft_update(policy.graphdef, opt, micro_batches=2)(s2, opt.init(s2), packed)
+    b_state, _, b = ws.make_sft_update(policy.graphdef, opt, micro_batches=2)(s2, opt.init(s2), packed)
     np.testing.assert_allclose(float(b["nll"]), float(a["nll"]), rtol=1e-5)
     np.testing.assert_allclose(float(b["token_acc"]), float(a["token_acc"]), rtol=1e-5)
     np.testing.assert_allclose(float(b["grad_norm"]), float(a["grad_norm"]), rtol=1e-4)
@@ -97,13 +97,15 @@ def test_the_packed_loss_and_gradient_are_the_padded_ones(setup):
         np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-5, atol=1e-7)
 
 
-def test_the_packed_update_takes_only_packed_batches(setup):
+def test_the_warm_start_update_takes_only_its_two_batch_layouts(setup):
+    from llm.rl.batches import GRPOBatch
+
     policy = setup[0]
     opt = make_optimizer(OptimConfig(lr=1e-2, warmup_steps=0), 5)
     with pytest.raises(TypeError, match="PackedBatch"):
         z = np.zeros((2, 3), np.int32)
         state = copy_state(policy.state)
-        make_packed_sft_update(policy.graphdef, opt)(state, opt.init(state), TokenBatch(z, z > 0, z, z > 0, z * 1.0))
+        ws.make_sft_update(policy.graphdef, opt)(state, opt.init(state), GRPOBatch(z, z > 0, z, z > 0, z * 1.0, z[:, 0] * 1.0))
     assert PackedBatch(ids=np.zeros((3, 4)), positions=0, segments=0, targets=0, weights=0).rows == 3
 
 
