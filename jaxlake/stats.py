@@ -1,11 +1,14 @@
-"""Confidence intervals over seeds and lakes: :func:`mean_ci`, Student's t interval.
+"""Confidence intervals over seeds and lakes: :func:`mean_ci`, Student's t interval, and
+:func:`paired_difference`, two policies' successes on the same lakes.
 
-Used by the simulator's analyses (:mod:`jaxlake.analysis`) and by the reports over run folders
-(:mod:`jaxlake.pipeline.report`, :mod:`jaxlake.pipeline.study`).
+Used by the simulator's analyses (:mod:`jaxlake.analysis`), by the reports over run folders
+(:mod:`jaxlake.pipeline.report`, :mod:`jaxlake.pipeline.study`) and by ``python -m llm.evaluate
+--against``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Optional, Sequence
 
@@ -29,3 +32,57 @@ def mean_ci(values: Sequence[float]) -> tuple[Optional[float], Optional[float], 
     sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
     t = _T95[n - 2] if n - 1 <= len(_T95) else 1.96
     return m, t * sd / math.sqrt(n), n
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedDifference:
+    """Two success records on the same ``n`` lakes, ``b`` against ``a``.
+
+    Attributes:
+      n: lakes.
+      mean_a, mean_b: the two success rates.
+      diff: ``mean_b - mean_a``.
+      half_width: half-width of the 95 % interval of ``diff`` (Student t over the per-lake
+        differences; 0 when the two agree on every lake).
+      wins: lakes ``b`` solves and ``a`` does not; ``losses``: the reverse.
+      p_value: two-sided exact sign test on the ``wins + losses`` lakes where they disagree
+        (McNemar's exact test); 1.0 when they never disagree.
+    """
+
+    n: int
+    mean_a: float
+    mean_b: float
+    diff: float
+    half_width: float
+    wins: int
+    losses: int
+    p_value: float
+
+    def line(self) -> str:
+        """One line: ``0.892 -> 0.837 (-0.055 +- 0.018, 5 won, 47 lost, p = 1.3e-09, 768 lakes)``."""
+        return (f"{self.mean_a:.3f} -> {self.mean_b:.3f} ({self.diff:+.3f} +- {self.half_width:.3f}, "
+                f"{self.wins} won, {self.losses} lost, p = {self.p_value:.2g}, {self.n} lakes)")
+
+
+def sign_test_p(wins: int, losses: int) -> float:
+    """Two-sided exact binomial test of ``wins`` against ``losses`` at one half each."""
+    k, m = min(wins, losses), wins + losses
+    if m == 0:
+        return 1.0
+    tail = sum(math.comb(m, i) for i in range(k + 1)) / 2.0 ** m
+    return min(1.0, 2.0 * tail)
+
+
+def paired_difference(a: Sequence[bool], b: Sequence[bool]) -> PairedDifference:
+    """:class:`PairedDifference` of ``b`` against ``a``, lake ``i`` of one paired with lake ``i``
+    of the other. Raises ``ValueError`` on lengths that differ or on no lakes."""
+    xs, ys = [float(bool(v)) for v in a], [float(bool(v)) for v in b]
+    if len(xs) != len(ys):
+        raise ValueError(f"paired_difference: {len(xs)} lakes against {len(ys)}")
+    if not xs:
+        raise ValueError("paired_difference: no lakes")
+    d = [y - x for x, y in zip(xs, ys)]
+    diff, half, n = mean_ci(d)
+    wins, losses = sum(v > 0 for v in d), sum(v < 0 for v in d)
+    return PairedDifference(n=n, mean_a=sum(xs) / n, mean_b=sum(ys) / n, diff=diff, half_width=half or 0.0,
+                            wins=wins, losses=losses, p_value=sign_test_p(wins, losses))

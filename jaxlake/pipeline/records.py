@@ -1,11 +1,12 @@
 """A finished stage as a record: its row in ``stages.jsonl`` (:func:`log_stage`), its record read
 back from the stage folder (:func:`stage_record`) and the one-line / table views of them
-(:func:`short_env`, :func:`stage_table`) that the pipeline prints and the study reuses."""
+(:func:`short_env`, :func:`stage_table`) that the pipeline prints and the study reuses, with
+each stage's greedy suite score paired with the stage before it (:func:`paired_with_previous`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from jaxlake.io import read_json
 from jaxlake.metrics import build_writer
@@ -66,16 +67,40 @@ def short_env(mixture_obj: list) -> str:
     return " + ".join(parts)
 
 
+def paired_with_previous(record: dict) -> Optional[Any]:
+    """Stage ``k``'s greedy suite score against stage ``k - 1``'s on the same lakes, a
+    :class:`jaxlake.stats.PairedDifference` (``llm.training.evaluate.paired_against``), read
+    from the two stage folders' ``eval.json``; ``None`` for stage 1, when the previous stage's
+    evaluation is missing, or when the two are not of one suite (another ``eval=``)."""
+    from llm.training.evaluate import paired_against
+
+    k = int(record["stage"])
+    here = Path(record["dir"])
+    before = here.parent / f"stage_{k - 1}" / "eval.json"
+    if k < 2 or not before.is_file():
+        return None
+    try:
+        return paired_against(read_json(here / "eval.json"), read_json(before), mode="greedy")[1]
+    except (ValueError, KeyError, OSError):
+        return None
+
+
+def _paired_cell(d: Optional[Any]) -> str:
+    return "–" if d is None else f"{d.diff:+.3f} ± {d.half_width:.3f} ({d.wins} won, {d.losses} lost)"
+
+
 def stage_table(records: list) -> str:
-    """Markdown table: stage, environment, suite scores, own-environment success, decision."""
+    """Markdown table: stage, environment, suite scores, the greedy score's paired change from
+    the stage before (95 % interval; lakes won and lost), own-environment success, decision."""
     modes = sorted({m for r in records for m in r["scores"]}, key=lambda m: (m != "greedy", m))
-    head = "| stage | environment | " + " | ".join(f"suite {m}" for m in modes) + " | own env (greedy) | engineer |"
-    rows = [head, "|---|---|" + "---|" * len(modes) + "---|---|"]
+    head = ("| stage | environment | " + " | ".join(f"suite {m}" for m in modes)
+            + " | greedy vs previous stage | own env (greedy) | engineer |")
+    rows = [head, "|---|---|" + "---|" * len(modes) + "---|---|---|"]
     for r in records:
         scores = " | ".join("–" if r["scores"].get(m) is None else f"{r['scores'][m]:.3f}" for m in modes)
         own = r["current_env"].get("greedy")
         rows.append(
-            f"| {r['stage']} | {short_env(r['env'])} | {scores} | {'–' if own is None else f'{own:.3f}'} | "
-            f"{r['decision']}: {r['reason']} |"
+            f"| {r['stage']} | {short_env(r['env'])} | {scores} | {_paired_cell(paired_with_previous(r))} | "
+            f"{'–' if own is None else f'{own:.3f}'} | {r['decision']}: {r['reason']} |"
         )
     return "\n".join(rows)

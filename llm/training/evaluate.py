@@ -1,7 +1,7 @@
 """Evaluate any policy checkpoint on the fixed held-out suite, greedy and sampled.
 
-``python -m llm.evaluate <checkpoint> [--eval default] [--out eval.json]`` or, from the
-pipeline, :func:`evaluate_policy`. A checkpoint is a Hugging Face folder (``config.json`` +
+``python -m llm.evaluate <checkpoint> [--eval default] [--out eval.json] [--against other.json]``
+or, from the pipeline, :func:`evaluate_policy`. A checkpoint is a Hugging Face folder (``config.json`` +
 safetensors + tokenizer), a stage's orbax ``checkpoint/`` directory (the tokenizer then comes
 from the run's model settings), or ``default`` (the embedded untrained model).
 
@@ -27,6 +27,13 @@ PLR engineers.
     current_env   {env, grids, modes, episodes} on the training environment (optional);
                   modes[m].by_component: each mixture component's metrics on its own lakes
     settings      decoding settings, max_new_tokens, prompt length, the prompt config
+    against       with --against: the paired difference to that eval.json (:func:`paired_against`)
+
+``--against other.json`` pairs this policy's episodes with those of another evaluation of the
+same suite, lake by lake (:func:`jaxlake.stats.paired_difference`): the difference of the two
+scores with its 95 % interval, the lakes won and lost, and the exact sign test on them. Two
+policies trained from one start disagree on few lakes, so the paired interval is several
+times narrower than either score's own (README, "How precisely a stage is measured").
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from jaxlake.config import to_plain
 from jaxlake.generator import mixture_components
 from jaxlake.io import write_json
 from jaxlake.mixture import Mixture
+from jaxlake.stats import PairedDifference, paired_difference
 
 EVAL_FORMAT = "jaxlake.eval/1"
 
@@ -234,6 +242,46 @@ def is_suite_eval(path: str | os.PathLike) -> bool:
         return False
 
 
+#: The ``eval.json["suite"]`` keys that fix its lakes (the name and the planner share do not).
+SUITE_IDENTITY = ("seed", "lakes_per_cell", "cells")
+
+
+def check_same_suite(mine: Mapping[str, Any], theirs: Mapping[str, Any], where: str) -> None:
+    """Raise ``ValueError`` (naming ``where``) unless two ``eval.json["suite"]`` descriptions
+    hold the same lakes (:data:`SUITE_IDENTITY`)."""
+    for key in SUITE_IDENTITY:
+        if mine.get(key) != theirs.get(key):
+            raise ValueError(f"{where}: another suite ({key} {theirs.get(key)!r} there, {mine.get(key)!r} here); "
+                             "pair evaluations of the same --eval")
+
+
+def _first_samples(result: Mapping[str, Any], mode: str, where: str) -> dict:
+    episodes = result.get("episodes")
+    if not isinstance(episodes, list):
+        raise ValueError(f"{where}: no episode list (an archived eval.json keeps its episodes as columns; "
+                         "compare the run folder's file)")
+    return {(int(e.get("cell", -1)), int(e["lake"])): bool(e["success"]) for e in episodes
+            if e.get("mode") == mode and int(e.get("sample", 0)) == 0}
+
+
+def paired_against(result: Mapping[str, Any], other: Mapping[str, Any], mode: Optional[str] = None,
+                   where: str = "--against") -> tuple[str, PairedDifference]:
+    """``(mode, difference)`` of ``result`` against ``other``, two ``eval.json`` dicts of the
+    same suite, paired lake by lake on each lake's first completion in ``mode`` (default: the
+    first mode both have, greedy when on). Raises ``ValueError`` (naming ``where``) when the
+    suites' lakes differ or the mode is missing."""
+    check_same_suite(result.get("suite") or {}, other.get("suite") or {}, where)
+    modes = [m for m in result.get("modes", {}) if m in other.get("modes", {})]
+    mode = mode or (modes[0] if modes else None)
+    if mode not in modes:
+        raise ValueError(f"{where}: mode {mode!r} not in both evaluations (both have {modes})")
+    a, b = _first_samples(other, mode, where), _first_samples(result, mode, "this evaluation")
+    if set(a) != set(b):
+        raise ValueError(f"{where}: the two evaluations hold different lakes ({len(a)} there, {len(b)} here)")
+    keys = sorted(a)
+    return mode, paired_difference([a[k] for k in keys], [b[k] for k in keys])
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llm.evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="HF folder, orbax checkpoint dir, or 'default' (embedded model)")
@@ -242,7 +290,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="conf/prompt/<name>.yaml or a YAML path (default: the run config's, conf/config.yaml)")
     parser.add_argument("--model", default=None, help="conf/model/<name>.yaml for an orbax checkpoint's tokenizer")
     parser.add_argument("--out", type=Path, default=Path("eval.json"))
+    parser.add_argument("--against", type=Path, default=None,
+                        help="an eval.json of the same suite (e.g. the starting policy's): print and record the "
+                             "paired difference to it")
     args = parser.parse_args(argv)
+    other = None
+    if args.against is not None:  # read before the evaluation: a bad file fails in a second
+        try:
+            other = json.loads(args.against.read_text())
+        except (OSError, ValueError) as err:
+            print(f"error: --against {args.against}: {err}", file=sys.stderr)
+            return 2
     from omegaconf import OmegaConf
 
     from llm.game.prompts import default_prompt_name, load_prompt_config
@@ -253,12 +311,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     model = None
     if args.model:
         model = ModelConfig.from_dict(to_plain(OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml")))
+    eval_cfg = load_eval_conf(args.eval)
+    if other is not None:  # the suite is built (and cached for the evaluation) before the policy runs
+        suite = build_suite(to_plain(eval_cfg), solve=bool(to_plain(eval_cfg).get("planner", True)))
+        try:
+            check_same_suite(suite.describe(), other.get("suite") or {}, f"--against {args.against}")
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     policy = load_policy(model, None if args.checkpoint == "default" else args.checkpoint)
-    result = evaluate_policy(policy, load_eval_conf(args.eval), load_prompt_config(args.prompt or default_prompt_name()),
+    result = evaluate_policy(policy, eval_cfg, load_prompt_config(args.prompt or default_prompt_name()),
                              checkpoint=args.checkpoint)
+    paired = None
+    if other is not None:
+        try:
+            paired = paired_against(result, other, where=f"--against {args.against}")
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        result["against"] = {"path": str(args.against), "checkpoint": other.get("checkpoint"), "mode": paired[0],
+                             **dataclasses.asdict(paired[1])}
     write_eval(args.out, result)
     scores = ", ".join(f"{m} {r['score']:.3f}" for m, r in result["modes"].items())
     print(f"{args.checkpoint}: {scores} over {result['suite']['num_lakes']} lakes -> {args.out}")
+    if paired is not None:
+        print(f"against {other.get('checkpoint') or args.against} ({paired[0]}): {paired[1].line()}")
     return 0
 
 

@@ -94,7 +94,8 @@ def test_a_second_command_is_refused_while_the_first_runs(full_run):
 
 def test_full_pipeline_two_stages_policy_engineer(full_run):
     run, out, _, _ = full_run
-    assert "| stage | environment | suite greedy | suite sampled | own env (greedy) | engineer |" in out.stdout
+    assert ("| stage | environment | suite greedy | suite sampled | greedy vs previous stage | own env (greedy) "
+            "| engineer |") in out.stdout
     info = json.loads((run / "run.json").read_text())
     assert info["engineer"] == "policy" and info["stages"] == 2
     for k in (1, 2):
@@ -124,6 +125,15 @@ def test_full_pipeline_two_stages_policy_engineer(full_run):
     assert [h["stage"] for h in summary["history"]] == [1, 2]
     assert summary["history"][0]["engineer"]["engineer"] == "policy"
     assert (run / "report.md").is_file() and (run / "score_per_stage.png").is_file()
+    # the table pairs stage 2's greedy suite episodes with stage 1's, lake by lake
+    from jaxlake.stats import paired_difference
+
+    greedy = [{(e["cell"], e["lake"]): e["success"] for e in json.loads((run / f"stage_{k}" / "eval.json").read_text())[
+        "episodes"] if e["mode"] == "greedy"} for k in (1, 2)]
+    d = paired_difference([greedy[0][key] for key in sorted(greedy[0])], [greedy[1][key] for key in sorted(greedy[0])])
+    rows = {line.split(" | ")[0]: line.split(" | ") for line in out.stdout.splitlines() if line.startswith("| ")}
+    assert rows["| 1"][4] == "–"
+    assert rows["| 2"][4] == f"{d.diff:+.3f} ± {d.half_width:.3f} ({d.wins} won, {d.losses} lost)"
 
 
 def test_finished_run_rerun_is_a_no_op(full_run, monkeypatch, capsys):
