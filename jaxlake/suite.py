@@ -151,7 +151,8 @@ EVAL_CONF_DIR = CONF_DIR / "eval"
 
 def load_eval_conf(name_or_path: str | os.PathLike = "default") -> Any:
     """An eval node from ``conf/eval/<name>.yaml`` (or a YAML path), its ``defaults`` list
-    (other files of the same folder, then ``_self_``) merged as Hydra would."""
+    (other files of the same folder, else the package's ``conf/eval/`` of that name, then
+    ``_self_``) merged as Hydra would: a file of one's own can start from ``small``."""
     from omegaconf import OmegaConf
 
     path = Path(name_or_path)
@@ -169,7 +170,13 @@ def load_eval_conf(name_or_path: str | os.PathLike = "default") -> Any:
             merged = OmegaConf.merge(merged, node)
             self_done = True
         else:
-            merged = OmegaConf.merge(merged, load_eval_conf(path.parent / f"{entry}.yaml"))
+            beside = path.parent / f"{entry}.yaml"
+            if not beside.is_file() and (EVAL_CONF_DIR / f"{entry}.yaml").is_file():
+                beside = EVAL_CONF_DIR / f"{entry}.yaml"
+            if not beside.is_file():
+                raise SuiteError(f"{path}: defaults entry {entry!r} is neither {beside} nor a suite of "
+                                 f"{EVAL_CONF_DIR} ({sorted(p.stem for p in EVAL_CONF_DIR.glob('*.yaml'))})")
+            merged = OmegaConf.merge(merged, load_eval_conf(beside))
     if not self_done:
         merged = OmegaConf.merge(merged, node)
     return merged

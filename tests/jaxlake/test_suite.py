@@ -10,6 +10,7 @@ import pytest
 
 from jaxlake import planner
 from jaxlake.suite import (
+    EVAL_CONF_DIR,
     SuiteError,
     SuiteSpec,
     build_suite,
@@ -84,6 +85,21 @@ def test_eval_conf_inheritance():
     assert tiny.sampled.num_samples == 2 and tiny.sampled.top_p == 1.0   # inherited from default
     spec = SuiteSpec.from_conf(load_eval_conf("default"))
     assert len(cell_values(spec)) == 3 * 3 * 2 * 2 and spec.lakes_per_cell == 20
+
+
+def test_a_suite_file_of_ones_own_starts_from_the_packages(tmp_path):
+    own = tmp_path / "own.yaml"
+    own.write_text("defaults:\n  - small\n  - _self_\nname: own\nlakes_per_cell: 3\nsampled:\n  num_samples: 32\n")
+    conf = load_eval_conf(own)
+    assert conf.name == "own" and conf.lakes_per_cell == 3 and conf.sampled.num_samples == 32
+    assert conf.grid == load_eval_conf("small").grid and conf.base.max_steps == 16  # small's, then default's
+    (tmp_path / "small.yaml").write_text("defaults:\n  - default\n  - _self_\nname: mine\nlakes_per_cell: 5\n")
+    (tmp_path / "default.yaml").write_text((EVAL_CONF_DIR / "default.yaml").read_text())
+    assert load_eval_conf(own).grid == load_eval_conf("default").grid  # a file beside it comes first
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("defaults:\n  - nosuch\n  - _self_\n")
+    with pytest.raises(SuiteError, match=r"defaults entry 'nosuch' is neither .*nosuch.yaml nor a suite of"):
+        load_eval_conf(bad)
 
 
 def test_large_holds_small_cells_with_lakes_of_its_own():
