@@ -302,6 +302,14 @@ def reference_soc(lakes: Lake, **solve_kwargs: Any) -> np.ndarray:
     return np.asarray(planner.solve_batch(lakes, **solve_kwargs).sum_of_costs, dtype=np.int64)
 
 
+def lake_outcomes(episodes: Sequence[Mapping[str, Any]], mode: str = "greedy") -> dict:
+    """``{(cell, lake): success}`` of the ``mode`` episodes of a suite evaluation
+    (:func:`score_texts`' records), the first sample of each lake: what two evaluations of one
+    suite are paired on."""
+    return {(int(r.get("cell", -1)), int(r["lake"])): bool(r["success"]) for r in episodes
+            if r.get("mode") == mode and int(r.get("sample", 0)) == 0}
+
+
 def take_lakes(lakes: Lake, index: np.ndarray) -> Lake:
     """Rows ``index`` of a batched lake (e.g. to repeat lakes for several samples)."""
     index = jnp.asarray(index)

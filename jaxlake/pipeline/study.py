@@ -47,6 +47,7 @@ from jaxlake.pipeline.archive import (STUDY_FILE, archive_study_record, default_
 from jaxlake.pipeline.records import short_env
 from jaxlake.pipeline.report import find_runs, load_run, plot_breakdown, plot_scores
 from jaxlake.stats import mean_ci
+from jaxlake.suite import lake_outcomes as suite_outcomes
 from jaxlake.conf import CONF_DIR
 
 #: The results page when ``--results`` is not given, relative to the current folder (in a
@@ -146,9 +147,9 @@ def collect_rows(root: Path) -> list[dict]:
 
 
 def lake_outcomes(ev: Mapping[str, Any], mode: str = "greedy") -> dict:
-    """``{(cell, lake): success}`` of the suite's ``mode`` episodes (the first sample of each)."""
-    return {(int(r.get("cell", -1)), int(r["lake"])): bool(r["success"]) for r in episode_rows(ev)
-            if r.get("mode") == mode and int(r.get("sample", 0)) == 0}
+    """``{(cell, lake): success}`` of the suite's ``mode`` episodes (the first sample of each),
+    from a run's ``eval.json`` or an archived one (:func:`jaxlake.suite.lake_outcomes`)."""
+    return suite_outcomes(episode_rows(ev), mode)
 
 
 def noise_table(rows: Sequence[dict]) -> str:

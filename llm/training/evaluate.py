@@ -50,7 +50,8 @@ from typing import Any, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
-from jaxlake.suite import Suite, aggregate, build_suite, load_eval_conf, reference_soc, render_grids, score_texts, take_lakes
+from jaxlake.suite import (Suite, aggregate, build_suite, lake_outcomes, load_eval_conf, reference_soc, render_grids,
+                           score_texts, take_lakes)
 from jaxlake.text import format_plan
 from jaxlake.conf import CONF_DIR
 from jaxlake.config import to_plain
@@ -260,8 +261,7 @@ def _first_samples(result: Mapping[str, Any], mode: str, where: str) -> dict:
     if not isinstance(episodes, list):
         raise ValueError(f"{where}: no episode list (an archived eval.json keeps its episodes as columns; "
                          "compare the run folder's file)")
-    return {(int(e.get("cell", -1)), int(e["lake"])): bool(e["success"]) for e in episodes
-            if e.get("mode") == mode and int(e.get("sample", 0)) == 0}
+    return lake_outcomes(episodes, mode)
 
 
 def paired_against(result: Mapping[str, Any], other: Mapping[str, Any], mode: Optional[str] = None,
@@ -311,9 +311,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     model = None
     if args.model:
         model = ModelConfig.from_dict(to_plain(OmegaConf.load(CONF_DIR / "model" / f"{args.model}.yaml")))
-    eval_cfg = load_eval_conf(args.eval)
+    eval_cfg = to_plain(load_eval_conf(args.eval))
     if other is not None:  # the suite is built (and cached for the evaluation) before the policy runs
-        suite = build_suite(to_plain(eval_cfg), solve=bool(to_plain(eval_cfg).get("planner", True)))
+        suite = build_suite(eval_cfg, solve=bool(eval_cfg.get("planner", True)))
         try:
             check_same_suite(suite.describe(), other.get("suite") or {}, f"--against {args.against}")
         except ValueError as err:
