@@ -173,10 +173,11 @@ def step_train(s: RunSettings, k: int, d: Path, mixture: Mixture) -> dict:
     init = previous_policy(s, k)
     log(f"stage {k}: training" + (f" from {init}" if init else ""))
     warmstart_env = None
-    if s.warmstart_env == "space" and s.stage_config(k).train.warmstart.enabled:
+    tc = s.stage_config(k).train
+    if s.warmstart_env == "space" and (tc.warmstart.enabled or tc.grpo.anchor.enabled):
         from jaxlake.pipeline.pretrain import space_mixture
 
-        warmstart_env = space_mixture(s)  # GRPO stays on the stage's mixture
+        warmstart_env = space_mixture(s)  # GRPO stays on the stage's mixture (its anchor takes this one)
     res = cluster.collective(train_stage, s.stage_config(k), mixture, d, init_from=init,  # every process
                              warmstart_env=warmstart_env)
     if res.eval_after is None:  # the trainer stopped before the end of its schedule

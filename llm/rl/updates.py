@@ -7,7 +7,9 @@
 * :func:`make_grpo_update`: the GRPO update ``(state, opt_state, batch) -> (state, opt_state,
   metrics)`` of a :class:`llm.rl.batches.GRPOBatch`; :class:`GRPOIterations`, the ``mu``
   updates of one sampled batch without a separate old log-prob forward (one compiled
-  update for all of them); and
+  update for all of them); the optional *supervised anchor* of that update (``anchor_weight``:
+  :func:`token_nll` of a :class:`llm.rl.batches.TokenBatch` of reference completions added to
+  the GRPO loss, InstructGPT's PPO-ptx); and
   :func:`make_logprob_fn`, the reference (or behaviour) log-probs of a batch, in
   micro-batches.
 
@@ -24,7 +26,7 @@ import optax
 from flax import nnx
 
 from llm.rl import grpo
-from llm.rl.batches import GRPOBatch
+from llm.rl.batches import GRPOBatch, TokenBatch
 from llm.model import logprobs as logprobs_mod
 from llm.model import sharding as shd
 from llm.generation.decode import left_pad_positions
@@ -171,6 +173,15 @@ def accumulate_gradients(loss_fn: Callable, state: Any, batch: Any, micro: int, 
     return out + (_constrain_rows(jax.tree_util.tree_map(_micro_merge, rows), mesh),)
 
 
+def token_nll(graphdef: Any, state: Any, batch: TokenBatch) -> tuple[jax.Array, dict]:
+    """``(loss, {"token_acc": ...})`` of a :class:`~llm.rl.batches.TokenBatch`: the weighted
+    negative log-likelihood of its completion tokens (``-sum(logp * weights)``; weights that sum
+    to 1 over the batch make it the weighted token mean) and the weighted share of tokens that
+    are the forward's arg-max. The warm start's loss, and the GRPO update's anchor."""
+    logp, _, match = completion_forward(graphdef, state, *batch.sequences)
+    return -jnp.sum(logp * batch.weights), {"token_acc": jnp.sum(match * batch.weights)}
+
+
 def make_grpo_update(
     graphdef: Any,
     optimizer: optax.GradientTransformation,
@@ -183,8 +194,9 @@ def make_grpo_update(
     logprob_chunk: Optional[int] = DEFAULT_LOGPROB_CHUNK,
     remat: str = "full",
     return_logp: bool = False,
+    anchor_weight: float = 0.0,
 ) -> Callable:
-    """The jitted GRPO update ``(state, opt_state, batch[, on_policy]) -> (state, opt_state, metrics)``.
+    """The jitted GRPO update ``(state, opt_state, batch[, on_policy, anchor]) -> (state, opt_state, metrics)``.
 
     ``batch``: a :class:`llm.rl.batches.GRPOBatch` (``ref_logp`` given when
     ``loss_config.beta > 0``); its ``weights`` are the global aggregation weights
@@ -205,7 +217,18 @@ def make_grpo_update(
     come from this forward or :func:`make_logprob_fn` at the same temperature.
     ``logprob_chunk`` and ``remat`` (per-layer rematerialisation, default ``"full"``): see
     :func:`completion_forward`.
+
+    **Supervised anchor** (``anchor_weight > 0`` and an ``anchor`` batch, a
+    :class:`~llm.rl.batches.TokenBatch` of reference completions whose weights sum to 1): the
+    update descends ``GRPO loss + anchor_weight * token_nll(anchor)``, one optimizer step on
+    the summed gradient (InstructGPT's PPO-ptx objective: the policy-gradient step may not
+    trade away what supervision taught on lakes the stage does not sample). The anchor's
+    gradient is taken in one pass after the GRPO micro-batches; its NLL and token accuracy are
+    the metrics ``anchor_nll`` and ``anchor_token_acc``; ``loss`` stays the GRPO loss and
+    ``grad_norm`` is the summed gradient's.
     """
+    if not anchor_weight >= 0.0:
+        raise ValueError(f"anchor_weight={anchor_weight} must be >= 0")
 
     def loss_fn(state, mb: GRPOBatch, on_policy):
         logp, ent, _ = completion_forward(graphdef, state, *mb.sequences, entropy=compute_entropy,
@@ -214,16 +237,23 @@ def make_grpo_update(
                                        ref_logp=mb.ref_logp, entropy=ent, on_policy=on_policy)
         return (loss, (metrics, jax.lax.stop_gradient(logp))) if return_logp else (loss, metrics)
 
-    def update(state, opt_state, batch: GRPOBatch, on_policy=None):
+    def update(state, opt_state, batch: GRPOBatch, on_policy=None, anchor: Optional[TokenBatch] = None):
         if not isinstance(batch, GRPOBatch):
             raise TypeError(f"the GRPO update takes a llm.rl.batches.GRPOBatch, got {type(batch).__name__}")
+        if anchor is not None and not isinstance(anchor, TokenBatch):
+            raise TypeError(f"the GRPO update's anchor is a llm.rl.batches.TokenBatch, got {type(anchor).__name__}")
         _check_micro(batch.rows, micro_batches, "the GRPO update")
         _TRACES["grpo_update"] += 1
         out = accumulate_gradients(lambda st, mb: loss_fn(st, mb, on_policy), state, batch, micro_batches, mesh,
                                    per_row=return_logp)
         loss, msum, grads = out[:3]
-        state, opt_state, gnorm = apply_gradients(optimizer, state, opt_state, grads, mesh)
         metrics = grpo.metric_means(msum)
+        if anchor is not None and anchor_weight > 0.0:
+            nll, asum, agrads = accumulate_gradients(lambda st, mb: token_nll(graphdef, st, mb), state, anchor, 1, mesh)
+            grads = jax.tree_util.tree_map(lambda g, a: g + anchor_weight * a, grads, agrads)
+            metrics["anchor_nll"] = nll
+            metrics["anchor_token_acc"] = asum["token_acc"]
+        state, opt_state, gnorm = apply_gradients(optimizer, state, opt_state, grads, mesh)
         metrics["loss"] = loss
         metrics["grad_norm"] = gnorm
         return (state, opt_state, metrics, out[3]) if return_logp else (state, opt_state, metrics)
@@ -261,12 +291,15 @@ class GRPOIterations:
         the first one's compilation (and nothing downstream sees newly committed arrays)."""
         return jnp.zeros_like(batch.mask, dtype=jnp.float32)
 
-    def __call__(self, state: Any, opt_state: Any, batch: GRPOBatch):
+    def __call__(self, state: Any, opt_state: Any, batch: GRPOBatch, anchor: Optional[TokenBatch] = None):
+        """``anchor``: the step's supervised anchor batch (``anchor_weight``), in every one of
+        the ``mu`` updates."""
         logp = self.placeholder(batch)
         out = []
         for i in range(self.mu):
+            extra = () if anchor is None else (anchor,)
             state, opt_state, metrics, new = self.update(state, opt_state, batch.replace(old_logp=logp),
-                                                         jnp.asarray(i == 0))
+                                                         jnp.asarray(i == 0), *extra)
             if i == 0:
                 logp = new  # the sampling policy's log-probs: old_logp of updates 2 .. mu
             out.append(metrics)

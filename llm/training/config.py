@@ -129,12 +129,41 @@ class GuidanceConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class AnchorConfig:
+    """``train.grpo.anchor``: the supervised anchor of the GRPO update (InstructGPT's PPO-ptx).
+
+    Each GRPO step also draws ``lakes`` fresh lakes of the stage's *warm-start* environment
+    (the stage's own, or with ``pipeline.warmstart_env=space`` every config the engineer may
+    choose), writes the reference planner's completions as the warm start does
+    (``train.warmstart``'s ``blocked_share``, ``detour_share``, ``mark_weight`` and trace
+    style), and adds ``weight`` times their token-mean NLL to the GRPO loss: one optimizer step
+    on the summed gradient (:func:`llm.rl.updates.make_grpo_update`). ``weight`` 0 (the
+    default) turns it off and costs nothing.
+    """
+
+    weight: float = 0.0
+    lakes: int = 16
+
+    def __post_init__(self) -> None:
+        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) \
+                or not 0.0 <= self.weight <= 100.0:
+            raise ValueError(f"grpo.anchor.weight={self.weight!r} not a number in [0, 100]")
+        _positive_int("grpo.anchor.lakes", self.lakes)
+
+    @property
+    def enabled(self) -> bool:
+        return self.weight > 0.0
+
+
+@dataclasses.dataclass(frozen=True)
 class GRPOConfig:
     """GRPO settings: ``lakes_per_step`` groups of ``group_size`` completions per step.
 
     ``dynamic_sampling``: DAPO's refill of the batch with informative groups, in at most
     ``max_rounds`` sampling rounds (:mod:`llm.rl.dynamic`). ``guidance``: the reference
     planner's completion in each group where no sample succeeded (:mod:`llm.training.guidance`).
+    ``anchor``: the reference planner's completions of lakes of the warm-start environment,
+    their NLL added to the loss (:class:`AnchorConfig`).
     """
 
     enabled: bool = True
@@ -147,6 +176,7 @@ class GRPOConfig:
     loss: GRPOLossConfig = GRPOLossConfig()
     dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig(enabled=True)  # conf/train/default.yaml's
     guidance: GuidanceConfig = GuidanceConfig()
+    anchor: AnchorConfig = AnchorConfig()
     max_new_tokens: int = 32
     temperature: float = 1.0
     top_k: int = 0
@@ -247,6 +277,8 @@ class TrainConfig:
                                                   "train.grpo.dynamic_sampling")
         if "guidance" in g:
             g["guidance"] = _from_mapping(GuidanceConfig, g["guidance"], "train.grpo.guidance")
+        if "anchor" in g:
+            g["anchor"] = _train_part(AnchorConfig, g["anchor"], "train.grpo.anchor")
         ev = dict(t.pop("eval", {}) or {})
         t["distributed"] = dict(t.get("distributed") or {})
         t["mesh"] = MeshConfig.from_dict(t.get("mesh"))

@@ -19,7 +19,12 @@ One GRPO step:
 4. group advantages, sequence masks and global token weights (:mod:`llm.rl.grpo`); the
    reference's log-probs when ``beta > 0`` (:func:`llm.rl.updates.make_logprob_fn`, in the
    update's micro-batches; skipped entirely when ``beta == 0``);
-5. ``mu`` updates (:class:`llm.rl.updates.GRPOIterations`): parameters and optimizer state in,
+5. with ``grpo.anchor`` (weight > 0): ``anchor.lakes`` fresh lakes of the warm-start
+   environment and the reference planner's completions of them, written as the warm start
+   writes them (:func:`llm.training.warmstart.reference_lakes`, :func:`~llm.training.warmstart.
+   reference_rows`; prompts in a prompt width of their own), whose NLL the updates add to the
+   GRPO loss at that weight;
+6. ``mu`` updates (:class:`llm.rl.updates.GRPOIterations`): parameters and optimizer state in,
    new ones out; inside, a ``lax.scan`` over micro-batches accumulates the gradient, then
    optax (warmup + cosine, global-norm clipping, decay by role) applies it. No forward pass
    computes the old log-probs: the first update is on-policy (the stop-gradient of its own
@@ -36,7 +41,8 @@ the step's *first* sampling round (a plain sample of the policy, as without dyna
 sampling, unguided); ``kept_share`` and the loss metrics of the batch trained on;
 ``guided_groups`` (with guidance: the batch's groups that hold the planner's completion); with dynamic sampling
 ``sampling_rounds``, ``informative_groups`` (found in all rounds) and ``kept_groups`` (in the
-batch); ``update_skipped`` (1: no optimizer update, and no loss metrics in the row); ``lr``
+batch); with the anchor ``anchor_nll``, ``anchor_token_acc`` (the update's, before it) and
+``time/anchor_s`` (its lakes, planner and encoding); ``update_skipped`` (1: no optimizer update, and no loss metrics in the row); ``lr``
 of the step's first update, read from the optimizer's own count (a skipped step does not
 advance the schedule).
 
@@ -73,7 +79,9 @@ from llm.training.policy import Policy, copy_state, shares_buffers
 from llm.game.prompter import Prompter
 from llm.model.sharding import to_host
 from llm.training.config import TrainConfig
+from llm.rl.batches import TokenBatch
 from llm.rl.updates import GRPOIterations, make_logprob_fn
+from llm.training.warmstart import reference_lakes, reference_rows
 
 
 def run_grpo(
@@ -87,6 +95,7 @@ def run_grpo(
     mesh=None,
     eval_fn: Optional[Callable[[Policy, int], dict]] = None,
     max_steps: Optional[int] = None,
+    anchor_env: Optional[Mixture] = None,
 ) -> PhaseResult:
     """Run (or resume) the GRPO phase; returns the final policy.
 
@@ -103,6 +112,8 @@ def run_grpo(
       eval_fn: optional ``(policy, step) -> metrics`` called every ``grpo.eval_every`` steps.
       max_steps: stop after this many steps (for tests of kill-and-resume); the schedule
         still spans ``grpo.steps``.
+      anchor_env: the supervised anchor's environment (``grpo.anchor``; default ``env``): the
+        stage's warm-start environment.
     """
     gc = config.grpo
     lc = gc.loss
@@ -125,7 +136,7 @@ def run_grpo(
     policy = Policy(policy.graphdef, state, policy.tokenizer)
     iterations = GRPOIterations(policy.graphdef, optimizer, lc, mu=gc.mu, micro_batches=gc.micro_batches,
                                 compute_entropy=gc.compute_entropy, mesh=mesh, temperature=gc.temperature,
-                                logprob_chunk=gc.logprob_chunk, remat=gc.remat)
+                                logprob_chunk=gc.logprob_chunk, remat=gc.remat, anchor_weight=gc.anchor.weight)
     # the reference's log-probs: the training forward at the sampling temperature, in the update's micro-batches
     ref_logprob_fn = make_logprob_fn(policy.graphdef, temperature=gc.temperature, logprob_chunk=gc.logprob_chunk,
                                      micro_batches=gc.micro_batches, mesh=mesh) if lc.use_reference else None
@@ -140,6 +151,8 @@ def run_grpo(
     bar = progress_bar(gc.steps, start, "grpo", config.progress)
     n, g = gc.lakes_per_step, gc.group_size
     ds = gc.dynamic_sampling
+    anchor_batch = _anchor_batches(policy, config, Mixture.of(env if anchor_env is None else anchor_env), prompter,
+                                   jax.random.fold_in(rng, 14), mesh) if gc.anchor.enabled else None
 
     def sample_round(step: int, r: int) -> _Round:
         """Round ``r`` of a step: ``N`` fresh lakes, ``G`` completions each, scored."""
@@ -217,8 +230,13 @@ def run_grpo(
                 batch = jax.tree_util.tree_map(jnp.asarray, batch)
             if ref_logprob_fn is not None:
                 batch = batch.replace(ref_logp=ref_logprob_fn(ref_state, *batch.sequences))
+            anchor = None
+            if anchor_batch is not None:
+                t_anchor = time.perf_counter()
+                anchor = anchor_batch(step)
+                anchor_s = time.perf_counter() - t_anchor
             t_upd = time.perf_counter()
-            state, opt_state, inner = iterations(state, opt_state, batch)
+            state, opt_state, inner = iterations(state, opt_state, batch, anchor)
             inner = jax.device_get(inner)
             policy = Policy(policy.graphdef, state, policy.tokenizer)
         t_end = time.perf_counter()
@@ -252,7 +270,9 @@ def run_grpo(
         row["lr"] = lr
         row["time/step_s"] = t_end - t0
         row["time/generate_s"] = float(sum(x.gen_s for x in rounds))
-        row["time/ref_logp_s"] = t_upd - t_ref
+        row["time/ref_logp_s"] = t_upd - t_ref - (anchor_s if inner and anchor_batch is not None else 0.0)
+        if inner and anchor_batch is not None:
+            row["time/anchor_s"] = anchor_s
         row["time/update_s"] = t_end - t_upd
         row["tokens_per_s"] = completion_tokens / max(t_end - t0, 1e-9)
         row["generate_tokens_per_s"] = completion_tokens / max(row["time/generate_s"], 1e-9)
@@ -267,6 +287,33 @@ def run_grpo(
             ckpt.save(policy, opt_state, step + 1, rng, step + 1)
     bar.close()
     return PhaseResult(policy=policy, step=end, resumed_from=resumed)
+
+
+def _anchor_batches(policy: Policy, config: TrainConfig, env: Mixture, prompter: Prompter, key: jax.Array,
+                    mesh) -> Callable[[int], TokenBatch]:
+    """``step -> TokenBatch``: the supervised anchor of GRPO step ``step`` (``grpo.anchor``):
+    ``anchor.lakes`` fresh lakes of ``env`` (deterministic in the step, the same on every
+    process) drawn and written as the warm start draws and writes them, weights summing to 1
+    (the token mean, marks at ``warmstart.mark_weight``). Its prompts have a width of their own
+    (fitted on 256 lakes of ``env``; a longer prompt grows it, one recompilation), so the
+    GRPO batch's shapes do not depend on the anchor's environment."""
+    gc, wc = config.grpo, config.warmstart
+    reasoning = prompter.config.reasoning
+    thinking = reasoning.thinking_tokens if reasoning.enabled and reasoning.warmstart else None
+    length = gc.max_new_tokens + (thinking or 0)
+    probe_key, data_key = jax.random.split(key)
+    probe = sample_lakes(probe_key, env, 256, split="random")
+    anchor_prompter = Prompter.fit(policy.tokenizer, prompter.config, probe, None, prompter.bucket)
+
+    def batch(step: int) -> TokenBatch:
+        lakes = reference_lakes(jax.random.fold_in(data_key, step), env, gc.anchor.lakes, wc)
+        ids, pmask, tokens, mask, scale, _ = reference_rows(lakes, policy.tokenizer, anchor_prompter, length,
+                                                            thinking, wc.mark_weight)
+        out = TokenBatch(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask,
+                         weights=(scale / max(float(scale.sum()), 1e-9)).astype(np.float32))
+        return shd.shard_batch(out, mesh) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, out)
+
+    return batch
 
 
 @dataclasses.dataclass

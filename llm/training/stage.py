@@ -126,7 +126,8 @@ def train_stage(
       mesh: the ``(data, fsdp)`` mesh (default: ``train.mesh`` over every device; :mod:`llm.model.sharding`).
       max_steps: ``{"warmstart": k, "grpo": k}`` stop early (simulates a killed run in tests).
       warmstart_env: the warm start's environment (default ``env_config``): a stage may warm
-        start on a broad mixture (the engineers' whole space) and run GRPO on its own.
+        start on a broad mixture (the engineers' whole space) and run GRPO on its own. GRPO's
+        supervised anchor (``train.grpo.anchor``) draws its lakes from it too.
 
     Metrics go to the back ends of ``config.logger`` (:mod:`jaxlake.metrics`; default
     ``[jsonl]``: ``<stage_dir>/metrics.jsonl``; ``tensorboard``: ``<stage_dir>/tb/<phase>/``;
@@ -216,7 +217,7 @@ def _train_stage(config: StageConfig, env_config: Mixture, stage_dir: Path, init
             policy = Policy(policy.graphdef, jax.tree_util.tree_map(_abstract, policy.state), policy.tokenizer,
                             owned=True)
         res = run_grpo(policy, handed.pop(), tcfg, env_config, ckpt_dir, metrics, prompter, mesh, periodic,
-                       max_steps.get("grpo"))
+                       max_steps.get("grpo"), anchor_env=warmstart_env)
         policy, grpo_steps = res.policy, res.step
         resumed = resumed or res.resumed_from is not None
         if grpo_steps < gc.steps:

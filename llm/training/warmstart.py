@@ -49,7 +49,7 @@ from llm.game.prompter import Prompter
 from llm.generation.stops import eos_and_pad
 from llm.training.config import TrainConfig
 from llm.rl.batches import TokenBatch
-from llm.rl.updates import accumulate_gradients, completion_forward
+from llm.rl.updates import accumulate_gradients, token_nll
 
 
 def _letter(i: int) -> str:
@@ -302,6 +302,35 @@ def token_weights(tokens: np.ndarray, mask: np.ndarray, tokenizer: Any, mark_wei
     return scale
 
 
+def reference_lakes(key: jax.Array, env: Mixture, n: int, wc: Any):
+    """The ``n`` lakes of one supervised batch: fresh lakes of ``env`` (its components drawn at
+    random, ``split="random"``), of which at least ``wc.detour_share`` are lakes whose
+    reference path detours (:func:`detour_lakes`, taken first: the rarer) and at least
+    ``wc.blocked_share`` lakes whose straight walk meets a hole, picked from a pool
+    :data:`BLOCKED_POOL` times larger when either share is asked for. ``wc``: a
+    :class:`llm.training.config.WarmStartConfig`. Deterministic in ``key``."""
+    selecting = wc.blocked_share > 0 or wc.detour_share > 0
+    lakes = sample_lakes(key, env, n * (BLOCKED_POOL if selecting else 1), split="random")
+    if not selecting:
+        return lakes
+    wants = [(detour_lakes(lakes), wc.detour_share)] if wc.detour_share > 0 else []
+    return select_shares(lakes, n, wants + [(straight_blocked(lakes), wc.blocked_share)])
+
+
+def reference_rows(lakes, tokenizer: Any, prompter: Prompter, completion_len: int, thinking_tokens: Optional[int],
+                   mark_weight: float) -> tuple[np.ndarray, ...]:
+    """The supervised rows of ``lakes``: ``(prompt_ids [N, P], prompt_mask [N, P], tokens
+    [N, T], mask [N, T], scale [N, T] float32, solved [N] bool)`` -- the prompts as
+    ``prompter`` encodes them, the reference planner's completions (:func:`plan_targets`, in
+    the prompter's trace style and cell spelling; ``T = completion_len``, which must hold the
+    think block when ``thinking_tokens`` is given) and each token's loss weight before
+    normalisation (:func:`token_weights`)."""
+    tokens, mask, solved, _ = plan_targets(lakes, tokenizer, completion_len, thinking_tokens,
+                                           style=prompter.config.reasoning.warmstart_style, cell=prompter.config.cell)
+    ids, pmask = prompter.encode(lakes)
+    return ids, pmask, tokens, mask, token_weights(tokens, mask, tokenizer, mark_weight), solved
+
+
 def make_sft_update(graphdef: Any, optimizer: optax.GradientTransformation, *, micro_batches: int = 1,
                     mesh=None) -> Callable:
     """Jitted ``(state, opt_state, batch) -> (state, opt_state, metrics)`` for the warm start.
@@ -312,12 +341,10 @@ def make_sft_update(graphdef: Any, optimizer: optax.GradientTransformation, *, m
     """
 
     def loss_fn(state, mb):
-        if isinstance(mb, PackedBatch):  # the pytree's type is static: one branch is traced
-            logp, match = packed_forward(graphdef, state, mb)
-        else:
-            logp, _, match = completion_forward(graphdef, state, *mb.sequences)
-        loss = -jnp.sum(logp * mb.weights)
-        return loss, {"token_acc": jnp.sum(match * mb.weights)}
+        if not isinstance(mb, PackedBatch):  # the pytree's type is static: one branch is traced
+            return token_nll(graphdef, state, mb)
+        logp, match = packed_forward(graphdef, state, mb)
+        return -jnp.sum(logp * mb.weights), {"token_acc": jnp.sum(match * mb.weights)}
 
     def update(state, opt_state, batch):
         if not isinstance(batch, (TokenBatch, PackedBatch)):
@@ -370,20 +397,12 @@ def run_warmstart(
     _, pad_id = eos_and_pad(policy.tokenizer)
     for step in range(start, end):
         t0 = time.perf_counter()
-        selecting = wc.blocked_share > 0 or wc.detour_share > 0
-        pool = wc.batch_size * (BLOCKED_POOL if selecting else 1)
-        lakes = sample_lakes(jax.random.fold_in(data_key, step), env, pool,  # the same on every process
-                             split="random")
-        if selecting:  # detours first (the rarer), then lakes whose straight walk meets a hole
-            wants = [(detour_lakes(lakes), wc.detour_share)] if wc.detour_share > 0 else []
-            lakes = select_shares(lakes, wc.batch_size, wants + [(straight_blocked(lakes), wc.blocked_share)])
+        lakes = reference_lakes(jax.random.fold_in(data_key, step), env, wc.batch_size, wc)  # the same on every process
         blocked = float(straight_blocked(lakes).mean())
         rows = dist.process_rows(wc.batch_size, rows_sharding)  # this process plans and encodes only its rows
         lakes = dist.take_rows(lakes, rows)
-        tokens, mask, solved, _ = plan_targets(lakes, policy.tokenizer, completion_len, thinking_tokens,
-                                               style=reasoning.warmstart_style, cell=prompter.config.cell)
-        ids, pmask = prompter.encode(lakes)
-        scale = token_weights(tokens, mask, policy.tokenizer, wc.mark_weight)
+        ids, pmask, tokens, mask, scale, solved = reference_rows(lakes, policy.tokenizer, prompter, completion_len,
+                                                                 thinking_tokens, wc.mark_weight)
         solved_all, target_all, prompt_all, scale_all = dist.gather_rows((solved, mask.sum(1), pmask.sum(1),
                                                                           scale.sum(1)))
         dropped = 0

@@ -1,0 +1,156 @@
+"""GRPO's supervised anchor (train.grpo.anchor; llm/rl/updates.py, llm/training/grpo_loop.py): the
+anchored update descends the GRPO loss plus the weighted NLL of reference completions, and each
+step's anchor batch holds the reference planner's completions of fresh lakes of the warm-start
+environment, written as the warm start writes them."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from jaxlake.baselines import straight_blocked
+from jaxlake.config import LakeConfig
+from jaxlake.mixture import Mixture
+from llm.game.lakes import sample_lakes
+from llm.game.prompter import Prompter
+from llm.game.prompts import load_prompt_config
+from llm.model.config import Qwen3Config
+from llm.model.qwen3 import Qwen3ForCausalLM
+from llm.rl.batches import GRPOBatch, TokenBatch
+from llm.rl.grpo import GRPOLossConfig
+from llm.rl.updates import make_grpo_update, token_nll
+from llm.training import warmstart as ws
+from llm.training.config import AnchorConfig, GRPOConfig, OptimConfig, TrainConfig, WarmStartConfig
+from llm.training.grpo_loop import _anchor_batches
+from llm.training.policy import Policy, copy_state
+
+STAGE_ENV = LakeConfig(height=3, width=3, num_agents=1, hole_density=0.0, max_steps=8, max_height=6, max_width=6,
+                       max_agents=2)
+ANCHOR_ENV = LakeConfig(height=6, width=6, num_agents=2, hole_density=0.2, max_steps=16, max_height=6,
+                        max_width=6, max_agents=2)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
+
+    tokenizer = to_hf_tokenizer(build_game_tokenizer())
+    cfg = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    policy = Policy.from_model(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(1)), tokenizer)
+    pcfg = load_prompt_config("planner")
+    prompter = Prompter.fit(tokenizer, pcfg, sample_lakes(jax.random.PRNGKey(0), STAGE_ENV, 8), None, 16)
+    return policy, tokenizer, pcfg, prompter
+
+
+def _batches(policy, prompter, lakes: int = 6):
+    r = prompter.config.reasoning
+    length = 24 + r.thinking_tokens
+    grpo_lakes = sample_lakes(jax.random.PRNGKey(3), STAGE_ENV, 4)
+    ids, pmask, tokens, mask, scale, solved = ws.reference_rows(grpo_lakes, policy.tokenizer, prompter, length,
+                                                                r.thinking_tokens, 1.0)
+    assert solved.all()
+    adv = np.asarray([1.0, -0.5, 0.25, -0.75], np.float32)
+    grpo_batch = GRPOBatch(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask,
+                           weights=(mask / mask.sum()).astype(np.float32), advantages=adv)
+    a_lakes = sample_lakes(jax.random.PRNGKey(4), ANCHOR_ENV, lakes)
+    a_prompter = Prompter.fit(policy.tokenizer, prompter.config, a_lakes, None, 16)
+    ids, pmask, tokens, mask, scale, _ = ws.reference_rows(a_lakes, policy.tokenizer, a_prompter, length,
+                                                           r.thinking_tokens, 3.0)
+    anchor = TokenBatch(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask,
+                        weights=(scale / scale.sum()).astype(np.float32))
+    to_jax = lambda b: jax.tree_util.tree_map(jnp.asarray, b)  # noqa: E731
+    return to_jax(grpo_batch), to_jax(anchor)
+
+
+def test_the_anchored_update_descends_the_grpo_loss_plus_the_weighted_nll(setup):
+    """With plain SGD at rate 1 the new parameters are the old minus the gradient: the anchored
+    update's step is the GRPO step plus ``weight`` times the supervised step on the anchor batch,
+    and it reports the anchor's NLL (the warm start's loss on that batch) beside the GRPO loss."""
+    policy, tokenizer, pcfg, prompter = setup
+    grpo_batch, anchor = _batches(policy, prompter)
+    opt = optax.sgd(1.0)
+    weight = 0.5
+
+    def run(update, *args):
+        state = copy_state(policy.state)
+        new, _, metrics = update(state, opt.init(state), *args)
+        return [np.asarray(x) for x in jax.tree_util.tree_leaves(new)], jax.device_get(metrics)
+
+    start = [np.asarray(x) for x in jax.tree_util.tree_leaves(policy.state)]
+    plain, m_plain = run(make_grpo_update(policy.graphdef, opt, GRPOLossConfig()), grpo_batch)
+    sft, m_sft = run(ws.make_sft_update(policy.graphdef, opt), anchor)
+    anchored, m = run(make_grpo_update(policy.graphdef, opt, GRPOLossConfig(), anchor_weight=weight),
+                      grpo_batch, None, anchor)
+    for p0, p1, p2, p3 in zip(start, plain, sft, anchored):
+        np.testing.assert_allclose(p3, p1 + weight * (p2 - p0), rtol=1e-4, atol=1e-6)
+    assert not all(np.allclose(p3, p1) for p1, p3 in zip(plain, anchored))  # the anchor moved the weights
+    np.testing.assert_allclose(m["anchor_nll"], m_sft["nll"], rtol=1e-5)
+    np.testing.assert_allclose(m["anchor_token_acc"], m_sft["token_acc"], rtol=1e-5)
+    np.testing.assert_allclose(m["loss"], m_plain["loss"], rtol=1e-5)  # `loss` stays the GRPO loss
+    assert "anchor_nll" not in m_plain
+    # weight 0: the anchor batch is ignored, the update is the plain one
+    zero, m0 = run(make_grpo_update(policy.graphdef, opt, GRPOLossConfig(), anchor_weight=0.0),
+                   grpo_batch, None, anchor)
+    for p1, p0 in zip(plain, zero):
+        np.testing.assert_allclose(p0, p1, rtol=1e-6, atol=1e-8)
+    assert "anchor_nll" not in m0
+    with pytest.raises(TypeError, match="TokenBatch"):
+        make_grpo_update(policy.graphdef, opt, GRPOLossConfig(), anchor_weight=1.0)(
+            copy_state(policy.state), opt.init(policy.state), grpo_batch, None, grpo_batch)
+
+
+def test_token_nll_is_the_weighted_negative_log_likelihood(setup):
+    policy, tokenizer, pcfg, prompter = setup
+    _, anchor = _batches(policy, prompter, lakes=3)
+    from llm.rl.updates import completion_forward
+
+    logp, _, _ = completion_forward(policy.graphdef, policy.state, *anchor.sequences)
+    nll, m = token_nll(policy.graphdef, policy.state, anchor)
+    np.testing.assert_allclose(float(nll), -float(np.sum(np.asarray(logp) * np.asarray(anchor.weights))), rtol=1e-6)
+    assert 0.0 <= float(m["token_acc"]) <= 1.0
+
+
+def test_each_step_anchors_on_fresh_warm_start_lakes_of_its_own_environment(setup):
+    """The anchor's lakes come from the warm-start environment (6x6 lakes with two agents here,
+    while the stage's prompter was fitted on 3x3 lakes with one), at the warm start's blocked
+    share, in a prompt width of their own; a step's batch is the same when drawn again and
+    another step's differs; the weights are the token mean with the marks weighed up."""
+    policy, tokenizer, pcfg, prompter = setup
+    wc = WarmStartConfig(blocked_share=1.0, mark_weight=3.0)
+    config = TrainConfig(warmstart=wc, grpo=GRPOConfig(max_new_tokens=24, anchor=AnchorConfig(weight=1.0, lakes=5)),
+                         prompt=pcfg)
+    draw = _anchor_batches(policy, config, Mixture.of(ANCHOR_ENV), prompter, jax.random.PRNGKey(9), None)
+    b0, b0_again, b1 = draw(0), draw(0), draw(1)
+    assert b0.rows == 5 and b0.tokens.shape[1] == 24 + pcfg.reasoning.thinking_tokens
+    assert b0.prompt_ids.shape[1] > prompter.length  # its own width: the 6x6 prompts are longer
+    np.testing.assert_allclose(float(jnp.sum(b0.weights)), 1.0, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(b0.tokens), np.asarray(b0_again.tokens))
+    assert not np.array_equal(np.asarray(b0.tokens), np.asarray(b1.tokens))
+    texts = tokenizer.batch_decode(np.asarray(b0.prompt_ids), skip_special_tokens=True)
+    assert all("6 6" in t for t in texts)
+    marks = np.asarray(b0.tokens) == tokenizer.convert_tokens_to_ids("~")
+    w = np.asarray(b0.weights)
+    assert marks.any() and np.allclose(w[marks], 3 * w[np.asarray(b0.mask) & ~marks].max())
+    # the lakes are the warm start's own draw of that step
+    key = jax.random.split(jax.random.PRNGKey(9))[1]
+    lakes = ws.reference_lakes(jax.random.fold_in(key, 0), Mixture.of(ANCHOR_ENV), 5, wc)
+    assert straight_blocked(lakes).all()
+    ids, _ = Prompter.fit(tokenizer, pcfg, lakes, b0.prompt_ids.shape[1], 16).encode(lakes)
+    np.testing.assert_array_equal(ids, np.asarray(b0.prompt_ids))
+
+
+def test_anchor_config_errors_name_the_field():
+    assert not AnchorConfig().enabled and AnchorConfig(weight=0.5).enabled
+    cfg = TrainConfig.from_dict({"grpo": {"anchor": {"weight": 2, "lakes": 8}}})
+    assert cfg.grpo.anchor == AnchorConfig(weight=2, lakes=8)
+    with pytest.raises(ValueError, match=r"train\.grpo\.anchor\.weight=-1 not a number in \[0, 100\]"):
+        TrainConfig.from_dict({"grpo": {"anchor": {"weight": -1}}})
+    with pytest.raises(ValueError, match=r"train\.grpo\.anchor\.lakes=0 must be an integer >= 1"):
+        TrainConfig.from_dict({"grpo": {"anchor": {"lakes": 0}}})
+    with pytest.raises(ValueError, match="unknown.*rows"):
+        TrainConfig.from_dict({"grpo": {"anchor": {"rows": 2}}})
