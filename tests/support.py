@@ -1,4 +1,5 @@
-"""Helpers shared by the end-to-end tests of the pipeline (imported as ``tests.support``)."""
+"""Helpers shared by the tests (imported as ``tests.support``): the pipeline's end-to-end runs and
+the trainer's small models."""
 
 from __future__ import annotations
 
@@ -7,6 +8,22 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+
+def small_policy(num_layers: int = 2, seed: int = 1):
+    """``(policy, tokenizer)``: a random two-head Qwen3 of width 32 on the game tokenizer, for
+    tests of the trainer's updates (a second layer, so a token attends through another's)."""
+    from flax import nnx
+
+    from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
+    from llm.model.config import Qwen3Config
+    from llm.model.qwen3 import Qwen3ForCausalLM
+    from llm.training.policy import Policy
+
+    tokenizer = to_hf_tokenizer(build_game_tokenizer())
+    cfg = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=num_layers,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    return Policy.from_model(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(seed)), tokenizer), tokenizer
 
 
 def xla_flags(*extra: str) -> str:

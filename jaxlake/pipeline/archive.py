@@ -26,8 +26,9 @@ from jaxlake.io import read_json, write_json
 #: The sweep's own record (its invocations and wall times), kept beside the runs.
 STUDY_FILE = "study.json"
 
-#: Run-level files archived.
-RUN_FILES = ("run.json",)
+#: Run-level files archived (``start_eval.json``: the starting policy's suite evaluation, slimmed
+#: like a stage's ``eval.json``).
+RUN_FILES = ("run.json", "start_eval.json")
 #: Stage-level files archived (everything a results page and the pipeline's completeness check read).
 STAGE_FILES = ("env.yaml", "next_env.yaml", "train.json", "eval.json", "summary.json", "summary.txt",
                "engineer.json", "shared_from.json")
@@ -101,10 +102,23 @@ def _copy_json(src_file: Path, dst_file: Path, name: str, stage_dir: Path | None
     shutil.copystat(src_file, dst_file)
 
 
+def _copy_eval(src_file: Path, dst_file: Path, slim: bool) -> bool:
+    """Copy a suite evaluation slimmed (``slim``: archiving) or with its episodes as rows again
+    (restoring an archived one); False when it is neither, to be copied as it is."""
+    ev = read_json(src_file)
+    if not (slim or isinstance(ev.get("episodes"), dict)):
+        return False
+    write_json(dst_file, slim_eval(ev) if slim else _unslim_eval(ev), indent=None)
+    shutil.copystat(src_file, dst_file)
+    return True
+
+
 def _copy_record(src: Path, dst: Path, slim: bool = False) -> None:
     dst.mkdir(parents=True)
     for name in RUN_FILES:
         if (src / name).is_file():
+            if name == "start_eval.json" and _copy_eval(src / name, dst / name, slim):
+                continue
             if slim:
                 _copy_json(src / name, dst / name, name, None)
             else:
@@ -117,12 +131,8 @@ def _copy_record(src: Path, dst: Path, slim: bool = False) -> None:
             src_file, dst_file = sd / name, dst / sd.name / name
             if not src_file.is_file():
                 continue
-            if name == "eval.json":
-                ev = read_json(src_file)
-                if slim or isinstance(ev.get("episodes"), dict):
-                    write_json(dst_file, slim_eval(ev) if slim else _unslim_eval(ev), indent=None)
-                    shutil.copystat(src_file, dst_file)
-                    continue
+            if name == "eval.json" and _copy_eval(src_file, dst_file, slim):
+                continue
             if slim and name == "shared_from.json":
                 _copy_json(src_file, dst_file, name, sd)
                 continue

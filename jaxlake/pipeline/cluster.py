@@ -160,9 +160,11 @@ def run(settings: Any, main: Callable[[], Any]) -> Any:
 
 
 # ============================================================================ collective steps
-def evaluate_suite(settings: Any, k: int, policy_path: str | os.PathLike, mixture: Any,
+def evaluate_suite(settings: Any, k: int, policy_path: Optional[str | os.PathLike], mixture: Any,
                    checkpoint: Optional[str] = None) -> dict:
-    """The held-out suite evaluation of stage ``k``'s policy (``eval.json``'s dict).
+    """The held-out suite evaluation of stage ``k``'s policy (``eval.json``'s dict); with
+    ``policy_path`` ``None``, the starting policy's (``model``: ``model.path`` or the shipped
+    planner; ``k`` 0).
 
     With several processes every process runs it: the policy is loaded onto the global
     ``train.mesh`` and every generation batch is split over all processes' devices (the
@@ -183,7 +185,10 @@ def evaluate_suite(settings: Any, k: int, policy_path: str | os.PathLike, mixtur
         mesh = shd.make_mesh(config=settings.train.train.mesh)
         n = mesh.devices.size
         node["batch_size"] = -(-int(node.get("batch_size", 64)) // n) * n
-    policy = load_policy(settings.model, Path(policy_path), mesh=mesh)
+    if policy_path is None:  # the start: stage 1's own load (fresh weights take its seed)
+        policy = load_policy(settings.model, None, settings.stage_config(1).train.seed, mesh=mesh)
+    else:
+        policy = load_policy(settings.model, Path(policy_path), mesh=mesh)
     return evaluate_policy(policy, node, settings.prompt, current=mixture, stage=k,
                            checkpoint=checkpoint or str(policy_path),
                            mesh=mesh)

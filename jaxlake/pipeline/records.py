@@ -13,6 +13,10 @@ from jaxlake.metrics import build_writer
 from jaxlake.mixture import load_mixture, mixture_to_obj
 from jaxlake.pipeline.settings import RunSettings
 
+#: The starting policy's suite evaluation, in the run folder (``pipeline.start_eval``:
+#: :func:`jaxlake.pipeline.stages.step_start_eval`), row 0 of :func:`stage_table`.
+START_EVAL = "start_eval.json"
+
 
 def stage_metrics(record: dict, decision: dict) -> dict:
     """The metrics row of a finished stage: phase ``stage``, step ``k``, the suite scores per
@@ -70,14 +74,15 @@ def short_env(mixture_obj: list) -> str:
 def paired_with_previous(record: dict) -> Optional[Any]:
     """Stage ``k``'s greedy suite score against stage ``k - 1``'s on the same lakes, a
     :class:`jaxlake.stats.PairedDifference` (``llm.training.evaluate.paired_against``), read
-    from the two stage folders' ``eval.json``; ``None`` for stage 1, when the previous stage's
-    evaluation is missing, or when the two are not of one suite (another ``eval=``)."""
+    from the two stage folders' ``eval.json`` (stage 1's against the run folder's
+    ``start_eval.json``, the starting policy's); ``None`` when the previous evaluation is
+    missing or the two are not of one suite (another ``eval=``)."""
     from llm.training.evaluate import paired_against
 
     k = int(record["stage"])
     here = Path(record["dir"])
-    before = here.parent / f"stage_{k - 1}" / "eval.json"
-    if k < 2 or not before.is_file():
+    before = here.parent / (START_EVAL if k == 1 else f"stage_{k - 1}/eval.json")
+    if k < 1 or not before.is_file():
         return None
     try:
         return paired_against(read_json(here / "eval.json"), read_json(before), mode="greedy")[1]
@@ -89,13 +94,35 @@ def _paired_cell(d: Optional[Any]) -> str:
     return "–" if d is None else f"{d.diff:+.3f} ± {d.half_width:.3f} ({d.wins} won, {d.losses} lost)"
 
 
+def _start_row(records: list, modes: list) -> Optional[str]:
+    """Row 0 of :func:`stage_table`: the starting policy's suite scores (the run folder's
+    ``start_eval.json``), when the table starts at stage 1 and that file is there."""
+    if not records or int(records[0]["stage"]) != 1:
+        return None
+    path = Path(records[0]["dir"]).parent / START_EVAL
+    try:
+        ev = read_json(path)
+    except (OSError, ValueError):
+        return None
+    scores = {m: r.get("score") for m, r in (ev.get("modes") or {}).items()}
+    own = ((ev.get("current_env") or {}).get("modes") or {}).get("greedy", {}).get("score")
+    cells = " | ".join("–" if scores.get(m) is None else f"{scores[m]:.3f}" for m in modes)
+    return (f"| 0 | start: {ev.get('checkpoint') or 'the starting policy'} | {cells} | – | "
+            f"{'–' if own is None else f'{own:.3f}'} | – |")
+
+
 def stage_table(records: list) -> str:
     """Markdown table: stage, environment, suite scores, the greedy score's paired change from
-    the stage before (95 % interval; lakes won and lost), own-environment success, decision."""
+    the stage before (95 % interval; lakes won and lost), own-environment success, decision.
+    Row 0, when the run folder has ``start_eval.json``: the starting policy, on stage 1's
+    environment (stage 1's paired change is against it)."""
     modes = sorted({m for r in records for m in r["scores"]}, key=lambda m: (m != "greedy", m))
     head = ("| stage | environment | " + " | ".join(f"suite {m}" for m in modes)
             + " | greedy vs previous stage | own env (greedy) | engineer |")
     rows = [head, "|---|---|" + "---|" * len(modes) + "---|---|---|"]
+    start = _start_row(records, modes)
+    if start:
+        rows.append(start)
     for r in records:
         scores = " | ".join("–" if r["scores"].get(m) is None else f"{r['scores'][m]:.3f}" for m in modes)
         own = r["current_env"].get("greedy")

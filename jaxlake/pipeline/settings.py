@@ -177,7 +177,11 @@ class RunSettings:
       warmstart: ``pipeline.warmstart`` (``first`` | ``all``).
       warmstart_env: ``pipeline.warmstart_env`` (:data:`WARMSTART_ENVS`): the warm start on
         the stage's environment, or on every config of the engineer's space
-        (:func:`jaxlake.pipeline.pretrain.space_mixture`); GRPO always trains on the stage's.
+        (:func:`jaxlake.pipeline.pretrain.space_mixture`); GRPO always trains on the stage's
+        (its supervised anchor, ``train.grpo.anchor``, takes the warm start's).
+      start_eval: ``pipeline.start_eval``: before stage 1 trains, evaluate the starting policy
+        on the suite once (``start_eval.json`` in the run folder): the stage table's row 0 and
+        stage 1's paired change.
       share_stages: ``pipeline.share_stages``, the store of stages shared between runs
         (:mod:`jaxlake.pipeline.share`), or ``None``.
       archive: ``pipeline.archive``, where a finished run's record files are kept
@@ -205,6 +209,7 @@ class RunSettings:
     logger: LoggerConfig = LoggerConfig()
     warmstart: str = "first"
     warmstart_env: str = "stage"
+    start_eval: bool = True
     share_stages: Optional[Path] = None
     archive: Optional[Path] = None
     distributed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -249,6 +254,9 @@ class RunSettings:
         warmstart_env = str(cfg_get(pipeline, "warmstart_env", "stage"))
         if warmstart_env not in WARMSTART_ENVS:
             raise PipelineError(f"pipeline.warmstart_env={warmstart_env!r} not in {list(WARMSTART_ENVS)}")
+        start_eval = cfg_get(pipeline, "start_eval", True)
+        if not isinstance(start_eval, bool):
+            raise PipelineError(f"pipeline.start_eval={start_eval!r} must be true or false")
         share = cfg_get(pipeline, "share_stages")
         archive = cfg_get(pipeline, "archive")
         env = cfg_get(cfg, "env")
@@ -270,6 +278,7 @@ class RunSettings:
             logger=logger,
             warmstart=warmstart,
             warmstart_env=warmstart_env,
+            start_eval=start_eval,
             share_stages=Path(str(share)) if share not in (None, "", False) else None,
             archive=Path(str(archive)) if archive not in (None, "", False) else None,
             distributed=dict(to_plain(cfg_get(cfg_get(cfg, "train"), "distributed")) or {}),

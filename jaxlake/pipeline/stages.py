@@ -6,6 +6,8 @@ a multirun job's is ``runs/<experiment>/multirun/<job>``)::
     run.lock                    held while a process works in the folder (run_lock)
     run.json                    experiment, engineer, seed, stages, suite, settings (the run
                                 resumes only under the same settings: SETTINGS groups)
+    start_eval.json             the starting policy on the held-out suite, before stage 1
+                                (``pipeline.start_eval``; :func:`step_start_eval`)
     .hydra/                     the command's config, Hydra config and overrides (under Hydra)
     report.md, *.png            per-stage table and plots (jaxlake.pipeline.report), rewritten at the end
     stages.jsonl                one metrics row per finished stage (phase "stage", step k): suite
@@ -84,7 +86,7 @@ from jaxlake.pipeline.folder import (
     stage_path,
     write_run_info,
 )
-from jaxlake.pipeline.records import log_stage, stage_record, stage_table
+from jaxlake.pipeline.records import START_EVAL, log_stage, stage_record, stage_table
 from jaxlake.pipeline.settings import SETTINGS, PipelineError, RunSettings, user_error  # noqa: F401 (re-exported)
 from jaxlake.pipeline.archive import archive_run
 from jaxlake.pipeline.share import restore_shared_stage, store_shared_stage
@@ -206,6 +208,38 @@ def _load(s: RunSettings, path: Optional[Path]):
 
     with solo():  # process 0 alone (the engineer's model): the others wait for its decision, not in its reads
         return load_policy(s.model, path)
+
+
+def start_name(s: RunSettings) -> str:
+    """What stage 1 starts from, in words: ``model.path``, the shipped planner, or fresh
+    weights (``model.pretrained=false``, or an architecture of one's own)."""
+    from llm.training.policy import start_source
+
+    source = start_source(s.model)
+    return str(s.model.path) if source == "path" else "the shipped planner" if source == "planner" else "fresh weights"
+
+
+def step_start_eval(s: RunSettings, mixture: Mixture) -> Optional[dict]:
+    """The starting policy (``model.path``, or the shipped planner) on the held-out suite,
+    once per run folder (``start_eval.json``, reused when complete), before stage 1 trains:
+    the stage table's row 0 and the baseline of stage 1's paired change. ``mixture``: stage
+    1's environment; the record's own-environment check takes the lakes of stage 1's, so the
+    two rows compare on the same lakes. ``None`` when ``pipeline.start_eval`` is off."""
+    from llm.training.evaluate import is_suite_eval, write_eval
+
+    if not s.start_eval:
+        return None
+    path = s.run_dir / START_EVAL
+    if is_suite_eval(path):
+        return read_json(path)
+    log("start: evaluating the starting policy on the held-out suite")
+    require_eval(s)
+    # drawn as stage 1's record draws them, so row 0's own-environment check is on stage 1's lakes
+    result = cluster.collective(cluster.evaluate_suite, s, 1, None, mixture,  # every process
+                                checkpoint=start_name(s))
+    result["stage"] = 0
+    write_eval(path, result)
+    return result
 
 
 def step_eval(s: RunSettings, k: int, d: Path, mixture: Mixture, train: dict) -> dict:
@@ -362,6 +396,8 @@ def _run_stage(s: RunSettings, k: int, engineer: Any) -> dict:
     if not env_file.is_file():
         write_text(env_file, mixture_to_yaml(mixture))
     restore_shared_stage(s, k, d, mixture)
+    if k == 1 and not (d / "train.json").is_file():
+        step_start_eval(s, mixture)
     train = step_train(s, k, d, mixture)
     ev = step_eval(s, k, d, mixture, train)
     summary = step_summary(s, k, d, mixture, ev)

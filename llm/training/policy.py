@@ -118,14 +118,15 @@ def load_policy(model: Optional[ModelConfig] = None, init_from: Optional[str | o
     from llm.game import default as default_model
     from llm.model.qwen3 import Qwen3ForCausalLM
 
-    arch = model.fresh_architecture()
-    base = default_model.default_config()  # the embedded default's architecture (conf/model/tiny.yaml)
-    if any(getattr(base, k) != v for k, v in arch.items() if k != "vocab_size") or arch.get("vocab_size", 0) > base.vocab_size:
+    source = start_source(model)
+    if source == "fresh":
         # another architecture than the embedded default: fresh weights, the game tokenizer
+        arch = model.fresh_architecture()
+        base = default_model.default_config()
         tokenizer = model_tokenizer(model)
         config = dataclasses.replace(base, **{**arch, "vocab_size": max(int(arch.get("vocab_size", 0)), len(tokenizer))})
         return Policy.from_model(Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed)), tokenizer)
-    if model.pretrained and default_model.planner_dir() is not None:
+    if source == "planner":
         # the default architecture: the pretrained tiny planner shipped in the package
         from llm.model.hf_io import from_pretrained
 
@@ -133,6 +134,22 @@ def load_policy(model: Optional[ModelConfig] = None, init_from: Optional[str | o
     else:
         module, tokenizer = default_model.load_default()
     return Policy.from_model(module, tokenizer)
+
+
+def start_source(model: ModelConfig) -> str:
+    """Where :func:`load_policy` without ``init_from`` takes the weights: ``"path"``
+    (``model.path``), ``"fresh"`` (an architecture other than the embedded default's: fresh
+    weights), ``"planner"`` (the pretrained tiny planner shipped in the package) or
+    ``"default"`` (the embedded default's fresh weights, ``model.pretrained=false``)."""
+    from llm.game import default as default_model
+
+    if model.path:
+        return "path"
+    arch = model.fresh_architecture()
+    base = default_model.default_config()  # the embedded default's architecture (conf/model/tiny.yaml)
+    if any(getattr(base, k) != v for k, v in arch.items() if k != "vocab_size") or arch.get("vocab_size", 0) > base.vocab_size:
+        return "fresh"
+    return "planner" if model.pretrained and default_model.planner_dir() is not None else "default"
 
 
 def model_tokenizer(model: ModelConfig):

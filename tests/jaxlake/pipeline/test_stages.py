@@ -92,6 +92,10 @@ def test_a_second_command_is_refused_while_the_first_runs(full_run):
     assert yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text()) == full_run[2]
 
 
+def micro_model_path(full_run) -> str:
+    return next(a.split("=", 1)[1] for a in full_run[2] if a.startswith("+model.path="))
+
+
 def test_full_pipeline_two_stages_policy_engineer(full_run):
     run, out, _, _ = full_run
     assert ("| stage | environment | suite greedy | suite sampled | greedy vs previous stage | own env (greedy) "
@@ -125,15 +129,23 @@ def test_full_pipeline_two_stages_policy_engineer(full_run):
     assert [h["stage"] for h in summary["history"]] == [1, 2]
     assert summary["history"][0]["engineer"]["engineer"] == "policy"
     assert (run / "report.md").is_file() and (run / "score_per_stage.png").is_file()
-    # the table pairs stage 2's greedy suite episodes with stage 1's, lake by lake
+    # the starting policy (the micro model of model.path) on the suite, once, before stage 1: row 0
+    start = json.loads((run / "start_eval.json").read_text())
+    assert start["format"] == "jaxlake.eval/1" and start["suite"]["name"] == "tiny" and start["stage"] == 0
+    assert start["checkpoint"] == str(micro_model_path(full_run))
+    # the table pairs each stage's greedy suite episodes with the stage before's (stage 1's with
+    # the start's), lake by lake
     from jaxlake.stats import paired_difference
 
-    greedy = [{(e["cell"], e["lake"]): e["success"] for e in json.loads((run / f"stage_{k}" / "eval.json").read_text())[
-        "episodes"] if e["mode"] == "greedy"} for k in (1, 2)]
-    d = paired_difference([greedy[0][key] for key in sorted(greedy[0])], [greedy[1][key] for key in sorted(greedy[0])])
+    files = [run / "start_eval.json"] + [run / f"stage_{k}" / "eval.json" for k in (1, 2)]
+    greedy = [{(e["cell"], e["lake"]): e["success"] for e in json.loads(f.read_text())["episodes"]
+               if e["mode"] == "greedy"} for f in files]
     rows = {line.split(" | ")[0]: line.split(" | ") for line in out.stdout.splitlines() if line.startswith("| ")}
-    assert rows["| 1"][4] == "–"
-    assert rows["| 2"][4] == f"{d.diff:+.3f} ± {d.half_width:.3f} ({d.wins} won, {d.losses} lost)"
+    assert rows["| 0"][1] == f"start: {start['checkpoint']}" and rows["| 0"][2] == f"{start['modes']['greedy']['score']:.3f}"
+    for k in (1, 2):
+        d = paired_difference([greedy[k - 1][key] for key in sorted(greedy[0])],
+                              [greedy[k][key] for key in sorted(greedy[0])])
+        assert rows[f"| {k}"][4] == f"{d.diff:+.3f} ± {d.half_width:.3f} ({d.wins} won, {d.losses} lost)"
 
 
 def test_finished_run_rerun_is_a_no_op(full_run, monkeypatch, capsys):

@@ -10,7 +10,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from flax import nnx
 
 from jaxlake.baselines import straight_blocked
 from jaxlake.config import LakeConfig
@@ -18,15 +17,14 @@ from jaxlake.mixture import Mixture
 from llm.game.lakes import sample_lakes
 from llm.game.prompter import Prompter
 from llm.game.prompts import load_prompt_config
-from llm.model.config import Qwen3Config
-from llm.model.qwen3 import Qwen3ForCausalLM
 from llm.rl.batches import GRPOBatch, TokenBatch
 from llm.rl.grpo import GRPOLossConfig
 from llm.rl.updates import make_grpo_update, token_nll
 from llm.training import warmstart as ws
 from llm.training.config import AnchorConfig, GRPOConfig, OptimConfig, TrainConfig, WarmStartConfig
 from llm.training.grpo_loop import _anchor_batches
-from llm.training.policy import Policy, copy_state
+from llm.training.policy import copy_state
+from tests.support import small_policy
 
 STAGE_ENV = LakeConfig(height=3, width=3, num_agents=1, hole_density=0.0, max_steps=8, max_height=6, max_width=6,
                        max_agents=2)
@@ -36,12 +34,7 @@ ANCHOR_ENV = LakeConfig(height=6, width=6, num_agents=2, hole_density=0.2, max_s
 
 @pytest.fixture(scope="module")
 def setup():
-    from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
-
-    tokenizer = to_hf_tokenizer(build_game_tokenizer())
-    cfg = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16)
-    policy = Policy.from_model(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(1)), tokenizer)
+    policy, tokenizer = small_policy()
     pcfg = load_prompt_config("planner")
     prompter = Prompter.fit(tokenizer, pcfg, sample_lakes(jax.random.PRNGKey(0), STAGE_ENV, 8), None, 16)
     return policy, tokenizer, pcfg, prompter

@@ -8,20 +8,18 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from flax import nnx
 
 from jaxlake.config import LakeConfig
 from llm.game.lakes import sample_lakes
 from llm.game.prompter import Prompter
 from llm.game.prompts import load_prompt_config
-from llm.model.config import Qwen3Config
-from llm.model.qwen3 import Qwen3ForCausalLM
 from llm.rl.batches import TokenBatch
 from llm.rl.optim import make_optimizer
 from llm.training import warmstart as ws
 from llm.training.config import OptimConfig
 from llm.training.packing import PackedBatch, pack_batch
-from llm.training.policy import Policy, copy_state
+from llm.training.policy import copy_state
+from tests.support import small_policy
 
 ENV = LakeConfig(height=4, width=4, num_agents=2, hole_density=0.2, max_steps=10, max_height=5, max_width=5,
                  max_agents=2)
@@ -29,12 +27,7 @@ ENV = LakeConfig(height=4, width=4, num_agents=2, hole_density=0.2, max_steps=10
 
 @pytest.fixture(scope="module")
 def setup():
-    from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
-
-    tokenizer = to_hf_tokenizer(build_game_tokenizer())
-    cfg = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16)
-    policy = Policy.from_model(Qwen3ForCausalLM(cfg, rngs=nnx.Rngs(1)), tokenizer)
+    policy, tokenizer = small_policy()
     pcfg = load_prompt_config("planner")
     r = pcfg.reasoning
     lakes = sample_lakes(jax.random.PRNGKey(2), ENV, 6)
