@@ -41,6 +41,7 @@ class MemoryReport:
     logprob_chunk: Optional[int]
     remat: str
     attention_impl: str
+    anchor_rows: int
     argument_bytes: int
     output_bytes: int
     temp_bytes: int
@@ -91,6 +92,7 @@ def analyse_update(
     compute_entropy: bool = True,
     remat: str = "full",
     overrides: Optional[dict[str, Any]] = None,
+    anchor_rows: int = 0,
 ) -> MemoryReport:
     """Compile the GRPO update of ``preset`` for one micro-batch and read its memory analysis.
 
@@ -105,6 +107,9 @@ def analyse_update(
       remat: per-layer rematerialisation (:data:`llm.model.config.REMAT_POLICIES`).
       overrides: further :class:`llm.model.config.Qwen3Config` fields (e.g. a smaller
         ``num_hidden_layers`` for a quick look).
+      anchor_rows: > 0: the update with the supervised anchor (``train.grpo.anchor``), a
+        :class:`llm.rl.batches.TokenBatch` of that many rows of the same prompt and completion
+        widths (its gradient is taken after the GRPO batch's and added to it).
     """
     from llm.rl.grpo import GRPOLossConfig
     from llm.game.default import preset_config
@@ -119,14 +124,26 @@ def analyse_update(
 
     chunk = DEFAULT_CHUNK if logprob_chunk == 0 else logprob_chunk
     update = make_grpo_update(graphdef, optimizer, GRPOLossConfig(), micro_batches=1,
-                              compute_entropy=compute_entropy, logprob_chunk=chunk, remat=remat)
+                              compute_entropy=compute_entropy, logprob_chunk=chunk, remat=remat,
+                              anchor_weight=1.0 if anchor_rows else 0.0)
+    extra = ()
+    if anchor_rows:
+        from llm.rl.batches import TokenBatch
+
+        sds = jax.ShapeDtypeStruct
+        extra = (None, TokenBatch(prompt_ids=sds((anchor_rows, prompt), jnp.int32),
+                                  prompt_mask=sds((anchor_rows, prompt), jnp.bool_),
+                                  tokens=sds((anchor_rows, completion), jnp.int32),
+                                  mask=sds((anchor_rows, completion), jnp.bool_),
+                                  weights=sds((anchor_rows, completion), jnp.float32)))
     t0 = time.perf_counter()
-    compiled = update.lower(state, opt_state, batch).compile()
+    compiled = update.lower(state, opt_state, batch, *extra).compile()
     seconds = time.perf_counter() - t0
     mem = compiled.memory_analysis()
     return MemoryReport(
         preset=preset, rows=rows, prompt=prompt, completion=completion, param_dtype=config.param_dtype,
-        dtype=config.dtype, logprob_chunk=chunk, remat=remat, attention_impl=config.attention_impl, argument_bytes=int(mem.argument_size_in_bytes),
+        dtype=config.dtype, logprob_chunk=chunk, remat=remat, attention_impl=config.attention_impl,
+        anchor_rows=int(anchor_rows), argument_bytes=int(mem.argument_size_in_bytes),
         output_bytes=int(mem.output_size_in_bytes), temp_bytes=int(mem.temp_size_in_bytes),
         alias_bytes=int(mem.alias_size_in_bytes), compile_s=seconds,
     )
@@ -150,6 +167,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--layers", type=int, default=None, help="override num_hidden_layers (quick looks)")
     parser.add_argument("--attention-impl", default=None,
                         help="auto | xla | cudnn | chunked (default: the preset's, auto = chunked on the CPU)")
+    parser.add_argument("--anchor-rows", type=int, default=0,
+                        help="> 0: the update with GRPO's supervised anchor of that many rows (train.grpo.anchor)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = parser.parse_args(argv)
     chunk = None if args.logprob_chunk == "full" else int(args.logprob_chunk)
@@ -157,7 +176,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.attention_impl is not None:
         overrides["attention_impl"] = args.attention_impl
     report = analyse_update(args.preset, args.rows, args.prompt, args.completion, param_dtype=args.param_dtype,
-                            dtype=args.dtype, logprob_chunk=chunk, remat=args.remat, overrides=overrides)
+                            dtype=args.dtype, logprob_chunk=chunk, remat=args.remat, overrides=overrides,
+                            anchor_rows=args.anchor_rows)
     row = report.row()
     if args.json:
         print(json.dumps(row))

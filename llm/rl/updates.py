@@ -72,11 +72,21 @@ def completion_forward(
     the decoder layers' rematerialisation (:data:`llm.model.config.REMAT_POLICIES`).
     """
     model = nnx.merge(graphdef, state)
+    hidden = _completion_hidden(model, prompt_ids, prompt_mask, tokens, mask, remat)
+    return _completion_head(model, hidden, tokens, mask, entropy=entropy, temperature=temperature, chunk=chunk)
+
+
+def _completion_hidden(model: Any, prompt_ids, prompt_mask, tokens, mask, remat: str) -> jax.Array:
+    """The decoder's last hidden states where a completion token is predicted (positions
+    ``P-1 .. P+T-2`` of ``[prompt | completion]``): ``[B, T, d]``."""
     t = tokens.shape[1]
     ids = jnp.concatenate([prompt_ids.astype(jnp.int32), tokens.astype(jnp.int32)], axis=1)
     m = jnp.concatenate([prompt_mask.astype(bool), mask.astype(bool)], axis=1)
-    # the LM head only where a completion token is predicted: positions P-1 .. P+T-2
-    hidden = model.hidden_states(ids, left_pad_positions(m), m, last=t + 1, remat=remat)[:, :t]
+    return model.hidden_states(ids, left_pad_positions(m), m, last=t + 1, remat=remat)[:, :t]
+
+
+def _completion_head(model: Any, hidden, tokens, mask, *, entropy: bool, temperature: float, chunk: Optional[int]):
+    """:func:`completion_forward`'s outputs from the hidden states of :func:`_completion_hidden`."""
     weight, tied = logprobs_mod.head_weight(model)
     logp, ent, match = logprobs_mod.token_logprobs(hidden, weight, tokens, tied=tied, temperature=temperature,
                                                    chunk=chunk, entropy=entropy)
@@ -85,6 +95,36 @@ def completion_forward(
     if ent is not None:
         ent = jnp.where(valid, ent, 0.0)
     return logp, ent, match & valid
+
+
+def joint_forward(graphdef: Any, state: Any, first: tuple, second: tuple, *, entropy: bool = False,
+                  temperature: float = 1.0, chunk: Optional[int] = DEFAULT_LOGPROB_CHUNK, remat: str = "none"):
+    """:func:`completion_forward` of two row sets through ONE pass of the decoder layers:
+    ``first`` and ``second`` are ``(prompt_ids, prompt_mask, tokens, mask)`` of their own
+    widths; the prompts are left-padded to the wider and the completions right-padded to the
+    longer (padding is masked and moves no position), the rows stacked, and the LM head
+    applied to each set apart: ``first`` at ``temperature`` (with ``entropy``), ``second`` at
+    1. Returns ``(first's (logp, entropy, match), second's (logp, None, match))`` at their own
+    widths, equal to two forwards; its backward holds one gradient of the layers, not two.
+    """
+    p = max(first[0].shape[1], second[0].shape[1])
+    t = max(first[2].shape[1], second[2].shape[1])
+
+    def widen(seq):
+        ids, pmask, tokens, mask = seq
+        left, right = ((0, 0), (p - ids.shape[1], 0)), ((0, 0), (0, t - tokens.shape[1]))
+        return (jnp.pad(ids, left), jnp.pad(pmask, left), jnp.pad(tokens, right), jnp.pad(mask, right))
+
+    a, b = widen(first), widen(second)
+    rows = first[0].shape[0]
+    model = nnx.merge(graphdef, state)
+    hidden = _completion_hidden(model, *(jnp.concatenate([x, y], axis=0) for x, y in zip(a, b)), remat)
+    ta, tb = first[2].shape[1], second[2].shape[1]
+    out_a = _completion_head(model, hidden[:rows, :ta], first[2], first[3], entropy=entropy, temperature=temperature,
+                             chunk=chunk)
+    out_b = _completion_head(model, hidden[rows:, :tb], second[2], second[3], entropy=False, temperature=1.0,
+                             chunk=chunk)
+    return out_a, out_b
 
 
 def _micro_split(x: jax.Array, micro: int) -> jax.Array:
@@ -173,12 +213,14 @@ def accumulate_gradients(loss_fn: Callable, state: Any, batch: Any, micro: int, 
     return out + (_constrain_rows(jax.tree_util.tree_map(_micro_merge, rows), mesh),)
 
 
-def token_nll(graphdef: Any, state: Any, batch: TokenBatch) -> tuple[jax.Array, dict]:
+def token_nll(graphdef: Any, state: Any, batch: TokenBatch, *, chunk: Optional[int] = DEFAULT_LOGPROB_CHUNK,
+              remat: str = "none") -> tuple[jax.Array, dict]:
     """``(loss, {"token_acc": ...})`` of a :class:`~llm.rl.batches.TokenBatch`: the weighted
     negative log-likelihood of its completion tokens (``-sum(logp * weights)``; weights that sum
     to 1 over the batch make it the weighted token mean) and the weighted share of tokens that
-    are the forward's arg-max. The warm start's loss, and the GRPO update's anchor."""
-    logp, _, match = completion_forward(graphdef, state, *batch.sequences)
+    are the forward's arg-max. The warm start's loss, and the GRPO update's anchor (which
+    passes the update's ``chunk`` and ``remat``: :func:`completion_forward`)."""
+    logp, _, match = completion_forward(graphdef, state, *batch.sequences, chunk=chunk, remat=remat)
     return -jnp.sum(logp * batch.weights), {"token_acc": jnp.sum(match * batch.weights)}
 
 
@@ -222,10 +264,12 @@ def make_grpo_update(
     :class:`~llm.rl.batches.TokenBatch` of reference completions whose weights sum to 1): the
     update descends ``GRPO loss + anchor_weight * token_nll(anchor)``, one optimizer step on
     the summed gradient (InstructGPT's PPO-ptx objective: the policy-gradient step may not
-    trade away what supervision taught on lakes the stage does not sample). The anchor's
-    gradient is taken in one pass after the GRPO micro-batches; its NLL and token accuracy are
-    the metrics ``anchor_nll`` and ``anchor_token_acc``; ``loss`` stays the GRPO loss and
-    ``grad_norm`` is the summed gradient's.
+    trade away what supervision taught on lakes the stage does not sample). Each micro-batch
+    takes its share of the anchor's rows (a multiple of ``micro_batches``) through the same
+    pass of the decoder layers as its GRPO rows (:func:`joint_forward`: one gradient of the
+    layers, not a second one to add; the anchor's log-probs at temperature 1); its NLL and
+    token accuracy are the metrics ``anchor_nll`` and ``anchor_token_acc``; ``loss`` stays the
+    GRPO loss and ``grad_norm`` is the summed gradient's.
     """
     if not anchor_weight >= 0.0:
         raise ValueError(f"anchor_weight={anchor_weight} must be >= 0")
@@ -237,6 +281,21 @@ def make_grpo_update(
                                        ref_logp=mb.ref_logp, entropy=ent, on_policy=on_policy)
         return (loss, (metrics, jax.lax.stop_gradient(logp))) if return_logp else (loss, metrics)
 
+    def anchored_loss(state, pair, on_policy):
+        """GRPO loss + ``anchor_weight`` x the anchor's NLL of one micro-batch ``(GRPO rows,
+        anchor rows)``, both through one pass of the layers (:func:`joint_forward`); the aux
+        holds the GRPO metrics and, apart, the two losses."""
+        mb, amb = pair
+        (logp, ent, _), (alogp, _, amatch) = joint_forward(
+            graphdef, state, mb.sequences, amb.sequences, entropy=compute_entropy, temperature=temperature,
+            chunk=logprob_chunk, remat=remat)
+        loss, metrics = grpo.grpo_loss(logp, mb.old_logp, mb.advantages, mb.weights, loss_config,
+                                       ref_logp=mb.ref_logp, entropy=ent, on_policy=on_policy)
+        nll = -jnp.sum(alogp * amb.weights)
+        extra = {"grpo_loss": loss, "anchor_nll": nll, "anchor_token_acc": jnp.sum(amatch * amb.weights)}
+        aux = ((metrics, extra), jax.lax.stop_gradient(logp)) if return_logp else (metrics, extra)
+        return loss + anchor_weight * nll, aux
+
     def update(state, opt_state, batch: GRPOBatch, on_policy=None, anchor: Optional[TokenBatch] = None):
         if not isinstance(batch, GRPOBatch):
             raise TypeError(f"the GRPO update takes a llm.rl.batches.GRPOBatch, got {type(batch).__name__}")
@@ -244,15 +303,19 @@ def make_grpo_update(
             raise TypeError(f"the GRPO update's anchor is a llm.rl.batches.TokenBatch, got {type(anchor).__name__}")
         _check_micro(batch.rows, micro_batches, "the GRPO update")
         _TRACES["grpo_update"] += 1
-        out = accumulate_gradients(lambda st, mb: loss_fn(st, mb, on_policy), state, batch, micro_batches, mesh,
-                                   per_row=return_logp)
-        loss, msum, grads = out[:3]
-        metrics = grpo.metric_means(msum)
-        if anchor is not None and anchor_weight > 0.0:
-            nll, asum, agrads = accumulate_gradients(lambda st, mb: token_nll(graphdef, st, mb), state, anchor, 1, mesh)
-            grads = jax.tree_util.tree_map(lambda g, a: g + anchor_weight * a, grads, agrads)
-            metrics["anchor_nll"] = nll
-            metrics["anchor_token_acc"] = asum["token_acc"]
+        if anchor is None or anchor_weight == 0.0:
+            out = accumulate_gradients(lambda st, mb: loss_fn(st, mb, on_policy), state, batch, micro_batches, mesh,
+                                       per_row=return_logp)
+            loss, msum, grads = out[:3]
+            metrics = grpo.metric_means(msum)
+        else:  # each micro-batch takes its share of the anchor's rows: one gradient of the sum, no second tree
+            _check_micro(anchor.rows, micro_batches, "the GRPO update's anchor")
+            out = accumulate_gradients(lambda st, pair: anchored_loss(st, pair, on_policy), state, (batch, anchor),
+                                       micro_batches, mesh, per_row=return_logp)
+            msum, extra = out[1]
+            loss = extra.pop("grpo_loss")
+            metrics = {**grpo.metric_means(msum), **extra}
+            grads = out[2]
         state, opt_state, gnorm = apply_gradients(optimizer, state, opt_state, grads, mesh)
         metrics["loss"] = loss
         metrics["grad_norm"] = gnorm

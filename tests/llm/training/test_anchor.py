@@ -97,6 +97,29 @@ def test_the_anchored_update_descends_the_grpo_loss_plus_the_weighted_nll(setup)
             copy_state(policy.state), opt.init(policy.state), grpo_batch, None, grpo_batch)
 
 
+def test_one_pass_of_the_layers_gives_each_row_set_its_own_forward(setup):
+    """joint_forward pads the two sets' prompts and completions to common widths, stacks them
+    through one decoder pass and applies the head apart: each set's log-probs, entropies and
+    arg-max matches are its own completion_forward's (first at the sampling temperature, second
+    at 1), at its own widths."""
+    from llm.rl.updates import completion_forward, joint_forward
+
+    policy, tokenizer, pcfg, prompter = setup
+    grpo_batch, anchor = _batches(policy, prompter, lakes=3)
+    first = grpo_batch.sequences[:2] + (grpo_batch.tokens[:, :40], grpo_batch.mask[:, :40])  # a shorter completion
+    (a, ea, ma), (b, eb, mb) = joint_forward(policy.graphdef, policy.state, first, anchor.sequences, entropy=True,
+                                             temperature=0.7)
+    a0, ea0, ma0 = completion_forward(policy.graphdef, policy.state, *first, entropy=True, temperature=0.7)
+    b0, _, mb0 = completion_forward(policy.graphdef, policy.state, *anchor.sequences)
+    assert first[0].shape[1] < anchor.prompt_ids.shape[1] and a.shape == (4, 40) and b.shape == anchor.tokens.shape
+    np.testing.assert_allclose(np.asarray(a), np.asarray(a0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(ea), np.asarray(ea0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(b), np.asarray(b0), rtol=1e-5, atol=1e-5)
+    assert eb is None
+    np.testing.assert_array_equal(np.asarray(ma), np.asarray(ma0))
+    np.testing.assert_array_equal(np.asarray(mb), np.asarray(mb0))
+
+
 def test_token_nll_is_the_weighted_negative_log_likelihood(setup):
     policy, tokenizer, pcfg, prompter = setup
     _, anchor = _batches(policy, prompter, lakes=3)
