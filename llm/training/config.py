@@ -212,6 +212,9 @@ class GRPOConfig:
         if self.guidance.enabled and self.guidance.rows >= self.group_size:
             raise ValueError(f"grpo.guidance.rows={self.guidance.rows} must be less than grpo.group_size="
                              f"{self.group_size} (a guided group keeps some of the policy's own completions)")
+        if self.anchor.enabled and self.anchor.lakes % self.micro_batches:
+            raise ValueError(f"grpo.anchor.lakes={self.anchor.lakes} must be divisible by micro_batches="
+                             f"{self.micro_batches} (each micro-batch takes its share of the anchor's rows)")
         rows = self.lakes_per_step * self.group_size
         if rows % self.micro_batches:
             raise ValueError(

@@ -121,6 +121,8 @@ def run_grpo(
     optimizer = make_optimizer(gc.optim, total_updates)
     if mesh is not None:
         shd.check_divisible(gc.rows // gc.micro_batches, mesh, "grpo rows per micro-batch")
+        if gc.anchor.enabled:
+            shd.check_divisible(gc.anchor.lakes // gc.micro_batches, mesh, "grpo anchor rows per micro-batch")
     ckpt = Checkpoints(checkpoint_dir, gc.keep_checkpoints, mesh)
     state, opt_state, start, rng, resumed = ckpt.start(policy, optimizer, config.seed)
     if lc.use_reference and shares_buffers(ref_state, state):

@@ -82,6 +82,12 @@ def test_the_anchored_update_descends_the_grpo_loss_plus_the_weighted_nll(setup)
     for p0, p1, p2, p3 in zip(start, plain, sft, anchored):
         np.testing.assert_allclose(p3, p1 + weight * (p2 - p0), rtol=1e-4, atol=1e-6)
     assert not all(np.allclose(p3, p1) for p1, p3 in zip(plain, anchored))  # the anchor moved the weights
+    # two micro-batches, each with half the GRPO rows and half the anchor's: the same step
+    halves, m2 = run(make_grpo_update(policy.graphdef, opt, GRPOLossConfig(), anchor_weight=weight, micro_batches=2),
+                     grpo_batch, None, anchor)
+    for p3, p4 in zip(anchored, halves):
+        np.testing.assert_allclose(p4, p3, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(m2["anchor_nll"], m["anchor_nll"], rtol=1e-5)
     np.testing.assert_allclose(m["anchor_nll"], m_sft["nll"], rtol=1e-5)
     np.testing.assert_allclose(m["anchor_token_acc"], m_sft["token_acc"], rtol=1e-5)
     np.testing.assert_allclose(m["loss"], m_plain["loss"], rtol=1e-5)  # `loss` stays the GRPO loss
@@ -168,5 +174,8 @@ def test_anchor_config_errors_name_the_field():
         TrainConfig.from_dict({"grpo": {"anchor": {"weight": -1}}})
     with pytest.raises(ValueError, match=r"train\.grpo\.anchor\.lakes=0 must be an integer >= 1"):
         TrainConfig.from_dict({"grpo": {"anchor": {"lakes": 0}}})
+    with pytest.raises(ValueError, match=r"train\.grpo\.anchor\.lakes=6 must be divisible by micro_batches=4"):
+        TrainConfig.from_dict({"grpo": {"micro_batches": 4, "anchor": {"weight": 1, "lakes": 6}}})
+    assert TrainConfig.from_dict({"grpo": {"micro_batches": 4, "anchor": {"lakes": 6}}}).grpo.anchor.lakes == 6  # off
     with pytest.raises(ValueError, match="unknown.*rows"):
         TrainConfig.from_dict({"grpo": {"anchor": {"rows": 2}}})
