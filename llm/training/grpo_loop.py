@@ -297,14 +297,14 @@ def _anchor_batches(policy: Policy, config: TrainConfig, env: Mixture, prompter:
     ``anchor.lakes`` fresh lakes of ``env`` (deterministic in the step, the same on every
     process) drawn and written as the warm start draws and writes them, weights summing to 1
     (the token mean, marks at ``warmstart.mark_weight``). Its prompts have a width of their own
-    (fitted on 256 lakes of ``env``; a longer prompt grows it, one recompilation), so the
+    (fitted on 1024 lakes of ``env``; a longer prompt grows it, one recompilation), so the
     GRPO batch's shapes do not depend on the anchor's environment."""
     gc, wc = config.grpo, config.warmstart
     reasoning = prompter.config.reasoning
     thinking = reasoning.thinking_tokens if reasoning.enabled and reasoning.warmstart else None
     length = gc.max_new_tokens + (thinking or 0)
     probe_key, data_key = jax.random.split(key)
-    probe = sample_lakes(probe_key, env, 256, split="random")
+    probe = sample_lakes(probe_key, env, 1024, split="random")
     anchor_prompter = Prompter.fit(policy.tokenizer, prompter.config, probe, None, prompter.bucket)
 
     def batch(step: int) -> TokenBatch:
