@@ -44,20 +44,37 @@ def log_stage(cfg: Any, record: dict, decision: dict) -> None:
         writer.append(stage_metrics(record, decision))
 
 
+def _scores(ev: dict) -> dict:
+    """A suite evaluation's scores per decoding mode, on the suite and on the own environment."""
+    cur = (ev.get("current_env") or {}).get("modes") or {}
+    return {"scores": {m: r.get("score") for m, r in (ev.get("modes") or {}).items()},
+            "current_env": {m: r.get("score") for m, r in cur.items()}}
+
+
 def stage_record(d: Path, k: int) -> dict:
     ev = read_json(d / "eval.json")
     eng = read_json(d / "engineer.json")
-    cur = (ev.get("current_env") or {}).get("modes") or {}
     return {
         "stage": k,
         "dir": str(d),
         "env": mixture_to_obj(load_mixture(d / "env.yaml")),
-        "scores": {m: r.get("score") for m, r in ev.get("modes", {}).items()},
-        "current_env": {m: r.get("score") for m, r in cur.items()},
+        **_scores(ev),
         "decision": eng.get("decision"),
         "reason": eng.get("reason"),
         "next_env": eng.get("proposal"),
     }
+
+
+def start_record(run_dir: Path) -> Optional[dict]:
+    """Row 0 of :func:`stage_table`: the starting policy's scores from the run folder's
+    ``start_eval.json`` (``None`` when it is not there or unreadable); no environment of its
+    own (its own-environment check is on stage 1's lakes) and no engineer decision."""
+    try:
+        ev = read_json(Path(run_dir) / START_EVAL)
+    except (OSError, ValueError):
+        return None
+    return {"stage": 0, "dir": str(run_dir), "env": None, "label": f"start: {ev.get('checkpoint') or 'the starting policy'}",
+            **_scores(ev), "decision": None, "reason": None, "next_env": None}
 
 
 def short_env(mixture_obj: list) -> str:
@@ -94,23 +111,6 @@ def _paired_cell(d: Optional[Any]) -> str:
     return "–" if d is None else f"{d.diff:+.3f} ± {d.half_width:.3f} ({d.wins} won, {d.losses} lost)"
 
 
-def _start_row(records: list, modes: list) -> Optional[str]:
-    """Row 0 of :func:`stage_table`: the starting policy's suite scores (the run folder's
-    ``start_eval.json``), when the table starts at stage 1 and that file is there."""
-    if not records or int(records[0]["stage"]) != 1:
-        return None
-    path = Path(records[0]["dir"]).parent / START_EVAL
-    try:
-        ev = read_json(path)
-    except (OSError, ValueError):
-        return None
-    scores = {m: r.get("score") for m, r in (ev.get("modes") or {}).items()}
-    own = ((ev.get("current_env") or {}).get("modes") or {}).get("greedy", {}).get("score")
-    cells = " | ".join("–" if scores.get(m) is None else f"{scores[m]:.3f}" for m in modes)
-    return (f"| 0 | start: {ev.get('checkpoint') or 'the starting policy'} | {cells} | – | "
-            f"{'–' if own is None else f'{own:.3f}'} | – |")
-
-
 def stage_table(records: list) -> str:
     """Markdown table: stage, environment, suite scores, the greedy score's paired change from
     the stage before (95 % interval; lakes won and lost), own-environment success, decision.
@@ -120,14 +120,14 @@ def stage_table(records: list) -> str:
     head = ("| stage | environment | " + " | ".join(f"suite {m}" for m in modes)
             + " | greedy vs previous stage | own env (greedy) | engineer |")
     rows = [head, "|---|---|" + "---|" * len(modes) + "---|---|---|"]
-    start = _start_row(records, modes)
-    if start:
-        rows.append(start)
-    for r in records:
+    start = start_record(Path(records[0]["dir"]).parent) if records and int(records[0]["stage"]) == 1 else None
+    for r in ([start] if start else []) + list(records):
         scores = " | ".join("–" if r["scores"].get(m) is None else f"{r['scores'][m]:.3f}" for m in modes)
         own = r["current_env"].get("greedy")
+        env = r.get("label") or short_env(r["env"])
+        decision = "–" if r["decision"] is None else f"{r['decision']}: {r['reason']}"
         rows.append(
-            f"| {r['stage']} | {short_env(r['env'])} | {scores} | {_paired_cell(paired_with_previous(r))} | "
-            f"{'–' if own is None else f'{own:.3f}'} | {r['decision']}: {r['reason']} |"
+            f"| {r['stage']} | {env} | {scores} | {_paired_cell(paired_with_previous(r))} | "
+            f"{'–' if own is None else f'{own:.3f}'} | {decision} |"
         )
     return "\n".join(rows)

@@ -56,12 +56,14 @@ class MemoryReport:
         return out
 
 
-def abstract_update_args(model_config, optimizer, rows: int, prompt: int, completion: int, beta: float = 0.0):
-    """``(graphdef, state, opt_state, batch)`` with ``ShapeDtypeStruct`` leaves (nothing allocated)."""
+def abstract_update_args(model_config, optimizer, rows: int, prompt: int, completion: int, beta: float = 0.0,
+                         anchor_rows: int = 0):
+    """``(graphdef, state, opt_state, batch, anchor)`` with ``ShapeDtypeStruct`` leaves (nothing
+    allocated); ``anchor`` is ``None`` unless ``anchor_rows > 0``."""
     from flax import nnx
 
     from llm.model.qwen3 import Qwen3ForCausalLM
-    from llm.rl.batches import GRPOBatch
+    from llm.rl.batches import GRPOBatch, TokenBatch
 
     abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(model_config, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
@@ -77,7 +79,14 @@ def abstract_update_args(model_config, optimizer, rows: int, prompt: int, comple
         old_logp=sds((rows, completion), jnp.float32),
         ref_logp=sds((rows, completion), jnp.float32) if beta > 0 else None,
     )
-    return graphdef, state, opt_state, batch
+    anchor = None
+    if anchor_rows:
+        anchor = TokenBatch(prompt_ids=sds((anchor_rows, prompt), jnp.int32),
+                            prompt_mask=sds((anchor_rows, prompt), jnp.bool_),
+                            tokens=sds((anchor_rows, completion), jnp.int32),
+                            mask=sds((anchor_rows, completion), jnp.bool_),
+                            weights=sds((anchor_rows, completion), jnp.float32))
+    return graphdef, state, opt_state, batch, anchor
 
 
 def analyse_update(
@@ -109,7 +118,8 @@ def analyse_update(
         ``num_hidden_layers`` for a quick look).
       anchor_rows: > 0: the update with the supervised anchor (``train.grpo.anchor``), a
         :class:`llm.rl.batches.TokenBatch` of that many rows of the same prompt and completion
-        widths (its gradient is taken after the GRPO batch's and added to it).
+        widths, through the same pass of the layers as the GRPO rows
+        (:func:`llm.rl.updates.joint_forward`).
     """
     from llm.rl.grpo import GRPOLossConfig
     from llm.game.default import preset_config
@@ -119,23 +129,15 @@ def analyse_update(
 
     config = preset_config(preset, param_dtype=param_dtype, dtype=dtype, **(overrides or {}))
     optimizer = make_optimizer(OptimConfig(lr=1e-6), 100)
-    graphdef, state, opt_state, batch = abstract_update_args(config, optimizer, rows, prompt, completion)
+    graphdef, state, opt_state, batch, anchor = abstract_update_args(config, optimizer, rows, prompt, completion,
+                                                                     anchor_rows=anchor_rows)
     from llm.model.logprobs import DEFAULT_CHUNK
 
     chunk = DEFAULT_CHUNK if logprob_chunk == 0 else logprob_chunk
     update = make_grpo_update(graphdef, optimizer, GRPOLossConfig(), micro_batches=1,
                               compute_entropy=compute_entropy, logprob_chunk=chunk, remat=remat,
                               anchor_weight=1.0 if anchor_rows else 0.0)
-    extra = ()
-    if anchor_rows:
-        from llm.rl.batches import TokenBatch
-
-        sds = jax.ShapeDtypeStruct
-        extra = (None, TokenBatch(prompt_ids=sds((anchor_rows, prompt), jnp.int32),
-                                  prompt_mask=sds((anchor_rows, prompt), jnp.bool_),
-                                  tokens=sds((anchor_rows, completion), jnp.int32),
-                                  mask=sds((anchor_rows, completion), jnp.bool_),
-                                  weights=sds((anchor_rows, completion), jnp.float32)))
+    extra = () if anchor is None else (None, anchor)
     t0 = time.perf_counter()
     compiled = update.lower(state, opt_state, batch, *extra).compile()
     seconds = time.perf_counter() - t0

@@ -221,7 +221,13 @@ def token_nll(graphdef: Any, state: Any, batch: TokenBatch, *, chunk: Optional[i
     are the forward's arg-max. The warm start's loss, and the GRPO update's anchor (which
     passes the update's ``chunk`` and ``remat``: :func:`completion_forward`)."""
     logp, _, match = completion_forward(graphdef, state, *batch.sequences, chunk=chunk, remat=remat)
-    return -jnp.sum(logp * batch.weights), {"token_acc": jnp.sum(match * batch.weights)}
+    return weighted_nll(logp, match, batch.weights)
+
+
+def weighted_nll(logp: jax.Array, match: jax.Array, weights: jax.Array) -> tuple[jax.Array, dict]:
+    """``(-sum(logp * weights), {"token_acc": sum(match * weights)})``: the supervised loss and
+    arg-max accuracy of target tokens from their log-probs, whatever forward made them."""
+    return -jnp.sum(logp * weights), {"token_acc": jnp.sum(match * weights)}
 
 
 def make_grpo_update(
@@ -274,12 +280,17 @@ def make_grpo_update(
     if not anchor_weight >= 0.0:
         raise ValueError(f"anchor_weight={anchor_weight} must be >= 0")
 
+    def grpo_terms(logp, ent, mb: GRPOBatch, on_policy):
+        """``(loss, metrics, aux rows)`` of the GRPO rows' log-probs and entropies."""
+        loss, metrics = grpo.grpo_loss(logp, mb.old_logp, mb.advantages, mb.weights, loss_config,
+                                       ref_logp=mb.ref_logp, entropy=ent, on_policy=on_policy)
+        return loss, metrics, jax.lax.stop_gradient(logp)
+
     def loss_fn(state, mb: GRPOBatch, on_policy):
         logp, ent, _ = completion_forward(graphdef, state, *mb.sequences, entropy=compute_entropy,
                                           temperature=temperature, chunk=logprob_chunk, remat=remat)
-        loss, metrics = grpo.grpo_loss(logp, mb.old_logp, mb.advantages, mb.weights, loss_config,
-                                       ref_logp=mb.ref_logp, entropy=ent, on_policy=on_policy)
-        return (loss, (metrics, jax.lax.stop_gradient(logp))) if return_logp else (loss, metrics)
+        loss, metrics, rows = grpo_terms(logp, ent, mb, on_policy)
+        return (loss, (metrics, rows)) if return_logp else (loss, metrics)
 
     def anchored_loss(state, pair, on_policy):
         """GRPO loss + ``anchor_weight`` x the anchor's NLL of one micro-batch ``(GRPO rows,
@@ -289,12 +300,10 @@ def make_grpo_update(
         (logp, ent, _), (alogp, _, amatch) = joint_forward(
             graphdef, state, mb.sequences, amb.sequences, entropy=compute_entropy, temperature=temperature,
             chunk=logprob_chunk, remat=remat)
-        loss, metrics = grpo.grpo_loss(logp, mb.old_logp, mb.advantages, mb.weights, loss_config,
-                                       ref_logp=mb.ref_logp, entropy=ent, on_policy=on_policy)
-        nll = -jnp.sum(alogp * amb.weights)
-        extra = {"grpo_loss": loss, "anchor_nll": nll, "anchor_token_acc": jnp.sum(amatch * amb.weights)}
-        aux = ((metrics, extra), jax.lax.stop_gradient(logp)) if return_logp else (metrics, extra)
-        return loss + anchor_weight * nll, aux
+        loss, metrics, rows = grpo_terms(logp, ent, mb, on_policy)
+        nll, am = weighted_nll(alogp, amatch, amb.weights)
+        extra = {"grpo_loss": loss, "anchor_nll": nll, "anchor_token_acc": am["token_acc"]}
+        return loss + anchor_weight * nll, (((metrics, extra), rows) if return_logp else (metrics, extra))
 
     def update(state, opt_state, batch: GRPOBatch, on_policy=None, anchor: Optional[TokenBatch] = None):
         if not isinstance(batch, GRPOBatch):

@@ -220,6 +220,11 @@ def run_grpo(
         ids, pmask = gather("ids"), gather("pmask")
         skipped = (ds.enabled and sel.kept == 0) or not float(weights.sum()) > 0.0
         lr = schedule_value(gc.optim, total_updates, update_count(opt_state))
+        anchor, anchor_s = None, 0.0
+        if anchor_batch is not None and not skipped:
+            t_anchor = time.perf_counter()
+            anchor = anchor_batch(step)
+            anchor_s = time.perf_counter() - t_anchor
         t_upd = t_ref = time.perf_counter()
         inner = []
         if not skipped:
@@ -232,11 +237,6 @@ def run_grpo(
                 batch = jax.tree_util.tree_map(jnp.asarray, batch)
             if ref_logprob_fn is not None:
                 batch = batch.replace(ref_logp=ref_logprob_fn(ref_state, *batch.sequences))
-            anchor = None
-            if anchor_batch is not None:
-                t_anchor = time.perf_counter()
-                anchor = anchor_batch(step)
-                anchor_s = time.perf_counter() - t_anchor
             t_upd = time.perf_counter()
             state, opt_state, inner = iterations(state, opt_state, batch, anchor)
             inner = jax.device_get(inner)
@@ -272,8 +272,8 @@ def run_grpo(
         row["lr"] = lr
         row["time/step_s"] = t_end - t0
         row["time/generate_s"] = float(sum(x.gen_s for x in rounds))
-        row["time/ref_logp_s"] = t_upd - t_ref - (anchor_s if inner and anchor_batch is not None else 0.0)
-        if inner and anchor_batch is not None:
+        row["time/ref_logp_s"] = t_upd - t_ref
+        if anchor is not None:
             row["time/anchor_s"] = anchor_s
         row["time/update_s"] = t_end - t_upd
         row["tokens_per_s"] = completion_tokens / max(t_end - t0, 1e-9)

@@ -49,7 +49,7 @@ from llm.game.prompter import Prompter
 from llm.generation.stops import eos_and_pad
 from llm.training.config import TrainConfig
 from llm.rl.batches import TokenBatch
-from llm.rl.updates import accumulate_gradients, token_nll
+from llm.rl.updates import accumulate_gradients, token_nll, weighted_nll
 
 
 def _letter(i: int) -> str:
@@ -343,8 +343,7 @@ def make_sft_update(graphdef: Any, optimizer: optax.GradientTransformation, *, m
     def loss_fn(state, mb):
         if not isinstance(mb, PackedBatch):  # the pytree's type is static: one branch is traced
             return token_nll(graphdef, state, mb)
-        logp, match = packed_forward(graphdef, state, mb)
-        return -jnp.sum(logp * mb.weights), {"token_acc": jnp.sum(match * mb.weights)}
+        return weighted_nll(*packed_forward(graphdef, state, mb), mb.weights)
 
     def update(state, opt_state, batch):
         if not isinstance(batch, (TokenBatch, PackedBatch)):
