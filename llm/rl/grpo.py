@@ -80,6 +80,10 @@ class GRPOLossConfig:
         ``"population"`` (ddof 0).
       std_eps: added to the group standard deviation in the z-score (TRL: 1e-4).
       overlong_mask: mask out completions that were truncated at the token limit.
+      negative_weight: the factor of negative advantages, in ``[0, 1]`` (:func:`group_advantages`):
+        1 is GRPO; 0 trains on the group's better-than-mean completions only (positive sample
+        reinforcement, Zhu et al. 2025, "The Surprising Effectiveness of Negative
+        Reinforcement in LLM Reasoning").
 
     Dynamic sampling (DAPO) is a setting of the trainer, not of the loss:
     ``train.grpo.dynamic_sampling`` (:class:`llm.rl.dynamic.DynamicSamplingConfig`).
@@ -95,6 +99,7 @@ class GRPOLossConfig:
     std: str = "sample"
     std_eps: float = 1e-4
     overlong_mask: bool = False
+    negative_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if self.advantage not in ADVANTAGE_MODES:
@@ -114,6 +119,9 @@ class GRPOLossConfig:
             raise ValueError(f"std={self.std!r} not in {ADVANTAGE_STDS}")
         if not self.std_eps > 0.0:
             raise ValueError(f"std_eps={self.std_eps} must be > 0")
+        if isinstance(self.negative_weight, bool) or not isinstance(self.negative_weight, (int, float)) \
+                or not 0.0 <= self.negative_weight <= 1.0:
+            raise ValueError(f"negative_weight={self.negative_weight!r} not a number in [0, 1]")
 
     @property
     def use_reference(self) -> bool:
@@ -123,7 +131,7 @@ class GRPOLossConfig:
 
 # ----------------------------------------------------------------------------- advantages
 def group_advantages(rewards: jax.Array, mode: str = "grpo", std_eps: float = 1e-4,
-                     std: str = "sample") -> jax.Array:
+                     std: str = "sample", negative_weight: float = 1.0) -> jax.Array:
     """Advantages from grouped rewards.
 
     Args:
@@ -133,6 +141,7 @@ def group_advantages(rewards: jax.Array, mode: str = "grpo", std_eps: float = 1e
         ``"rloo"``: ``r_i - mean_{j != i} r_j = G / (G - 1) * (r_i - mean)``.
       std_eps: stabiliser of the z-score.
       std: ``"sample"`` (ddof 1, as TRL) or ``"population"`` (ddof 0) standard deviation.
+      negative_weight: negative advantages are multiplied by this (``[0, 1]``; 1: unchanged).
 
     Returns:
       ``[N, G]`` float32 advantages; a group whose rewards are all equal gets zeros in every
@@ -150,10 +159,12 @@ def group_advantages(rewards: jax.Array, mode: str = "grpo", std_eps: float = 1e
     centred = rewards - jnp.mean(rewards, axis=1, keepdims=True)
     if mode == "grpo":
         ddof = 1 if std == "sample" else 0
-        return centred / (jnp.std(rewards, axis=1, keepdims=True, ddof=ddof) + std_eps)
-    if mode == "dr_grpo":
-        return centred
-    return centred * (group / (group - 1.0))
+        adv = centred / (jnp.std(rewards, axis=1, keepdims=True, ddof=ddof) + std_eps)
+    elif mode == "dr_grpo":
+        adv = centred
+    else:
+        adv = centred * (group / (group - 1.0))
+    return adv if negative_weight == 1.0 else jnp.where(adv < 0, adv * negative_weight, adv)
 
 
 def zero_variance_groups(rewards: jax.Array, atol: float = 1e-6) -> jax.Array:

@@ -156,6 +156,29 @@ class AnchorConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ScreenConfig:
+    """``train.grpo.screen``: greedy screening of each sampling round's lakes.
+
+    With ``lakes`` > 0 every sampling round draws ``lakes`` fresh lakes of the stage's
+    environment instead of ``lakes_per_step``, decodes each once greedily (the suite's
+    decoding), scores the plans in the simulator, and keeps ``lakes_per_step`` of them: the
+    lakes the greedy decode fails first, in drawing order, then the others
+    (:mod:`llm.training.screen`). The groups then sample where the greedy choice is wrong, so
+    a successful sample's advantage pushes the greedy decode itself. ``0`` (the default) draws
+    ``lakes_per_step`` lakes and trains on them all.
+    """
+
+    lakes: int = 0
+
+    def __post_init__(self) -> None:
+        _positive_int("grpo.screen.lakes", self.lakes, 0)
+
+    @property
+    def enabled(self) -> bool:
+        return self.lakes > 0
+
+
+@dataclasses.dataclass(frozen=True)
 class GRPOConfig:
     """GRPO settings: ``lakes_per_step`` groups of ``group_size`` completions per step.
 
@@ -163,7 +186,8 @@ class GRPOConfig:
     ``max_rounds`` sampling rounds (:mod:`llm.rl.dynamic`). ``guidance``: the reference
     planner's completion in each group where no sample succeeded (:mod:`llm.training.guidance`).
     ``anchor``: the reference planner's completions of lakes of the warm-start environment,
-    their NLL added to the loss (:class:`AnchorConfig`).
+    their NLL added to the loss (:class:`AnchorConfig`). ``screen``: each round's lakes chosen
+    from more, the greedy decode's failures first (:class:`ScreenConfig`).
     """
 
     enabled: bool = True
@@ -177,6 +201,7 @@ class GRPOConfig:
     dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig(enabled=True)  # conf/train/default.yaml's
     guidance: GuidanceConfig = GuidanceConfig()
     anchor: AnchorConfig = AnchorConfig()
+    screen: ScreenConfig = ScreenConfig()
     max_new_tokens: int = 32
     temperature: float = 1.0
     top_k: int = 0
@@ -215,6 +240,9 @@ class GRPOConfig:
         if self.anchor.enabled and self.anchor.lakes % self.micro_batches:
             raise ValueError(f"grpo.anchor.lakes={self.anchor.lakes} must be divisible by micro_batches="
                              f"{self.micro_batches} (each micro-batch takes its share of the anchor's rows)")
+        if self.screen.enabled and self.screen.lakes < self.lakes_per_step:
+            raise ValueError(f"grpo.screen.lakes={self.screen.lakes} must be 0 (off) or >= lakes_per_step="
+                             f"{self.lakes_per_step} (a round keeps lakes_per_step of the lakes it screens)")
         rows = self.lakes_per_step * self.group_size
         if rows % self.micro_batches:
             raise ValueError(
@@ -282,6 +310,8 @@ class TrainConfig:
             g["guidance"] = _from_mapping(GuidanceConfig, g["guidance"], "train.grpo.guidance")
         if "anchor" in g:
             g["anchor"] = _train_part(AnchorConfig, g["anchor"], "train.grpo.anchor")
+        if "screen" in g:
+            g["screen"] = _train_part(ScreenConfig, g["screen"], "train.grpo.screen")
         ev = dict(t.pop("eval", {}) or {})
         t["distributed"] = dict(t.get("distributed") or {})
         t["mesh"] = MeshConfig.from_dict(t.get("mesh"))

@@ -74,6 +74,7 @@ from llm.game.lakes import env_horizon, sample_lakes
 from llm.rl.dynamic import all_groups, enough, select_groups
 from llm.rl.optim import make_optimizer, schedule_value, update_count
 from llm.training.guidance import guide_round
+from llm.training.screen import Screened, screen_lakes
 from llm.training.phase import Checkpoints, PhaseResult, progress_bar
 from llm.training.policy import Policy, copy_state, shares_buffers
 from llm.game.prompter import Prompter
@@ -123,6 +124,8 @@ def run_grpo(
         shd.check_divisible(gc.rows // gc.micro_batches, mesh, "grpo rows per micro-batch")
         if gc.anchor.enabled:
             shd.check_divisible(gc.anchor.lakes // gc.micro_batches, mesh, "grpo anchor rows per micro-batch")
+        if gc.screen.enabled:
+            shd.check_divisible(gc.screen.lakes, mesh, "grpo screen lakes")
     ckpt = Checkpoints(checkpoint_dir, gc.keep_checkpoints, mesh)
     state, opt_state, start, rng, resumed = ckpt.start(policy, optimizer, config.seed)
     if lc.use_reference and shares_buffers(ref_state, state):
@@ -161,7 +164,15 @@ def run_grpo(
         keys = [jax.random.fold_in(k, step) for k in (data_key, sample_key, reward_key)]
         if r:  # round 0 keeps the keys of a step without dynamic sampling
             keys = [jax.random.fold_in(k, r) for k in keys]
-        lakes = sample_lakes(keys[0], env, n, split="random")
+        screened, screen_s = None, 0.0
+        if gc.screen.enabled:
+            t = time.perf_counter()
+            screened = screen_lakes(policy, prompter, sample_lakes(keys[0], env, gc.screen.lakes, split="random"), n,
+                                    jax.random.fold_in(keys[2], 1), max_new_tokens=gc.max_new_tokens,
+                                    horizon=horizon, reward_config=config.reward, mesh=mesh)
+            lakes, screen_s = screened.lakes, time.perf_counter() - t
+        else:
+            lakes = sample_lakes(keys[0], env, n, split="random")
         ref_soc = rewards.reference_costs(lakes)
         ids, pmask = prompter.encode(lakes)
         ids, pmask = np.repeat(ids, g, axis=0), np.repeat(pmask, g, axis=0)
@@ -197,7 +208,7 @@ def run_grpo(
                       tokens=tokens, mask=mask, train_mask=train_mask,
                       informative=~np.asarray(grpo.zero_variance_groups(jnp.asarray(grouped))),
                       own_informative=~np.asarray(grpo.zero_variance_groups(jnp.asarray(own))),
-                      guided=guided_groups, gen_s=gen_s)
+                      guided=guided_groups, gen_s=gen_s, screened=screened, screen_s=screen_s)
 
     for step in range(start, end):
         t0 = time.perf_counter()
@@ -211,7 +222,7 @@ def run_grpo(
             return np.stack([getattr(x, field) for x in rounds])[which, rows]
 
         grouped = jnp.asarray(gather_groups(rounds, sel))
-        adv = grpo.group_advantages(grouped, lc.advantage, lc.std_eps, lc.std).reshape(-1)
+        adv = grpo.group_advantages(grouped, lc.advantage, lc.std_eps, lc.std, lc.negative_weight).reshape(-1)
         seq_mask = grpo.sequence_mask(grouped, jnp.asarray(gather("truncated")), drop_tied=ds.enabled,
                                       overlong_mask=lc.overlong_mask)
         # forced tokens (reasoning mode) are attended to but take no policy-gradient loss
@@ -259,6 +270,13 @@ def run_grpo(
         if gc.guidance.enabled:
             row["guided_groups"] = int(np.sum(np.stack([x.guided for x in rounds])[sel.round, sel.group]))
         row["kept_share"] = 0.0 if skipped else float(np.mean(np.asarray(seq_mask)))
+        if gc.screen.enabled:
+            # the share of the first round's screened lakes the greedy decode failed, and the
+            # batch's groups on such a lake
+            row["screen_failed_share"] = float(np.mean(first.screened.greedy_failed))
+            kept_failed = np.stack([x.screened.greedy_failed[x.screened.index] for x in rounds])
+            row["screen_kept_failed"] = int(np.sum(kept_failed[sel.round, sel.group]))
+            row["time/screen_s"] = float(sum(x.screen_s for x in rounds))
         if ds.enabled:
             row["sampling_rounds"] = len(rounds)
             row["informative_groups"] = sel.found
@@ -335,6 +353,8 @@ class _Round:
     own_informative: np.ndarray  # [N] bool: the policy's own rewards not all equal
     guided: np.ndarray  # [N] bool: the group holds the planner's completion (grpo.guidance)
     gen_s: float
+    screened: Optional[Screened] = None  # grpo.screen: the round's screening (else None)
+    screen_s: float = 0.0  # its greedy decode and scoring
 
 
 def gather_groups(rounds: list[_Round], sel) -> np.ndarray:

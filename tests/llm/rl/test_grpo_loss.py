@@ -43,6 +43,19 @@ def test_advantages_zero_for_constant_group_and_errors():
         grpo.group_advantages(jnp.ones((3, 1)), "grpo")
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.lists(st.floats(-2, 2), min_size=4, max_size=4), min_size=1, max_size=5),
+       st.sampled_from(grpo.ADVANTAGE_MODES), st.floats(0, 1))
+def test_negative_weight_scales_only_the_negative_advantages(rewards, mode, w):
+    rewards = jnp.asarray(rewards, jnp.float32)
+    full = np.asarray(grpo.group_advantages(rewards, mode))
+    got = np.asarray(grpo.group_advantages(rewards, mode, negative_weight=w))
+    np.testing.assert_allclose(got, np.where(full < 0, w * full, full), rtol=1e-6, atol=1e-7)
+    # 0: the better-than-mean completions only; the group [1, 0, 0, 1] trains its two successes
+    pos = np.asarray(grpo.group_advantages(jnp.asarray([[1.0, 0.0, 0.0, 1.0]]), mode, negative_weight=0.0))
+    assert (pos[0, [0, 3]] > 0).all() and (pos[0, [1, 2]] == 0).all()
+
+
 def _trl_advantages(rewards: np.ndarray) -> np.ndarray:
     """TRL GRPOTrainer's group z-score, re-derived: (r - group mean) / (group sample std + 1e-4)."""
     r = np.asarray(rewards, np.float64)
@@ -325,6 +338,8 @@ def test_config_validation_names_field():
         GRPOLossConfig(kl_estimator="k1", beta=0.1)
     with pytest.raises(ValueError, match="beta"):
         GRPOLossConfig(beta=-1.0)
+    with pytest.raises(ValueError, match=r"negative_weight=1.5 not a number in \[0, 1\]"):
+        GRPOLossConfig(negative_weight=1.5)
     with pytest.raises(TypeError, match="dynamic_sampling"):  # a trainer setting now (llm.rl.dynamic)
         GRPOLossConfig(dynamic_sampling=True)
 
