@@ -138,17 +138,25 @@ class AnchorConfig:
     (``train.warmstart``'s ``blocked_share``, ``detour_share``, ``mark_weight`` and trace
     style), and adds ``weight`` times their token-mean NLL to the GRPO loss: one optimizer step
     on the summed gradient (:func:`llm.rl.updates.make_grpo_update`). ``weight`` 0 (the
-    default) turns it off and costs nothing.
+    default) turns it off and costs nothing. ``screen_lakes`` > 0 draws that many lakes
+    instead, decodes them greedily with the current policy and keeps ``lakes`` of them, the
+    greedy decode's failures first (:func:`llm.training.screen.screen_lakes`): the anchor then
+    teaches where the policy is wrong rather than where it is already right.
     """
 
     weight: float = 0.0
     lakes: int = 16
+    screen_lakes: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) \
                 or not 0.0 <= self.weight <= 100.0:
             raise ValueError(f"grpo.anchor.weight={self.weight!r} not a number in [0, 100]")
         _positive_int("grpo.anchor.lakes", self.lakes)
+        _positive_int("grpo.anchor.screen_lakes", self.screen_lakes, 0)
+        if 0 < self.screen_lakes < self.lakes:
+            raise ValueError(f"grpo.anchor.screen_lakes={self.screen_lakes} must be 0 (off) or >= grpo.anchor.lakes="
+                             f"{self.lakes} (the anchor keeps lakes of the lakes it screens)")
 
     @property
     def enabled(self) -> bool:

@@ -231,10 +231,10 @@ def run_grpo(
         ids, pmask = gather("ids"), gather("pmask")
         skipped = (ds.enabled and sel.kept == 0) or not float(weights.sum()) > 0.0
         lr = schedule_value(gc.optim, total_updates, update_count(opt_state))
-        anchor, anchor_s = None, 0.0
+        anchor, anchor_s, anchor_screened = None, 0.0, None
         if anchor_batch is not None and not skipped:
             t_anchor = time.perf_counter()
-            anchor = anchor_batch(step)
+            anchor, anchor_screened = anchor_batch(step, policy)
             anchor_s = time.perf_counter() - t_anchor
         t_upd = t_ref = time.perf_counter()
         inner = []
@@ -293,6 +293,9 @@ def run_grpo(
         row["time/ref_logp_s"] = t_upd - t_ref
         if anchor is not None:
             row["time/anchor_s"] = anchor_s
+        if anchor_screened is not None:
+            row["anchor_screen_failed_share"] = float(np.mean(anchor_screened.greedy_failed))
+            row["anchor_screen_kept_failed"] = anchor_screened.kept_failed
         row["time/update_s"] = t_end - t_upd
         row["tokens_per_s"] = completion_tokens / max(t_end - t0, 1e-9)
         row["generate_tokens_per_s"] = completion_tokens / max(row["time/generate_s"], 1e-9)
@@ -310,11 +313,14 @@ def run_grpo(
 
 
 def _anchor_batches(policy: Policy, config: TrainConfig, env: Mixture, prompter: Prompter, key: jax.Array,
-                    mesh) -> Callable[[int], TokenBatch]:
-    """``step -> TokenBatch``: the supervised anchor of GRPO step ``step`` (``grpo.anchor``):
-    ``anchor.lakes`` fresh lakes of ``env`` (deterministic in the step, the same on every
-    process) drawn and written as the warm start draws and writes them, weights summing to 1
-    (the token mean, marks at ``warmstart.mark_weight``). Its prompts have a width of their own
+                    mesh) -> Callable[[int, Policy], tuple[TokenBatch, Optional[Screened]]]:
+    """``(step, policy) -> (TokenBatch, Screened | None)``: the supervised anchor of GRPO step
+    ``step`` (``grpo.anchor``): ``anchor.lakes`` fresh lakes of ``env`` (deterministic in the
+    step, the same on every process) drawn and written as the warm start draws and writes
+    them, weights summing to 1 (the token mean, marks at ``warmstart.mark_weight``). With
+    ``anchor.screen_lakes`` the warm start draws that many and ``policy``'s greedy decode
+    screens them (:func:`llm.training.screen.screen_lakes`; the ``Screened`` is returned, else
+    ``None``). Its prompts have a width of their own
     (fitted on 1024 lakes of ``env``; a longer prompt grows it, one recompilation), so the
     GRPO batch's shapes do not depend on the anchor's environment."""
     gc, wc = config.grpo, config.warmstart
@@ -325,13 +331,24 @@ def _anchor_batches(policy: Policy, config: TrainConfig, env: Mixture, prompter:
     probe = sample_lakes(probe_key, env, 1024, split="random")
     anchor_prompter = Prompter.fit(policy.tokenizer, prompter.config, probe, None, prompter.bucket)
 
-    def batch(step: int) -> TokenBatch:
-        lakes = reference_lakes(jax.random.fold_in(data_key, step), env, gc.anchor.lakes, wc)
+    horizon = env_horizon(env)
+
+    def batch(step: int, policy: Policy) -> tuple[TokenBatch, Optional[Screened]]:
+        key = jax.random.fold_in(data_key, step)
+        screened = None
+        if gc.anchor.screen_lakes:
+            screened = screen_lakes(policy, anchor_prompter, reference_lakes(key, env, gc.anchor.screen_lakes, wc),
+                                    gc.anchor.lakes, jax.random.fold_in(key, 1), max_new_tokens=gc.max_new_tokens,
+                                    horizon=horizon, reward_config=config.reward, mesh=mesh)
+            lakes = screened.lakes
+        else:
+            lakes = reference_lakes(key, env, gc.anchor.lakes, wc)
         ids, pmask, tokens, mask, scale, _ = reference_rows(lakes, policy.tokenizer, anchor_prompter, length,
                                                             thinking, wc.mark_weight)
         out = TokenBatch(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask,
                          weights=(scale / max(float(scale.sum()), 1e-9)).astype(np.float32))
-        return shd.shard_batch(out, mesh) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, out)
+        out = shd.shard_batch(out, mesh) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, out)
+        return out, screened
 
     return batch
 

@@ -147,7 +147,8 @@ def test_each_step_anchors_on_fresh_warm_start_lakes_of_its_own_environment(setu
     config = TrainConfig(warmstart=wc, grpo=GRPOConfig(max_new_tokens=24, anchor=AnchorConfig(weight=1.0, lakes=5)),
                          prompt=pcfg)
     draw = _anchor_batches(policy, config, Mixture.of(ANCHOR_ENV), prompter, jax.random.PRNGKey(9), None)
-    b0, b0_again, b1 = draw(0), draw(0), draw(1)
+    (b0, s0), (b0_again, _), (b1, _) = draw(0, policy), draw(0, policy), draw(1, policy)
+    assert s0 is None  # no screening asked for
     assert b0.rows == 5 and b0.tokens.shape[1] == 24 + pcfg.reasoning.thinking_tokens
     assert b0.prompt_ids.shape[1] > prompter.length  # its own width: the 6x6 prompts are longer
     np.testing.assert_allclose(float(jnp.sum(b0.weights)), 1.0, rtol=1e-6)

@@ -139,3 +139,28 @@ def test_a_screened_step_samples_its_groups_on_the_greedy_failures(planner, tmp_
     ids, _ = prompter.encode(s.lakes)
     (batch,) = seen
     np.testing.assert_array_equal(batch.prompt_ids, np.repeat(ids, 4, axis=0))
+
+
+def test_the_anchor_screens_its_lakes_with_the_current_policy(planner):
+    """anchor.screen_lakes=16, anchor.lakes=4: the anchor's batch holds the reference rows of the
+    screen's kept lakes (the shipped planner's greedy failures first) of the warm start's draw."""
+    from jaxlake.mixture import Mixture
+    from llm.training import warmstart as ws
+    from llm.training.config import AnchorConfig, WarmStartConfig
+    from llm.training.grpo_loop import _anchor_batches
+
+    policy, pcfg = planner
+    wc = WarmStartConfig(blocked_share=0.75)
+    config = TrainConfig(warmstart=wc, prompt=pcfg, grpo=GRPOConfig(max_new_tokens=64, anchor=AnchorConfig(
+        weight=1.0, lakes=4, screen_lakes=16)))
+    prompter = Prompter.fit(policy.tokenizer, pcfg, sample_lakes(jax.random.PRNGKey(0), HARD, 8), None, 16)
+    draw = _anchor_batches(policy, config, Mixture.of(HARD), prompter, jax.random.PRNGKey(5), None)
+    batch, s = draw(0, policy)
+    assert len(s.greedy_failed) == 16 and s.kept_failed == min(4, int(s.greedy_failed.sum())) > 0
+    key = jax.random.fold_in(jax.random.split(jax.random.PRNGKey(5))[1], 0)
+    drawn = ws.reference_lakes(key, Mixture.of(HARD), 16, wc)
+    kept = take_lakes(drawn, s.index)
+    ids, _ = Prompter.fit(policy.tokenizer, pcfg, kept, batch.prompt_ids.shape[1], 16).encode(kept)
+    np.testing.assert_array_equal(ids, np.asarray(batch.prompt_ids))
+    with pytest.raises(ValueError, match="grpo.anchor.screen_lakes=8 must be 0 .* >= grpo.anchor.lakes=16"):
+        TrainConfig.from_dict({"grpo": {"anchor": {"weight": 1, "screen_lakes": 8}}})
