@@ -2,8 +2,9 @@
 
 One GRPO step:
 
-1. draw ``N`` lakes (deterministic in the step: ``fold_in(data_key, step)``), render the
-   prompts (:mod:`llm.game.prompts`) left-padded to a fixed length ``P`` (:class:`llm.game.prompter.
+1. draw ``N`` lakes (deterministic in the step: ``fold_in(data_key, step)``; with
+   ``grpo.screen`` draw ``screen.lakes`` and keep the ``N`` whose greedy decode fails first,
+   :mod:`llm.training.screen`), render the prompts (:mod:`llm.game.prompts`) left-padded to a fixed length ``P`` (:class:`llm.game.prompter.
    Prompter`);
 2. sample ``G`` completions per lake with the KV-cache generator (:func:`llm.training.completions.
    sample_completions`) at ``grpo.temperature`` (no top-k / top-p);
@@ -22,7 +23,8 @@ One GRPO step:
 5. with ``grpo.anchor`` (weight > 0): ``anchor.lakes`` fresh lakes of the warm-start
    environment and the reference planner's completions of them, written as the warm start
    writes them (:func:`llm.training.warmstart.reference_lakes`, :func:`~llm.training.warmstart.
-   reference_rows`; prompts in a prompt width of their own), whose NLL the updates add to the
+   reference_rows`; prompts in a prompt width of their own; with ``anchor.screen_lakes`` the
+   current policy's greedy failures among that many first), whose NLL the updates add to the
    GRPO loss at that weight;
 6. ``mu`` updates (:class:`llm.rl.updates.GRPOIterations`): parameters and optimizer state in,
    new ones out; inside, a ``lax.scan`` over micro-batches accumulates the gradient, then
@@ -41,8 +43,11 @@ the step's *first* sampling round (a plain sample of the policy, as without dyna
 sampling, unguided); ``kept_share`` and the loss metrics of the batch trained on;
 ``guided_groups`` (with guidance: the batch's groups that hold the planner's completion); with dynamic sampling
 ``sampling_rounds``, ``informative_groups`` (found in all rounds) and ``kept_groups`` (in the
-batch); with the anchor ``anchor_nll``, ``anchor_token_acc`` (the update's, before it) and
-``time/anchor_s`` (its lakes, planner and encoding); ``update_skipped`` (1: no optimizer update, and no loss metrics in the row); ``lr``
+batch); with the screen ``screen_failed_share`` (the first round's screened lakes the greedy
+decode failed), ``screen_kept_failed`` (the batch's groups on such a lake) and
+``time/screen_s``; with the anchor ``anchor_nll``, ``anchor_token_acc`` (the update's, before it) and
+``time/anchor_s`` (its lakes, planner and encoding; with its screen also
+``anchor_screen_failed_share`` and ``anchor_screen_kept_failed``); ``update_skipped`` (1: no optimizer update, and no loss metrics in the row); ``lr``
 of the step's first update, read from the optimizer's own count (a skipped step does not
 advance the schedule).
 
