@@ -3,9 +3,9 @@
 One GRPO step:
 
 1. draw ``N`` lakes (deterministic in the step: ``fold_in(data_key, step)``; with
-   ``grpo.screen`` draw ``screen.lakes`` and keep the ``N`` whose greedy decode fails first,
-   :mod:`llm.training.screen`), render the prompts (:mod:`llm.game.prompts`) left-padded to a fixed length ``P`` (:class:`llm.game.prompter.
-   Prompter`);
+   ``grpo.screen`` draw ``screen.lakes`` and keep ``N``, those whose greedy decode fails
+   first: :mod:`llm.training.screen`), render the prompts (:mod:`llm.game.prompts`)
+   left-padded to a fixed length ``P`` (:class:`llm.game.prompter.Prompter`);
 2. sample ``G`` completions per lake with the KV-cache generator (:func:`llm.training.completions.
    sample_completions`) at ``grpo.temperature`` (no top-k / top-p);
 3. score them in the simulator (:mod:`llm.game.rewards`). With ``grpo.dynamic_sampling``
@@ -131,6 +131,8 @@ def run_grpo(
             shd.check_divisible(gc.anchor.lakes // gc.micro_batches, mesh, "grpo anchor rows per micro-batch")
         if gc.screen.enabled:
             shd.check_divisible(gc.screen.lakes, mesh, "grpo screen lakes")
+        if gc.anchor.enabled and gc.anchor.screen_lakes:
+            shd.check_divisible(gc.anchor.screen_lakes, mesh, "grpo anchor screen lakes")
     ckpt = Checkpoints(checkpoint_dir, gc.keep_checkpoints, mesh)
     state, opt_state, start, rng, resumed = ckpt.start(policy, optimizer, config.seed)
     if lc.use_reference and shares_buffers(ref_state, state):
