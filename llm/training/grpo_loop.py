@@ -281,8 +281,8 @@ def run_grpo(
             # the share of the first round's screened lakes the greedy decode failed, and the
             # batch's groups on such a lake
             row["screen_failed_share"] = float(np.mean(first.screened.greedy_failed))
-            kept_failed = np.stack([x.screened.greedy_failed[x.screened.index] for x in rounds])
-            row["screen_kept_failed"] = int(np.sum(kept_failed[sel.round, sel.group]))
+            kept_failed = np.stack([x.screened.kept_greedy_failed for x in rounds])[sel.round, sel.group]
+            row["screen_kept_failed"] = int(kept_failed.sum())
             row["time/screen_s"] = float(sum(x.screen_s for x in rounds))
         if ds.enabled:
             row["sampling_rounds"] = len(rounds)

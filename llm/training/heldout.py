@@ -20,15 +20,16 @@ from llm.game.prompter import Prompter
 from llm.game.rewards import RewardConfig
 
 
-def evaluate_heldout(policy: Policy, prompter: Prompter, lakes, ref_soc: np.ndarray, reward_config: RewardConfig,
-             max_new_tokens: int, batch_size: int, horizon: int, mesh, key: jax.Array) -> dict[str, Any]:
-    """Greedy decoding on a held-out batch of lakes: success and every reward term.
+def greedy_rewards(policy: Policy, prompter: Prompter, lakes, ref_soc: np.ndarray, reward_config: RewardConfig,
+                   max_new_tokens: int, batch_size: int, horizon: int, mesh,
+                   key: jax.Array) -> tuple[rewards.RewardResult, list[str], list[int]]:
+    """Each lake's greedy completion, scored: ``(rewards, texts, lengths)``, one per lake.
 
-    The last partial batch is padded by repeating lakes (fixed shapes: one compilation).
+    Decoded in fixed ``[batch_size, P]`` batches (rounded up to the mesh; the last partial batch
+    padded by repeating lakes: one compilation). Shared by the stage's held-out check
+    (:func:`evaluate_heldout`) and GRPO's greedy screening (:mod:`llm.training.screen`).
     """
     n = int(np.asarray(lakes.num_agents).shape[0])
-    if n == 0:
-        return {"num_lakes": 0}
     if mesh is not None:
         batch_size = -(-batch_size // mesh.devices.size) * mesh.devices.size
     gen = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0)
@@ -48,9 +49,20 @@ def evaluate_heldout(policy: Policy, prompter: Prompter, lakes, ref_soc: np.ndar
     thinking = prompter.config.reasoning.enabled
     res = rewards.compute_rewards(lakes, texts, key, reward_config, ref_soc=ref_soc, horizon=horizon,
                                   reasoning=thinking, forced_close=np.asarray(forced, bool) if thinking else None)
+    return res, texts, lengths
+
+
+def evaluate_heldout(policy: Policy, prompter: Prompter, lakes, ref_soc: np.ndarray, reward_config: RewardConfig,
+             max_new_tokens: int, batch_size: int, horizon: int, mesh, key: jax.Array) -> dict[str, Any]:
+    """Greedy decoding on a held-out batch of lakes (:func:`greedy_rewards`): success and every
+    reward term."""
+    n = int(np.asarray(lakes.num_agents).shape[0])
+    if n == 0:
+        return {"num_lakes": 0}
+    res, texts, lengths = greedy_rewards(policy, prompter, lakes, ref_soc, reward_config, max_new_tokens, batch_size,
+                                         horizon, mesh, key)
     m = rewards.reward_metrics(res)
     m["num_lakes"] = n
     m["completion_len"] = float(np.mean(lengths))
     m["examples"] = [{"completion": texts[i], "success": bool(res.success[i])} for i in range(min(4, n))]
     return m
-

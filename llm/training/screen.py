@@ -32,8 +32,7 @@ import numpy as np
 from jaxlake.suite import take_lakes
 from llm.game import rewards
 from llm.game.prompter import Prompter
-from llm.generation.decode import GenerationConfig
-from llm.training.completions import sample_completions
+from llm.training.heldout import greedy_rewards
 from llm.training.policy import Policy
 
 
@@ -52,9 +51,14 @@ class Screened:
     greedy_failed: np.ndarray
 
     @property
+    def kept_greedy_failed(self) -> np.ndarray:
+        """``[N]`` bool: the kept lakes the greedy decode failed."""
+        return self.greedy_failed[self.index]
+
+    @property
     def kept_failed(self) -> int:
         """How many kept lakes the greedy decode failed."""
-        return int(self.greedy_failed[self.index].sum())
+        return int(self.kept_greedy_failed.sum())
 
 
 def screen_order(greedy_failed: np.ndarray, n: int) -> np.ndarray:
@@ -73,7 +77,8 @@ def screen_order(greedy_failed: np.ndarray, n: int) -> np.ndarray:
 
 def screen_lakes(policy: Policy, prompter: Prompter, lakes: Any, n: int, key: jax.Array, *, max_new_tokens: int,
                  horizon: int, reward_config: rewards.RewardConfig, mesh=None) -> Screened:
-    """Decode ``M`` lakes greedily, score the plans and keep ``n``: :func:`screen_order`.
+    """Decode ``M`` lakes greedily and score the plans (:func:`llm.training.heldout.greedy_rewards`,
+    one batch of ``M``), then keep ``n``: :func:`screen_order`.
 
     Args:
       policy: the current policy (its greedy decode is what is screened).
@@ -87,14 +92,10 @@ def screen_lakes(policy: Policy, prompter: Prompter, lakes: Any, n: int, key: ja
       reward_config: the reward's settings (only success is read).
       mesh: the ``(data, fsdp)`` mesh or ``None``; ``M`` must divide over it.
     """
-    ids, pmask = prompter.encode(lakes)
-    m = ids.shape[0]
-    reasoning = prompter.config.reasoning
-    gen = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0, top_k=0, top_p=1.0)
-    out = sample_completions(policy, ids, pmask, jax.random.PRNGKey(0), gen, mesh, reasoning=reasoning)
-    forced = np.asarray(out.thinking.hit_budget, bool) if reasoning.enabled else None
-    res = rewards.compute_rewards(lakes, out.texts, key, reward_config, ref_soc=np.full((m,), -1, np.int32),
-                                  horizon=horizon, reasoning=reasoning.enabled, forced_close=forced)
+    m = int(np.asarray(lakes.num_agents).shape[0])
+    # success does not read the reference's sum of costs: -1 ("none found") spares the planner
+    res, _, _ = greedy_rewards(policy, prompter, lakes, np.full((m,), -1, np.int32), reward_config, max_new_tokens,
+                               m, horizon, mesh, key)
     failed = ~np.asarray(res.success, bool)
     index = screen_order(failed, n)
     return Screened(lakes=take_lakes(lakes, index), index=index, greedy_failed=failed)
