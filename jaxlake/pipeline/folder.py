@@ -14,6 +14,7 @@ Used by :mod:`jaxlake.pipeline.stages` (which runs the stages) and :mod:`jaxlake
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -143,8 +144,6 @@ def check_model(s: RunSettings) -> None:
 def planner_prompt_warning(s: RunSettings) -> Optional[str]:
     """A line when the run starts from the shipped planner (``model.pretrained`` and no
     ``model.path``) with a prompt other than the one its ``pretrain.json`` records, else None."""
-    import dataclasses
-
     from llm.game.default import PLANNER_DIR, planner_dir
     from llm.game.prompts import PromptConfig
 
@@ -187,7 +186,7 @@ def check_run_info(cfg: Any, engineer: Any) -> dict:
                     f"{d} belongs to a run with {key}={old[key]}, not {info[key]}; choose another "
                     f"experiment=<name> (or delete the folder: rm -r {shlex.quote(str(d))})"
                 )
-        changed = _diff(old.get("settings"), info["settings"]) if "settings" in old else []
+        changed = _diff(old.get("settings"), info["settings"], defaults=setting_defaults()) if "settings" in old else []
         if changed:
             shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed[:6])
             more = f" (+{len(changed) - 6} more)" if len(changed) > 6 else ""
@@ -234,11 +233,42 @@ def run_settings(cfg: Any) -> dict:
     return RunSettings.of(cfg).record()
 
 
-def _diff(old: Any, new: Any, prefix: str = "") -> list:
-    """``[(dotted key, old, new)]`` where two JSON trees differ."""
+def setting_defaults() -> dict:
+    """The typed defaults of the settings groups that have them (``train``, ``reward``,
+    ``prompt``: :class:`llm.training.config.TrainConfig`), as ``run.json`` writes settings.
+
+    A setting added to the project after a run folder was made is absent from that folder's
+    record; the folder ran with the behaviour the setting's default keeps, so a resumed run
+    that leaves the setting at this default is the same run (:func:`_diff`)."""
+    from llm.training.config import TrainConfig
+
+    train = json.loads(json.dumps(dataclasses.asdict(TrainConfig()), default=str))
+    return {"train": train, "reward": train.pop("reward"), "prompt": train.pop("prompt")}
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """Whether ``value`` (a JSON tree) holds only ``default``'s values: every key of a mapping
+    is a key of the default with an equal value, recursively."""
+    if isinstance(value, dict):
+        return isinstance(default, dict) and all(k in default and _is_default(v, default[k]) for k, v in value.items())
+    if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):
+        return list(value) == list(default)
+    return value == default
+
+
+def _diff(old: Any, new: Any, prefix: str = "", defaults: Any = None) -> list:
+    """``[(dotted key, old, new)]`` where two JSON trees differ. A key that ``new`` has and
+    ``old`` lacks is no difference when ``new``'s value is the key's entry in ``defaults`` (a
+    setting added since ``old`` was written, left at the default that keeps the old behaviour)."""
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
         for k in sorted(set(old) | set(new), key=str):
-            out += _diff(old.get(k), new.get(k), f"{prefix}{k}.")
+            default = defaults.get(k, _MISSING) if isinstance(defaults, dict) else _MISSING
+            if k not in old and default is not _MISSING and _is_default(new[k], default):
+                continue
+            out += _diff(old.get(k), new.get(k), f"{prefix}{k}.", None if default is _MISSING else default)
         return out
     return [] if old == new else [(prefix.rstrip("."), old, new)]
+
+
+_MISSING = object()

@@ -80,3 +80,29 @@ def test_a_moved_folder_s_old_absolute_paths_point_into_it(tmp_path):
     assert moved == {"checkpoint_dir": f"{here}/stage_1/checkpoint", "policy_dir": f"{here}/stage_1/policy",
                      "elsewhere": f"{old}_b/stage_1"}  # only paths inside the old folder move
     assert read_json(tmp_path / "x" / "run.json")["run_dir"] == str(here)
+
+
+def _drop(tree: dict, dotted: str) -> None:
+    *parents, last = dotted.split(".")
+    for key in parents:
+        tree = tree[key]
+    del tree[last]
+
+
+def test_a_folder_older_than_a_setting_resumes_at_its_default(tmp_path):
+    """A run folder made before a setting existed lacks it in run.json; the run resumes when the
+    setting sits at its typed default (the behaviour the folder ran with), and is refused, naming
+    the setting, when it does not."""
+    import json
+
+    info = _write(tmp_path)
+    for dotted in ("train.grpo.loss.negative_weight", "train.grpo.screen", "train.warmstart.pack_rows"):
+        _drop(info["settings"], dotted)
+    (tmp_path / "x" / "run.json").write_text(json.dumps(info))
+    _write(tmp_path)  # the folder's run.json is rewritten with every setting
+    (tmp_path / "x" / "run.json").write_text(json.dumps(info))
+    with pytest.raises(PipelineError, match="other settings") as err:
+        _write(tmp_path, "train.grpo.screen.lakes=64")
+    assert "train.grpo.screen: None -> {'lakes': 64}" in str(err.value)
+    with pytest.raises(PipelineError, match=r"train.grpo.loss.negative_weight: None -> 0\.5"):
+        _write(tmp_path, "train.grpo.loss.negative_weight=0.5")
