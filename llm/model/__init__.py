@@ -10,6 +10,8 @@ The lowest layer of ``llm``: it imports no other ``llm`` subpackage and nothing 
 * :mod:`llm.model.logprobs` -- per-token log-probabilities in vocabulary chunks;
 * :mod:`llm.model.hf_io` -- Hugging Face folders (safetensors + tokenizer), offline;
 * :mod:`llm.model.checkpoint` -- orbax checkpoints of a model;
+* :mod:`llm.model.grow` -- block expansion: a deeper model that starts computing the same function
+  (``python -m llm.model.grow SRC DST --layers N``);
 * :mod:`llm.model.sharding` -- meshes, FSDP layouts and the multi-process switch;
 * :mod:`llm.model.errors` -- ``ModelConfigError``, the one-line error of a bad model or mesh
   setting.
