@@ -246,13 +246,15 @@ def setting_defaults() -> dict:
     return {"train": train, "reward": train.pop("reward"), "prompt": train.pop("prompt")}
 
 
+#: A key absent from a defaults tree (``None`` is a default value of its own).
+_MISSING = object()
+
+
 def _is_default(value: Any, default: Any) -> bool:
     """Whether ``value`` (a JSON tree) holds only ``default``'s values: every key of a mapping
     is a key of the default with an equal value, recursively."""
     if isinstance(value, dict):
         return isinstance(default, dict) and all(k in default and _is_default(v, default[k]) for k, v in value.items())
-    if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):
-        return list(value) == list(default)
     return value == default
 
 
@@ -270,5 +272,3 @@ def _diff(old: Any, new: Any, prefix: str = "", defaults: Any = None) -> list:
         return out
     return [] if old == new else [(prefix.rstrip("."), old, new)]
 
-
-_MISSING = object()

@@ -27,10 +27,12 @@ import dataclasses
 import sys
 from typing import Sequence
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from llm.model.errors import ModelConfigError
+from llm.model.hf_io import abstract_model
 from llm.model.qwen3 import Qwen3ForCausalLM
 
 #: The output projections of a decoder layer (paths in ``nnx.state(model)["layers"]``): zero in
@@ -80,17 +82,12 @@ def expand_blocks(model: Qwen3ForCausalLM, target: int) -> Qwen3ForCausalLM:
 
     def grow(path: tuple, leaf: jnp.ndarray) -> jnp.ndarray:
         out = jnp.take(leaf, index, axis=0)
-        if path in OUTPUT_PROJECTIONS:
+        if tuple(k.key for k in path) in OUTPUT_PROJECTIONS:
             out = out * keep.astype(out.dtype).reshape((-1,) + (1,) * (out.ndim - 1))
         return out
 
-    def walk(node: dict, path: tuple = ()) -> dict:
-        return {k: walk(v, path + (k,)) if isinstance(v, dict) else grow(path + (k,), v) for k, v in node.items()}
-
-    pure["layers"] = walk(pure["layers"])
-    deeper = nnx.eval_shape(lambda: Qwen3ForCausalLM(dataclasses.replace(config, num_hidden_layers=target),
-                                                     rngs=nnx.Rngs(0)))
-    graphdef, state = nnx.split(deeper)
+    pure["layers"] = jax.tree_util.tree_map_with_path(grow, pure["layers"])
+    graphdef, state = nnx.split(abstract_model(dataclasses.replace(config, num_hidden_layers=target)))
     nnx.replace_by_pure_dict(state, pure)
     return nnx.merge(graphdef, state)
 
@@ -118,9 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"llm.model.grow: {err}", file=sys.stderr)
         return 2
     save_pretrained(deeper, tokenizer, args.target)
+    source, inserted = expansion_plan(model.config.num_hidden_layers, args.layers)
     print(f"{args.source}: {model.config.num_hidden_layers} layers -> {args.target}: {args.layers} layers "
-          f"(new layers after original layers "
-          f"{[s + 1 for s, new in zip(*expansion_plan(model.config.num_hidden_layers, args.layers)) if new]})")
+          f"(new layers after original layers {[s + 1 for s, new in zip(source, inserted) if new]})")
     return 0
 
 

@@ -207,7 +207,9 @@ def _set_path(tree: dict, path: tuple[str, ...], value: Any) -> None:
     tree[path[-1]] = value
 
 
-def _abstract_model(config: Qwen3Config) -> Qwen3ForCausalLM:
+def abstract_model(config: Qwen3Config) -> Qwen3ForCausalLM:
+    """A model of ``config`` with shapes and dtypes but no arrays (``nnx.eval_shape``): the
+    skeleton that loaded weights fill (``nnx.replace_by_pure_dict``)."""
     return nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)))
 
 
@@ -238,7 +240,7 @@ def _sharded_tensor(shape: tuple[int, ...], sharding: Any, dtype: Any, name: str
 
 def _model_sharded(config: Qwen3Config, read: Callable[[str, tuple[slice, ...]], np.ndarray], mesh: Any) -> Qwen3ForCausalLM:
     dtype = np.dtype(config.jnp_param_dtype)
-    graphdef, state = nnx.split(_abstract_model(config))
+    graphdef, state = nnx.split(abstract_model(config))
     pure = nnx.to_pure_dict(state)
     shardings = shd.state_shardings(pure, mesh)
 
@@ -276,7 +278,7 @@ def model_from_hf_tensors(config: Qwen3Config, get: Callable[[str], np.ndarray],
         read = get_part if get_part is not None else (lambda name, index: np.asarray(get(name))[index])
         return _model_sharded(config, read, mesh)
     dtype = config.jnp_param_dtype
-    graphdef, state = nnx.split(_abstract_model(config))
+    graphdef, state = nnx.split(abstract_model(config))
     pure: dict = {}
     for name, (path, transpose) in _GLOBAL_TENSORS.items():
         if name == "lm_head.weight" and config.tie_word_embeddings:
