@@ -38,6 +38,7 @@ import numpy as np
 
 from jaxlake import env as lake_env
 from jaxlake.config import ConfigError, LakeConfig, reject_unknown, stack_configs, to_plain
+from jaxlake.mixture import Mixture
 from jaxlake.text import format_plan, parse_plan_detailed, render_text
 from jaxlake.types import ACTION_LETTERS, Lake
 from jaxlake.conf import CONF_DIR
@@ -143,6 +144,22 @@ def cell_config(spec: SuiteSpec, values: Mapping[str, Any]) -> LakeConfig:
         else:
             fields[dim] = v
     return LakeConfig(**fields)
+
+
+def cells_mixture(spec: SuiteSpec) -> Mixture:
+    """The suite's valid cells as one mixture of equal weights (cells whose config is invalid
+    are left out, as :func:`build_suite` skips them). Its lakes are drawn fresh from a training
+    key, never the suite's own: the warm start of ``pipeline.warmstart_env=suite`` trains on the
+    suite's distribution, not on its lakes."""
+    configs = []
+    for values in cell_values(spec):
+        try:
+            configs.append(cell_config(spec, values))
+        except ConfigError:
+            continue
+    if not configs:
+        raise SuiteError(f"eval suite {spec.name!r}: no valid cell to draw lakes from")
+    return Mixture([(1.0, c) for c in configs])
 
 
 #: ``conf/eval``: the suites shipped in the package.

@@ -38,7 +38,7 @@ _COSMETIC = {"train": ("progress", "plot", "distributed", "mesh")}
 #: ``pipeline.warmstart`` values: the supervised warm start in stage 1 only, or in every stage.
 WARMSTART_MODES = ("first", "all")
 #: What a stage warms start on: its own environment, or every config of the engineer's space.
-WARMSTART_ENVS = ("stage", "space")
+WARMSTART_ENVS = ("stage", "space", "suite")
 
 
 class PipelineError(RuntimeError):
@@ -176,9 +176,11 @@ class RunSettings:
       logger: the metric back ends of the per-stage rows (the same as ``train.logger``).
       warmstart: ``pipeline.warmstart`` (``first`` | ``all``).
       warmstart_env: ``pipeline.warmstart_env`` (:data:`WARMSTART_ENVS`): the warm start on
-        the stage's environment, or on every config of the engineer's space
-        (:func:`jaxlake.pipeline.pretrain.space_mixture`); GRPO always trains on the stage's
-        (its supervised anchor, ``train.grpo.anchor``, takes the warm start's).
+        the stage's environment, on every config of the engineer's space
+        (:func:`jaxlake.pipeline.pretrain.space_mixture`), or on the held-out suite's cells
+        (:func:`jaxlake.suite.cells_mixture`: fresh lakes of its configs, never its own);
+        GRPO always trains on the stage's (its supervised anchor, ``train.grpo.anchor``, takes
+        the warm start's).
       start_eval: ``pipeline.start_eval``: before stage 1 trains, evaluate the starting policy
         on the suite once (``start_eval.json`` in the run folder): the stage table's row 0 and
         stage 1's paired change.

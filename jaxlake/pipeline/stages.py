@@ -176,10 +176,18 @@ def step_train(s: RunSettings, k: int, d: Path, mixture: Mixture) -> dict:
     log(f"stage {k}: training" + (f" from {init}" if init else ""))
     warmstart_env = None
     tc = s.stage_config(k).train
-    if s.warmstart_env == "space" and (tc.warmstart.enabled or tc.grpo.anchor.enabled):
-        from jaxlake.pipeline.pretrain import space_mixture
+    if s.warmstart_env != "stage" and (tc.warmstart.enabled or tc.grpo.anchor.enabled):
+        # GRPO stays on the stage's mixture (its anchor takes this one)
+        if s.warmstart_env == "suite":
+            if s.eval is None:
+                raise PipelineError("pipeline.warmstart_env=suite needs a held-out suite (eval=...)")
+            from jaxlake.suite import cells_mixture
 
-        warmstart_env = space_mixture(s)  # GRPO stays on the stage's mixture (its anchor takes this one)
+            warmstart_env = cells_mixture(s.eval.suite)
+        else:
+            from jaxlake.pipeline.pretrain import space_mixture
+
+            warmstart_env = space_mixture(s)
     res = cluster.collective(train_stage, s.stage_config(k), mixture, d, init_from=init,  # every process
                              warmstart_env=warmstart_env)
     if res.eval_after is None:  # the trainer stopped before the end of its schedule
