@@ -37,7 +37,8 @@ SETTINGS = ("env", "model", "train", "reward", "prompt", "eval")
 _COSMETIC = {"train": ("progress", "plot", "distributed", "mesh")}
 #: ``pipeline.warmstart`` values: the supervised warm start in stage 1 only, or in every stage.
 WARMSTART_MODES = ("first", "all")
-#: What a stage warms start on: its own environment, or every config of the engineer's space.
+#: What a stage warm-starts on: its own environment, every config of the engineer's space, or
+#: the held-out suite's cells.
 WARMSTART_ENVS = ("stage", "space", "suite")
 
 
@@ -265,6 +266,8 @@ class RunSettings:
         env = None if env is None else _env_mixture(env)
         engineer = to_plain(cfg_get(cfg, "engineer"))
         eval_node = cfg_get(cfg, "eval")
+        if warmstart_env == "suite" and eval_node is None:
+            raise PipelineError("pipeline.warmstart_env=suite needs a held-out suite (eval=...) to take its cells from")
         return cls(
             experiment=experiment,
             runs_dir=runs_dir,

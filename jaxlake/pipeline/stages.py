@@ -178,9 +178,7 @@ def step_train(s: RunSettings, k: int, d: Path, mixture: Mixture) -> dict:
     tc = s.stage_config(k).train
     if s.warmstart_env != "stage" and (tc.warmstart.enabled or tc.grpo.anchor.enabled):
         # GRPO stays on the stage's mixture (its anchor takes this one)
-        if s.warmstart_env == "suite":
-            if s.eval is None:
-                raise PipelineError("pipeline.warmstart_env=suite needs a held-out suite (eval=...)")
+        if s.warmstart_env == "suite":  # (settings refuse it without a suite)
             from jaxlake.suite import cells_mixture
 
             warmstart_env = cells_mixture(s.eval.suite)

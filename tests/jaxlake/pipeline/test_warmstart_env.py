@@ -73,3 +73,5 @@ def test_suite_is_an_allowed_warmstart_env_and_a_wrong_one_is_named(tmp_path):
     assert "suite" in WARMSTART_ENVS
     with pytest.raises(PipelineError, match="pipeline.warmstart_env='suites'"):
         RunSettings.from_cfg({"experiment": "x", "runs_dir": str(tmp_path), "pipeline": {"warmstart_env": "suites"}})
+    with pytest.raises(PipelineError, match="warmstart_env=suite needs a held-out suite"):
+        RunSettings.from_cfg({"experiment": "x", "runs_dir": str(tmp_path), "pipeline": {"warmstart_env": "suite"}})
