@@ -146,20 +146,28 @@ def cell_config(spec: SuiteSpec, values: Mapping[str, Any]) -> LakeConfig:
     return LakeConfig(**fields)
 
 
-def cells_mixture(spec: SuiteSpec) -> Mixture:
-    """The suite's valid cells as one mixture of equal weights (cells whose config is invalid
-    are left out, as :func:`build_suite` skips them). Its lakes are drawn fresh from a training
-    key, never the suite's own: the warm start of ``pipeline.warmstart_env=suite`` trains on the
-    suite's distribution, not on its lakes."""
-    configs = []
-    for values in cell_values(spec):
+def split_cells(spec: SuiteSpec) -> tuple[list, list]:
+    """``(cells, skipped)``: the grid's cells with a valid config (``{"id", "values",
+    "config"}``; ``id`` is the grid index) and those without (``{"id", "values", "error"}``).
+    Raises :class:`SuiteError` when no cell is valid."""
+    cells, skipped = [], []
+    for i, values in enumerate(cell_values(spec)):
         try:
-            configs.append(cell_config(spec, values))
-        except ConfigError:
+            cfg = cell_config(spec, values)
+        except ConfigError as err:
+            skipped.append({"id": i, "values": values, "error": str(err)})
             continue
-    if not configs:
-        raise SuiteError(f"eval suite {spec.name!r}: no valid cell to draw lakes from")
-    return Mixture([(1.0, c) for c in configs])
+        cells.append({"id": i, "values": values, "config": cfg})
+    if not cells:
+        raise SuiteError(f"suite {spec.name!r}: no valid cell, every one is invalid, e.g. {skipped[0]['error']}")
+    return cells, skipped
+
+
+def cells_mixture(spec: SuiteSpec) -> Mixture:
+    """The suite's valid cells (:func:`split_cells`) as one mixture of equal weights. Its lakes
+    are drawn fresh from a training key, never the suite's own: the warm start of
+    ``pipeline.warmstart_env=suite`` trains on the suite's distribution, not on its lakes."""
+    return Mixture([(1.0, c["config"]) for c in split_cells(spec)[0]])
 
 
 #: ``conf/eval``: the suites shipped in the package.
@@ -267,16 +275,7 @@ def build_suite(spec: SuiteSpec | Mapping[str, Any], solve: bool = True) -> Suit
 
 @functools.lru_cache(maxsize=4)
 def _build_suite_cached(spec: SuiteSpec, solve: bool) -> Suite:
-    cells, skipped = [], []
-    for i, values in enumerate(cell_values(spec)):
-        try:
-            cfg = cell_config(spec, values)
-        except ConfigError as err:
-            skipped.append({"id": i, "values": values, "error": str(err)})
-            continue
-        cells.append({"id": i, "values": values, "config": cfg})
-    if not cells:
-        raise SuiteError(f"suite {spec.name!r}: every cell is invalid, e.g. {skipped[0]['error']}")
+    cells, skipped = split_cells(spec)
     lakes, cell_of = cell_lakes(spec.seed, cells, spec.lakes_per_cell)
     grids = render_grids(lakes)
     opt = reference_soc(lakes) if solve else None
