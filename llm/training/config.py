@@ -62,7 +62,9 @@ class WarmStartConfig:
     (:func:`llm.training.warmstart.select_blocked`; 0: the lakes as drawn). ``detour_share`` in
     [0, 1]: at least this share are lakes whose reference path steps away from a goal
     (:func:`llm.training.warmstart.detour_lakes`: dead ends the trace must walk around), taken
-    before the blocked ones. ``mark_weight`` >= 1:
+    before the blocked ones. ``crowded_share`` in [0, 1]: at least this share are lakes where
+    one agent's way toward its goal meets another agent (:func:`llm.training.warmstart.crowded_lakes`:
+    the lakes whose ``crowd`` trace writes an agent mark), taken after the detours. ``mark_weight`` >= 1:
     the loss weight of the hole marks of style ``checks`` against 1 for every other target
     token (:func:`llm.training.warmstart.token_weights`). ``pack_rows`` > 0: the batch's lakes
     packed into that many rows of the padded row's width (:mod:`llm.training.packing`; 0:
@@ -79,6 +81,7 @@ class WarmStartConfig:
     log_every: int = 1
     blocked_share: float = 0.0
     detour_share: float = 0.0
+    crowded_share: float = 0.0
     mark_weight: float = 1.0
     pack_rows: int = 0
 
@@ -90,6 +93,9 @@ class WarmStartConfig:
         if isinstance(self.detour_share, bool) or not isinstance(self.detour_share, (int, float)) \
                 or not 0.0 <= self.detour_share <= 1.0:
             raise ValueError(f"warmstart.detour_share={self.detour_share!r} not a number in [0, 1]")
+        if isinstance(self.crowded_share, bool) or not isinstance(self.crowded_share, (int, float)) \
+                or not 0.0 <= self.crowded_share <= 1.0:
+            raise ValueError(f"warmstart.crowded_share={self.crowded_share!r} not a number in [0, 1]")
         if isinstance(self.mark_weight, bool) or not isinstance(self.mark_weight, (int, float)) \
                 or not 1.0 <= self.mark_weight <= 100.0:
             raise ValueError(f"warmstart.mark_weight={self.mark_weight!r} not a number in [1, 100]")

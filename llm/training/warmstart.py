@@ -111,6 +111,9 @@ def path_lines(solution: planner.Solution, num_agents: int, cell: str = " {row}{
 #: With ``warmstart.blocked_share > 0`` each step draws this many times its batch and keeps
 #: the batch from it (:func:`select_blocked`).
 BLOCKED_POOL = 4
+#: With ``warmstart.crowded_share > 0`` the pool is this many times the batch instead: lakes
+#: where one agent's way meets another's are a few per cent of drawn lakes (:func:`crowded_lakes`).
+CROWDED_POOL = 8
 #: What :func:`check_lines` writes after a cell it tried and found to be a hole.
 HOLE_MARK = "~"
 #: What :func:`check_lines` (``agents=True``, style ``crowd``) writes after a cell it tried
@@ -254,13 +257,14 @@ def select_blocked(lakes, n: int, share: float):
     return select_shares(lakes, n, [(straight_blocked(lakes), share)])
 
 
-def detour_lakes(lakes) -> np.ndarray:
+def detour_lakes(lakes, solutions: Optional[list] = None) -> np.ndarray:
     """``[N]`` bool: some agent's reference path (:func:`jaxlake.planner.solve`) takes a step
     away from its goal (its Manhattan distance grows): the lakes where, somewhere on the way,
     every cell toward the goal is a hole or taken, so the trace must write a detour. A host
-    loop over the planner's solutions."""
-    out = np.zeros((int(np.asarray(lakes.num_agents).shape[0]),), bool)
-    for i, sol in enumerate(planner.solve_batch(lakes).solutions):
+    loop over the planner's solutions (``solutions``: the batch's, when already solved)."""
+    sols = planner.solve_batch(lakes).solutions if solutions is None else solutions
+    out = np.zeros((len(sols),), bool)
+    for i, sol in enumerate(sols):
         if not sol.found:
             continue
         for path in sol.paths:
@@ -269,6 +273,20 @@ def detour_lakes(lakes) -> np.ndarray:
                 out[i] = True
                 break
     return out
+
+
+def crowded_lakes(lakes, solutions: Optional[list] = None) -> np.ndarray:
+    """``[N]`` bool: the ``crowd`` trace of the lake's reference plan writes an agent mark
+    (:data:`AGENT_MARK`): on the way, some agent tries a cell toward its goal that an earlier
+    agent takes over the same step, so its plan must wait or go round (:func:`check_lines`
+    with ``agents``). The lakes where the trace checks the other agents at all; on the
+    engineer's whole space a few per cent. A host loop (``solutions``: the batch's, when
+    already solved)."""
+    sols = planner.solve_batch(lakes).solutions if solutions is None else solutions
+    counts, holes = np.asarray(lakes.num_agents), np.asarray(lakes.holes, bool)
+    stays = np.asarray(lakes.on_goal) == ON_GOAL_STAY
+    return np.array([sol.found and any(AGENT_MARK in line for line in check_lines(
+        sol, int(counts[i]), holes[i], agents=True, stays=bool(stays[i]))) for i, sol in enumerate(sols)], bool)
 
 
 def select_shares(lakes, n: int, wants: list) -> Any:
@@ -305,15 +323,20 @@ def token_weights(tokens: np.ndarray, mask: np.ndarray, tokenizer: Any, mark_wei
 def reference_lakes(key: jax.Array, env: Mixture, n: int, wc: Any):
     """The ``n`` lakes of one supervised batch: fresh lakes of ``env`` (its components drawn at
     random, ``split="random"``), of which at least ``wc.detour_share`` are lakes whose
-    reference path detours (:func:`detour_lakes`, taken first: the rarer) and at least
-    ``wc.blocked_share`` lakes whose straight walk meets a hole, picked from a pool
-    :data:`BLOCKED_POOL` times larger when either share is asked for. ``wc``: a
+    reference path detours (:func:`detour_lakes`, taken first: the rarest), then at least
+    ``wc.crowded_share`` lakes where one agent's way meets another's (:func:`crowded_lakes`)
+    and at least ``wc.blocked_share`` lakes whose straight walk meets a hole, picked from a
+    pool :data:`BLOCKED_POOL` times larger when any share is asked for (:data:`CROWDED_POOL`
+    times with ``crowded_share``). ``wc``: a
     :class:`llm.training.config.WarmStartConfig`. Deterministic in ``key``."""
-    selecting = wc.blocked_share > 0 or wc.detour_share > 0
-    lakes = sample_lakes(key, env, n * (BLOCKED_POOL if selecting else 1), split="random")
+    selecting = wc.blocked_share > 0 or wc.detour_share > 0 or wc.crowded_share > 0
+    pool = CROWDED_POOL if wc.crowded_share > 0 else BLOCKED_POOL if selecting else 1
+    lakes = sample_lakes(key, env, n * pool, split="random")
     if not selecting:
         return lakes
-    wants = [(detour_lakes(lakes), wc.detour_share)] if wc.detour_share > 0 else []
+    sols = planner.solve_batch(lakes).solutions if wc.detour_share > 0 or wc.crowded_share > 0 else None
+    wants = [(detour_lakes(lakes, sols), wc.detour_share)] if wc.detour_share > 0 else []
+    wants += [(crowded_lakes(lakes, sols), wc.crowded_share)] if wc.crowded_share > 0 else []
     return select_shares(lakes, n, wants + [(straight_blocked(lakes), wc.blocked_share)])
 
 
@@ -422,6 +445,7 @@ def run_warmstart(
         row = {"phase": "warmstart", "step": step + 1, **{k: float(v) for k, v in m.items()},
                "solved_share": float(solved_all.mean()), "blocked_share": blocked,
                **({"detour_share": float(detour_lakes(lakes).mean())} if wc.detour_share > 0 else {}),
+               **({"crowded_share": float(crowded_lakes(lakes).mean())} if wc.crowded_share > 0 else {}),
                "target_len": float(target_all[solved_all].mean()) if solved_all.any() else 0.0,
                **({"packed_dropped": dropped} if wc.pack_rows else {}),
                "lr": schedule_value(wc.optim, wc.steps, step),

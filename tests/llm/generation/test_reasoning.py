@@ -436,6 +436,36 @@ def test_detour_share_picks_lakes_whose_reference_path_steps_away_from_a_goal():
     with pytest.raises(ValueError, match="warmstart.detour_share"):
         WarmStartConfig(detour_share=-0.1)
 
+def test_crowded_share_picks_lakes_whose_crowd_trace_marks_an_agent():
+    """``crowded_lakes`` flags exactly the lakes whose ``crowd`` reference trace writes an agent
+    mark (checked here on the completions the warm start writes), they are rare on drawn lakes,
+    and ``reference_lakes`` with ``crowded_share`` fills that share of a batch with them."""
+    from types import SimpleNamespace
+
+    from jaxlake.config import LakeConfig
+    from jaxlake.generator import generate_batch
+    from jaxlake.mixture import Mixture
+    from llm.training.config import WarmStartConfig
+    from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
+    from llm.training.warmstart import AGENT_MARK, crowded_lakes, plan_targets, reference_lakes
+
+    config = LakeConfig(height=5, width=5, num_agents=2, hole_density=0.1, conflict_density=1.0, max_steps=16)
+    lakes = generate_batch(jax.random.PRNGKey(3), config, 64)
+    flags = crowded_lakes(lakes)
+    *_, texts = plan_targets(lakes, to_hf_tokenizer(build_game_tokenizer()), 400, thinking_tokens=300,
+                             style="crowd")
+    np.testing.assert_array_equal(flags, [AGENT_MARK in t for t in texts])
+    assert 0 < flags.sum() < 32
+    wc = SimpleNamespace(blocked_share=0.0, detour_share=0.0, crowded_share=0.5)
+    batch = reference_lakes(jax.random.PRNGKey(4), Mixture.of(config), 16, wc)
+    assert crowded_lakes(batch).sum() >= 8
+    plain = reference_lakes(jax.random.PRNGKey(4), Mixture.of(config), 16,
+                            SimpleNamespace(blocked_share=0.0, detour_share=0.0, crowded_share=0.0))
+    assert crowded_lakes(plain).sum() < 8
+    with pytest.raises(ValueError, match="warmstart.crowded_share"):
+        WarmStartConfig(crowded_share=2)
+
+
 def _solution(*paths):
     from types import SimpleNamespace
 
