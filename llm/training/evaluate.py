@@ -34,6 +34,10 @@ same suite, lake by lake (:func:`jaxlake.stats.paired_difference`): the differen
 scores with its 95 % interval, the lakes won and lost, and the exact sign test on them. Two
 policies trained from one start disagree on few lakes, so the paired interval is several
 times narrower than either score's own (README, "How precisely a stage is measured").
+
+The last line counts the failed lakes by kind (:func:`jaxlake.suite.failed_by_kind`: collided,
+fell, malformed, timed out, each lake once), with ``--against`` as ``before -> after``: what a
+change moved, not only how much.
 """
 
 from __future__ import annotations
@@ -50,8 +54,8 @@ from typing import Any, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
-from jaxlake.suite import (Suite, aggregate, build_suite, lake_outcomes, load_eval_conf, reference_soc, render_grids,
-                           score_texts, take_lakes)
+from jaxlake.suite import (FAILURE_KINDS, Suite, aggregate, build_suite, failed_by_kind, lake_outcomes, load_eval_conf,
+                           reference_soc, render_grids, score_texts, take_lakes)
 from jaxlake.text import format_plan
 from jaxlake.conf import CONF_DIR
 from jaxlake.config import to_plain
@@ -336,6 +340,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"{args.checkpoint}: {scores} over {result['suite']['num_lakes']} lakes -> {args.out}")
     if paired is not None:
         print(f"against {other.get('checkpoint') or args.against} ({paired[0]}): {paired[1].line()}")
+    mode = paired[0] if paired is not None else next(iter(result["modes"]), None)
+    if mode is not None:
+        mine = failed_by_kind(result["episodes"], mode)
+        theirs = failed_by_kind(other["episodes"], mode) if paired is not None else None
+        print(f"failed lakes ({mode}): " + ", ".join(
+            f"{k} {theirs[k]} -> {mine[k]}" if theirs is not None else f"{k} {mine[k]}" for k in FAILURE_KINDS))
     return 0
 
 

@@ -67,8 +67,23 @@ def test_against_pairs_two_evaluations_of_one_suite(tmp_path, scripted, capsys):
     assert (against["wins"], against["losses"], against["n"]) == (2, 1, n)
     assert against["mean_a"] == (n - 3) / n and against["mean_b"] == (n - 2) / n
     assert against["diff"] == pytest.approx(1 / n)
-    assert out[-1] == (f"against default (greedy): {(n - 3) / n:.3f} -> {(n - 2) / n:.3f} "
+    assert out[-2] == (f"against default (greedy): {(n - 3) / n:.3f} -> {(n - 2) / n:.3f} "
                        f"(+{1 / n:.3f} +- {against['half_width']:.3f}, 2 won, 1 lost, p = 1, {n} lakes)")
+    # "no idea" is malformed: 3 failed lakes before, 2 after, none of another kind
+    assert out[-1] == "failed lakes (greedy): collided 0 -> 0, fell 0 -> 0, malformed 3 -> 2, timed out 0 -> 0"
+
+
+def test_failed_by_kind_counts_each_failed_lake_once_by_its_first_kind():
+    from jaxlake.suite import failed_by_kind
+
+    def rec(lake, success, *types, mode="greedy", sample=0):
+        return {"lake": lake, "mode": mode, "sample": sample, "success": success, "failure_types": list(types)}
+
+    episodes = [rec(0, True), rec(1, False, "conflict", "timeout"), rec(2, False, "fell", "conflict"),
+                rec(3, False, "fell"), rec(4, False, "malformed", "fell"), rec(5, False, "timeout"),
+                rec(6, False, "malformed", "timeout"), rec(7, False, "fell", sample=1), rec(8, False, "fell", mode="sampled")]
+    assert failed_by_kind(episodes) == {"collided": 2, "fell": 2, "malformed": 1, "timed out": 1}
+    assert failed_by_kind(episodes, "sampled") == {"collided": 0, "fell": 1, "malformed": 0, "timed out": 0}
 
 
 def test_against_another_suite_or_a_bad_file_is_one_line_and_evaluates_nothing(tmp_path, scripted, capsys,
