@@ -326,24 +326,24 @@ def lake_outcomes(episodes: Sequence[Mapping[str, Any]], mode: str = "greedy") -
             if r.get("mode") == mode and int(r.get("sample", 0)) == 0}
 
 
-#: What :func:`failed_by_kind` counts, in the order a failed lake is assigned one: a lake
-#: with any conflict collided (a collision usually ends in a timeout or a fall too), else fell
-#: if an agent fell, else was malformed (an answer that does not parse leaves its agents
-#: standing, so it times out too), else timed out.
-FAILURE_KINDS = ("collided", "fell", "malformed", "timed out")
+#: What :func:`failed_by_kind` counts, each kind with the :func:`failure_types` entry that
+#: shows it, in the order a failed lake is assigned one: a lake with any conflict collided (a
+#: collision usually ends in a timeout or a fall too), else fell if an agent fell, else was
+#: malformed (an answer that does not parse leaves its agents standing, so it times out too),
+#: else timed out.
+FAILURE_KINDS = {"collided": "conflict", "fell": "fell", "malformed": "malformed", "timed out": "timeout"}
 
 
 def failed_by_kind(episodes: Sequence[Mapping[str, Any]], mode: str = "greedy") -> dict[str, int]:
     """``{kind: lakes}`` over :data:`FAILURE_KINDS`: the failed lakes of a suite evaluation's
     ``mode`` episodes (each lake's first sample, as :func:`lake_outcomes` pairs them), each
     counted once, by the first kind its :func:`failure_types` show in that order."""
-    types = {"collided": "conflict", "fell": "fell", "timed out": "timeout", "malformed": "malformed"}
     counts = dict.fromkeys(FAILURE_KINDS, 0)
     for rec in episodes:
         if rec.get("mode") != mode or int(rec.get("sample", 0)) != 0 or rec["success"]:
             continue
         shown = rec["failure_types"] if "failure_types" in rec else failure_types(rec)
-        kind = next((k for k in FAILURE_KINDS if types[k] in shown), "timed out")
+        kind = next((k for k, t in FAILURE_KINDS.items() if t in shown), "timed out")
         counts[kind] += 1
     return counts
 

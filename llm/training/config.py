@@ -51,6 +51,11 @@ def _positive_int(where: str, value: Any, low: int = 1) -> None:
         raise ValueError(f"{where}={value!r} must be an integer >= {low}")
 
 
+def _number_in(where: str, value: Any, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ValueError(f"{where}={value!r} not a number in [{low:g}, {high:g}]")
+
+
 @dataclasses.dataclass(frozen=True)
 class WarmStartConfig:
     """Supervised warm start on reference-planner plans (see :mod:`llm.training.warmstart`).
@@ -87,18 +92,9 @@ class WarmStartConfig:
 
     def __post_init__(self) -> None:
         _positive_int("warmstart.steps", self.steps, 0)
-        if isinstance(self.blocked_share, bool) or not isinstance(self.blocked_share, (int, float)) \
-                or not 0.0 <= self.blocked_share <= 1.0:
-            raise ValueError(f"warmstart.blocked_share={self.blocked_share!r} not a number in [0, 1]")
-        if isinstance(self.detour_share, bool) or not isinstance(self.detour_share, (int, float)) \
-                or not 0.0 <= self.detour_share <= 1.0:
-            raise ValueError(f"warmstart.detour_share={self.detour_share!r} not a number in [0, 1]")
-        if isinstance(self.crowded_share, bool) or not isinstance(self.crowded_share, (int, float)) \
-                or not 0.0 <= self.crowded_share <= 1.0:
-            raise ValueError(f"warmstart.crowded_share={self.crowded_share!r} not a number in [0, 1]")
-        if isinstance(self.mark_weight, bool) or not isinstance(self.mark_weight, (int, float)) \
-                or not 1.0 <= self.mark_weight <= 100.0:
-            raise ValueError(f"warmstart.mark_weight={self.mark_weight!r} not a number in [1, 100]")
+        for name in ("blocked_share", "detour_share", "crowded_share"):
+            _number_in(f"warmstart.{name}", getattr(self, name), 0.0, 1.0)
+        _number_in("warmstart.mark_weight", self.mark_weight, 1, 100)
         _positive_int("warmstart.batch_size", self.batch_size)
         _positive_int("warmstart.micro_batches", self.micro_batches)
         _positive_int("warmstart.checkpoint_every", self.checkpoint_every)
@@ -141,8 +137,8 @@ class AnchorConfig:
     Each GRPO step also draws ``lakes`` fresh lakes of the stage's *warm-start* environment
     (the stage's own, or with ``pipeline.warmstart_env=space`` every config the engineer may
     choose), writes the reference planner's completions as the warm start does
-    (``train.warmstart``'s ``blocked_share``, ``detour_share``, ``mark_weight`` and trace
-    style), and adds ``weight`` times their token-mean NLL to the GRPO loss: one optimizer step
+    (``train.warmstart``'s ``blocked_share``, ``detour_share``, ``crowded_share``, ``mark_weight``
+    and trace style), and adds ``weight`` times their token-mean NLL to the GRPO loss: one optimizer step
     on the summed gradient (:func:`llm.rl.updates.make_grpo_update`). ``weight`` 0 (the
     default) turns it off and costs nothing. ``screen_lakes`` > 0 draws that many lakes
     instead, decodes them greedily with the current policy and keeps ``lakes`` of them, the
@@ -155,9 +151,7 @@ class AnchorConfig:
     screen_lakes: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) \
-                or not 0.0 <= self.weight <= 100.0:
-            raise ValueError(f"grpo.anchor.weight={self.weight!r} not a number in [0, 100]")
+        _number_in("grpo.anchor.weight", self.weight, 0, 100)
         _positive_int("grpo.anchor.lakes", self.lakes)
         _positive_int("grpo.anchor.screen_lakes", self.screen_lakes, 0)
         if 0 < self.screen_lakes < self.lakes:

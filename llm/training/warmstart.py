@@ -113,7 +113,8 @@ def path_lines(solution: planner.Solution, num_agents: int, cell: str = " {row}{
 BLOCKED_POOL = 4
 #: With ``warmstart.crowded_share > 0`` the pool is this many times the batch instead: lakes
 #: where one agent's way meets another's (:func:`crowded_lakes`) are about a sixth of the
-#: engineer's space and a tenth of 5x5 two-agent lakes at conflict density 1.
+#: engineer's space (the warm start's ``crowded_share`` metric) and a tenth of 5x5 two-agent
+#: lakes at conflict density 1.
 CROWDED_POOL = 8
 #: What :func:`check_lines` writes after a cell it tried and found to be a hole.
 HOLE_MARK = "~"
@@ -445,7 +446,8 @@ def run_warmstart(
         row = {"phase": "warmstart", "step": step + 1, **{k: float(v) for k, v in m.items()},
                "solved_share": float(solved_all.mean()), "blocked_share": blocked,
                **({"detour_share": float(detour_lakes(lakes).mean())} if wc.detour_share > 0 else {}),
-               **({"crowded_share": float(crowded_lakes(lakes).mean())} if wc.crowded_share > 0 else {}),
+               **({"crowded_share": float(crowded_lakes(lakes).mean())}
+                  if wc.crowded_share > 0 or reasoning.warmstart_style == "crowd" else {}),
                "target_len": float(target_all[solved_all].mean()) if solved_all.any() else 0.0,
                **({"packed_dropped": dropped} if wc.pack_rows else {}),
                "lr": schedule_value(wc.optim, wc.steps, step),

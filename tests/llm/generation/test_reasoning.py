@@ -436,6 +436,7 @@ def test_detour_share_picks_lakes_whose_reference_path_steps_away_from_a_goal():
     with pytest.raises(ValueError, match="warmstart.detour_share"):
         WarmStartConfig(detour_share=-0.1)
 
+
 def test_crowded_share_picks_lakes_whose_crowd_trace_marks_an_agent():
     """``crowded_lakes`` flags exactly the lakes whose ``crowd`` reference trace writes an agent
     mark (checked here on the completions the warm start writes), they are rare on drawn lakes,
