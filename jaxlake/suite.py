@@ -348,6 +348,33 @@ def failed_by_kind(episodes: Sequence[Mapping[str, Any]], mode: str = "greedy") 
     return counts
 
 
+#: Short names of the suite dimensions in :func:`cell_label` (others keep their own).
+_DIM_LABELS = {"num_agents": "n", "hole_density": "holes", "conflict_density": "conflict"}
+
+
+def cell_label(values: Mapping[str, Any]) -> str:
+    """A suite cell's values in one line: ``size=4 n=2 holes=0.2 conflict=1``."""
+    return " ".join(f"{_DIM_LABELS.get(k, k)}={v:g}" if isinstance(v, (int, float)) else f"{_DIM_LABELS.get(k, k)}={v}"
+                    for k, v in values.items())
+
+
+def moved_cells(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]],
+                cells: Sequence[Mapping[str, Any]], mode: str = "greedy") -> list[tuple[Mapping[str, Any], int, int, int]]:
+    """``[(cell, solved before, solved after, lakes)]`` for the suite cells (``{"id", "values",
+    ...}``, :meth:`Suite.describe`'s) whose count of solved lakes differs between two
+    evaluations of one suite (``mode`` episodes, each lake's first sample), the largest change
+    first (ties in cell order). A change of the aggregate spread over all cells is noise; one
+    held in a few cells says what a stage taught, and what it traded for it."""
+    a, b = lake_outcomes(before, mode), lake_outcomes(after, mode)
+    out = []
+    for c in cells:
+        lakes = [k for k in a if k[0] == int(c["id"])]
+        n_a, n_b = sum(a[k] for k in lakes), sum(bool(b.get(k)) for k in lakes)
+        if n_a != n_b:
+            out.append((c, n_a, n_b, len(lakes)))
+    return sorted(out, key=lambda t: -abs(t[2] - t[1]))
+
+
 def take_lakes(lakes: Lake, index: np.ndarray) -> Lake:
     """Rows ``index`` of a batched lake (e.g. to repeat lakes for several samples)."""
     index = jnp.asarray(index)

@@ -35,9 +35,11 @@ scores with its 95 % interval, the lakes won and lost, and the exact sign test o
 policies trained from one start disagree on few lakes, so the paired interval is several
 times narrower than either score's own (README, "How precisely a stage is measured").
 
-The last line counts the failed lakes by kind (:func:`jaxlake.suite.failed_by_kind`: collided,
+A line counts the failed lakes by kind (:func:`jaxlake.suite.failed_by_kind`: collided,
 fell, malformed, timed out, each lake once), with ``--against`` as ``before -> after``: what a
-change moved, not only how much.
+change moved, not only how much. With ``--against`` the last line names the suite cells whose
+solved lakes changed, largest change first (:func:`jaxlake.suite.moved_cells`): where a change
+won its lakes, and where it lost others for them.
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ from typing import Any, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
-from jaxlake.suite import (FAILURE_KINDS, Suite, aggregate, build_suite, failed_by_kind, lake_outcomes, load_eval_conf,
-                           reference_soc, render_grids, score_texts, take_lakes)
+from jaxlake.suite import (FAILURE_KINDS, Suite, aggregate, build_suite, cell_label, failed_by_kind, lake_outcomes,
+                           load_eval_conf, moved_cells, reference_soc, render_grids, score_texts, take_lakes)
 from jaxlake.text import format_plan
 from jaxlake.conf import CONF_DIR
 from jaxlake.config import to_plain
@@ -346,6 +348,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         theirs = failed_by_kind(other["episodes"], mode) if paired is not None else None
         print(f"failed lakes ({mode}): " + ", ".join(
             f"{k} {theirs[k]} -> {mine[k]}" if theirs is not None else f"{k} {mine[k]}" for k in FAILURE_KINDS))
+    if paired is not None:
+        moved = moved_cells(other["episodes"], result["episodes"], result["suite"]["cells"], mode)
+        print(f"cells that moved ({mode}, lakes solved): " + ("; ".join(
+            f"{cell_label(c['values'])}: {x} -> {y} of {n}" for c, x, y, n in moved) or "none"))
     return 0
 
 

@@ -67,10 +67,23 @@ def test_against_pairs_two_evaluations_of_one_suite(tmp_path, scripted, capsys):
     assert (against["wins"], against["losses"], against["n"]) == (2, 1, n)
     assert against["mean_a"] == (n - 3) / n and against["mean_b"] == (n - 2) / n
     assert against["diff"] == pytest.approx(1 / n)
-    assert out[-2] == (f"against default (greedy): {(n - 3) / n:.3f} -> {(n - 2) / n:.3f} "
+    assert out[-3] == (f"against default (greedy): {(n - 3) / n:.3f} -> {(n - 2) / n:.3f} "
                        f"(+{1 / n:.3f} +- {against['half_width']:.3f}, 2 won, 1 lost, p = 1, {n} lakes)")
     # "no idea" is malformed: 3 failed lakes before, 2 after, none of another kind
-    assert out[-1] == "failed lakes (greedy): collided 0 -> 0, fell 0 -> 0, malformed 3 -> 2, timed out 0 -> 0"
+    assert out[-2] == "failed lakes (greedy): collided 0 -> 0, fell 0 -> 0, malformed 3 -> 2, timed out 0 -> 0"
+    # the cells of lakes 0 and 1 (won) and 5 (lost): the suite is cell-major, lakes_per_cell a cell
+    from jaxlake.suite import cell_label
+
+    per = result["suite"]["lakes_per_cell"]
+    cells = result["suite"]["cells"]
+    change = {}
+    for lake, d in ((0, +1), (1, +1), (5, -1)):
+        change[lake // per] = change.get(lake // per, 0) + d
+    solved = {i: per - sum(1 for lake in (0, 1, 2) if lake // per == i) for i in range(len(cells))}
+    moved = sorted((i for i in change if change[i]), key=lambda i: (-abs(change[i]), i))
+    assert moved, "the scripted change moves at least one cell"
+    assert out[-1] == "cells that moved (greedy, lakes solved): " + "; ".join(
+        f"{cell_label(cells[i]['values'])}: {solved[i]} -> {solved[i] + change[i]} of {per}" for i in moved)
 
 
 def test_failed_by_kind_counts_each_failed_lake_once_by_its_first_kind():
@@ -84,6 +97,24 @@ def test_failed_by_kind_counts_each_failed_lake_once_by_its_first_kind():
                 rec(6, False, "malformed", "timeout"), rec(7, False, "fell", sample=1), rec(8, False, "fell", mode="sampled")]
     assert failed_by_kind(episodes) == {"collided": 2, "fell": 2, "malformed": 1, "timed out": 1}
     assert failed_by_kind(episodes, "sampled") == {"collided": 0, "fell": 1, "malformed": 0, "timed out": 0}
+
+
+def test_moved_cells_names_the_cells_whose_solved_lakes_changed_largest_first():
+    from jaxlake.suite import cell_label, moved_cells
+
+    cells = [{"id": i, "values": {"size": 4, "num_agents": 1 + i % 2, "hole_density": 0.2 * i, "conflict_density": 1.0}}
+             for i in range(3)]
+
+    def evaluation(solved):  # solved: {cell: lakes solved of 4}
+        return [{"lake": 4 * c + j, "cell": c, "mode": "greedy", "sample": 0, "success": j < solved[c]}
+                for c in range(3) for j in range(4)]
+
+    before, after = evaluation({0: 3, 1: 1, 2: 2}), evaluation({0: 2, 1: 4, 2: 2})
+    got = moved_cells(before, after, cells)
+    assert [(c["id"], x, y, n) for c, x, y, n in got] == [(1, 1, 4, 4), (0, 3, 2, 4)]
+    assert moved_cells(before, before, cells) == []
+    assert moved_cells(before, after, cells, mode="sampled") == []  # no sampled episodes: nothing moved
+    assert cell_label(cells[1]["values"]) == "size=4 n=2 holes=0.2 conflict=1"
 
 
 def test_against_another_suite_or_a_bad_file_is_one_line_and_evaluates_nothing(tmp_path, scripted, capsys,
