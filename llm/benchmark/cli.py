@@ -1,4 +1,4 @@
-"""``python -m llm.benchmark [generate | train | grpo | pack] ...``: the model's speed and memory,
+"""``python -m llm.benchmark [generate | train | grpo | pack | prefetch] ...``: the model's speed and memory,
 each rate beside the hardware's limit (:mod:`llm.benchmark.roofline`) and, for generation, beside
 ``transformers`` on the same weights.
 
@@ -12,7 +12,9 @@ each rate beside the hardware's limit (:mod:`llm.benchmark.roofline`) and, for g
 * ``grpo``: one whole GRPO step with the time split between sampling, log-probs and updates
   (:func:`llm.benchmark.train.grpo_main`);
 * ``pack``: the warm start's update on pretraining's batches, padded against packed rows
-  (:func:`llm.benchmark.pack.pack_main`).
+  (:func:`llm.benchmark.pack.pack_main`);
+* ``prefetch``: the warm start's whole step, its batch prepared in line against on a thread
+  while the step before updates (:func:`llm.benchmark.prefetch.prefetch_main`).
 
 ``python -m llm.benchmark <mode> --help`` lists each mode's options; docs/performance.md has
 the tables and the commands that made them, ``docs/gpu/*.sh`` the GPU scripts.
@@ -25,9 +27,10 @@ from typing import Any
 
 from llm.benchmark.generate import compare_main, generate_main
 from llm.benchmark.pack import pack_main
+from llm.benchmark.prefetch import prefetch_main
 from llm.benchmark.train import grpo_main, train_main
 
-MODES = {"generate": generate_main, "train": train_main, "grpo": grpo_main, "pack": pack_main}
+MODES = {"generate": generate_main, "train": train_main, "grpo": grpo_main, "pack": pack_main, "prefetch": prefetch_main}
 
 
 def main(argv: list[str] | None = None) -> list[Any]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional
 
 import jax
@@ -390,8 +391,14 @@ def run_warmstart(
     completion_len: int,
     mesh=None,
     max_steps: Optional[int] = None,
+    prefetch: Optional[bool] = None,
 ) -> PhaseResult:
-    """Run (or resume) the warm start; rows ``phase="warmstart"`` go to ``metrics``."""
+    """Run (or resume) the warm start; rows ``phase="warmstart"`` go to ``metrics``.
+
+    ``prefetch``: prepare each step's batch (lakes drawn, planned, encoded, packed) on a
+    thread while the step before it updates; ``None``: whenever the run has one process
+    (several prepare in line: the row gather is a collective whose order they must keep). The
+    data is keyed by step, so both ways train on the same batches."""
     wc = config.warmstart
     optimizer = make_optimizer(wc.optim, wc.steps)
     if mesh is not None:
@@ -418,12 +425,19 @@ def run_warmstart(
     bar = progress_bar(wc.steps, start, "warmstart", config.progress)
     rows_sharding = shd.batch_sharding(mesh) if mesh is not None else None
     _, pad_id = eos_and_pad(policy.tokenizer)
-    for step in range(start, end):
-        t0 = time.perf_counter()
+
+    def prepare(step: int) -> tuple:
+        """Step ``step``'s batch, drawn, planned, encoded, packed and placed, and the batch's
+        shares for its metrics row: a step's host work, which a one-process run does on a
+        thread while the step before it updates."""
         lakes = reference_lakes(jax.random.fold_in(data_key, step), env, wc.batch_size, wc)  # the same on every process
-        blocked = float(straight_blocked(lakes).mean())
+        shares = {"blocked_share": float(straight_blocked(lakes).mean())}
         rows = dist.process_rows(wc.batch_size, rows_sharding)  # this process plans and encodes only its rows
         lakes = dist.take_rows(lakes, rows)
+        if wc.detour_share > 0:
+            shares["detour_share"] = float(detour_lakes(lakes).mean())
+        if wc.crowded_share > 0 or reasoning.warmstart_style == "crowd":
+            shares["crowded_share"] = float(crowded_lakes(lakes).mean())
         ids, pmask, tokens, mask, scale, solved = reference_rows(lakes, policy.tokenizer, prompter, completion_len,
                                                                  thinking_tokens, wc.mark_weight)
         solved_all, target_all, prompt_all, scale_all = dist.gather_rows((solved, mask.sum(1), pmask.sum(1),
@@ -438,28 +452,41 @@ def run_warmstart(
             batch = TokenBatch(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask,
                                weights=weights.astype(np.float32))
             batch = dist.global_batch(batch, rows_sharding, wc.batch_size) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, batch)
-        t_upd = time.perf_counter()
-        state, opt_state, m = update(state, opt_state, batch)
-        m = jax.device_get(m)
-        t_end = time.perf_counter()
-        processed = int(prompt_all.sum() + target_all.sum())
-        row = {"phase": "warmstart", "step": step + 1, **{k: float(v) for k, v in m.items()},
-               "solved_share": float(solved_all.mean()), "blocked_share": blocked,
-               **({"detour_share": float(detour_lakes(lakes).mean())} if wc.detour_share > 0 else {}),
-               **({"crowded_share": float(crowded_lakes(lakes).mean())}
-                  if wc.crowded_share > 0 or reasoning.warmstart_style == "crowd" else {}),
-               "target_len": float(target_all[solved_all].mean()) if solved_all.any() else 0.0,
-               **({"packed_dropped": dropped} if wc.pack_rows else {}),
-               "lr": schedule_value(wc.optim, wc.steps, step),
-               "time/step_s": t_end - t0, "time/update_s": t_end - t_upd,
-               "train_tokens_per_s": processed / max(t_end - t_upd, 1e-9)}
-        if (step + 1) % wc.log_every == 0 or step + 1 == end:
-            metrics.append(row)
-        else:
-            metrics.append({"phase": "warmstart", "step": step + 1, "nll": row["nll"], "time/step_s": row["time/step_s"]})
-        bar.update(1)
-        bar.set_postfix(nll=f"{row['nll']:.3f}", acc=f"{row['token_acc']:.3f}")
-        if (step + 1) % wc.checkpoint_every == 0 or step + 1 == wc.steps:
-            ckpt.save(Policy(policy.graphdef, state, policy.tokenizer), opt_state, step + 1, rng, step + 1)
+        return batch, shares, dropped, solved_all, target_all, prompt_all
+
+    if prefetch is None:
+        prefetch = jax.process_count() == 1
+    ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warmstart-data") if prefetch else None
+    pending = ahead.submit(prepare, start) if ahead is not None and start < end else None
+    try:
+        for step in range(start, end):
+            t0 = time.perf_counter()
+            batch, shares, dropped, solved_all, target_all, prompt_all = (
+                pending.result() if pending is not None else prepare(step))
+            pending = ahead.submit(prepare, step + 1) if ahead is not None and step + 1 < end else None
+            t_upd = time.perf_counter()
+            state, opt_state, m = update(state, opt_state, batch)
+            m = jax.device_get(m)
+            t_end = time.perf_counter()
+            processed = int(prompt_all.sum() + target_all.sum())
+            row = {"phase": "warmstart", "step": step + 1, **{k: float(v) for k, v in m.items()},
+                   "solved_share": float(solved_all.mean()), **shares,
+                   "target_len": float(target_all[solved_all].mean()) if solved_all.any() else 0.0,
+                   **({"packed_dropped": dropped} if wc.pack_rows else {}),
+                   "lr": schedule_value(wc.optim, wc.steps, step),
+                   "time/step_s": t_end - t0, "time/data_wait_s": t_upd - t0, "time/update_s": t_end - t_upd,
+                   "train_tokens_per_s": processed / max(t_end - t_upd, 1e-9)}
+            if (step + 1) % wc.log_every == 0 or step + 1 == end:
+                metrics.append(row)
+            else:
+                metrics.append({"phase": "warmstart", "step": step + 1, "nll": row["nll"],
+                                "time/step_s": row["time/step_s"]})
+            bar.update(1)
+            bar.set_postfix(nll=f"{row['nll']:.3f}", acc=f"{row['token_acc']:.3f}")
+            if (step + 1) % wc.checkpoint_every == 0 or step + 1 == wc.steps:
+                ckpt.save(Policy(policy.graphdef, state, policy.tokenizer), opt_state, step + 1, rng, step + 1)
+    finally:
+        if ahead is not None:  # an interrupted run drops the batch drawn ahead
+            ahead.shutdown(wait=True, cancel_futures=True)
     bar.close()
     return PhaseResult(policy=Policy(policy.graphdef, state, policy.tokenizer), step=end, resumed_from=resumed)

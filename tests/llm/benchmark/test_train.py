@@ -70,3 +70,21 @@ def test_pack_mode_times_padded_and_packed_updates_on_pretraining_lakes(tmp_path
     # 4 sequences of 30-256 tokens do not all fit one 256-position row: some are left out and counted
     assert one["dropped"] >= 1 and 0 < padded["fill"] < 1
     assert json.loads(out.read_text())["layouts"][1]["dropped"] == two["dropped"]
+
+
+def test_prefetch_mode_times_the_warm_start_in_line_and_prefetched(tmp_path, capsys):
+    out = tmp_path / "prefetch.json"
+    result = main(["prefetch", "--steps", "3", "--batch", "4", "--pack-rows", "2", "--out", str(out)])
+    assert result["space_configs"] == 3750 and result["style"] == "crowd"  # pretraining's lakes and trace
+    line, ahead = result["ways"]
+    assert (line["way"], line["prefetch"], line["speedup"]) == ("in line", False, 1.0)
+    assert (ahead["way"], ahead["prefetch"]) == ("prefetched", True)
+    for w in (line, ahead):
+        assert w["steps_timed"] == 2 and w["step_s"] > 0 and 0 <= w["data_wait_s"] <= w["step_s"]
+        assert w["update_s"] <= w["step_s"] and w["wall_s"] > 0
+    assert ahead["speedup"] == pytest.approx(line["step_s"] / ahead["step_s"])
+    assert line["data_wait_s"] > 0  # in line, every step prepares its own batch first
+    assert json.loads(out.read_text())["ways"][1]["prefetch"] is True
+    assert "| prefetched |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["prefetch", "--style", "grid"])

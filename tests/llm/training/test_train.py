@@ -187,6 +187,33 @@ def test_warmstart_targets_and_completion_only_loss(policy, tokenizer):
     np.testing.assert_allclose(float(m["nll"]), -float(jnp.sum(logp)) / mask.sum(), rtol=1e-5)
 
 
+def test_warmstart_prefetch_trains_on_the_batches_drawn_in_line(tokenizer, tmp_path):
+    """The batch prepared on a thread while the step before updates is the batch the in-line
+    loop draws: the same parameters and the same metric rows (timings aside), step by step."""
+    from jaxlake.metrics import JsonlWriter
+
+    start = Policy.from_model(tiny_model(len(tokenizer), seed=2), tokenizer)
+    config = StageConfig.from_cfg({"train": {"seed": 5, "progress": False,
+                                             "warmstart": {"steps": 3, "batch_size": 4, "checkpoint_every": 2,
+                                                           "blocked_share": 0.5, "pack_rows": 2}}}).train
+    env = LakeConfig(height=4, width=4, num_agents=2, hole_density=0.2, max_steps=8, max_height=4, max_width=4,
+                     max_agents=2)
+    lakes = sample_lakes(jax.random.PRNGKey(0), env, 8)
+    prompter = Prompter.fit(tokenizer, TrainConfig().prompt, lakes, None, 16)
+    out = {}
+    for prefetch in (False, True):
+        writer = JsonlWriter(tmp_path / f"{prefetch}.jsonl")
+        res = ws.run_warmstart(Policy(start.graphdef, copy_state(start.state), tokenizer), config, env,
+                               tmp_path / f"ckpt_{prefetch}", writer, prompter, 24, prefetch=prefetch)
+        writer.close()
+        assert res.step == 3
+        out[prefetch] = (leaves(res.policy.state), comparable(MetricsLog(tmp_path / f"{prefetch}.jsonl").rows()))
+    for a, b in zip(out[False][0], out[True][0]):
+        np.testing.assert_array_equal(a, b)
+    assert out[False][1] == out[True][1] and len(out[True][1]) == 3
+    assert not any(np.array_equal(a, b) for a, b in zip(out[True][0], leaves(start.state)) if a.size > 1)
+
+
 # ----------------------------------------------------------------------------- stage runs
 
 
