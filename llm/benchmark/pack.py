@@ -30,21 +30,29 @@ PROMPT_TOKENS = 112
 PLAN_TOKENS = 48
 
 
-def _batches(tokenizer, batch: int, steps: int, seed: int):
-    import jax
+def pretraining_space():
+    """What ``python -m jaxlake.pretrain`` trains on: every config of the policy engineer's
+    space around ``env=tiny``, equal weights (a :class:`jaxlake.mixture.Mixture`)."""
     from omegaconf import OmegaConf
 
     from jaxlake.config import LakeConfig
     from jaxlake.conf import CONF_DIR
     from jaxlake.engineers.space import space_from_conf
+
+    env = LakeConfig(**OmegaConf.to_container(OmegaConf.load(CONF_DIR / "env" / "tiny.yaml")))
+    node = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "engineer" / "policy.yaml")).get("space")
+    return space_from_conf(env, node).mixture()
+
+
+def _batches(tokenizer, batch: int, steps: int, seed: int):
+    import jax
+
     from llm.game.lakes import sample_lakes
     from llm.game.prompter import Prompter
     from llm.game.prompts import load_prompt_config
     from llm.training.warmstart import plan_targets, token_weights
 
-    env = LakeConfig(**OmegaConf.to_container(OmegaConf.load(CONF_DIR / "env" / "tiny.yaml")))
-    node = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "engineer" / "policy.yaml")).get("space")
-    space = space_from_conf(env, node).mixture()  # what python -m jaxlake.pretrain trains on
+    space = pretraining_space()
     pcfg = load_prompt_config("planner")
     r = pcfg.reasoning
     probe = sample_lakes(jax.random.PRNGKey(seed), space, batch, split="random")

@@ -26,19 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from jaxlake.io import write_json
-
-#: pretraining's prompt budget and plan budget (conf/pretrain.yaml)
-PROMPT_TOKENS, PLAN_TOKENS = 112, 48
+from llm.benchmark.pack import PLAN_TOKENS, PROMPT_TOKENS, pretraining_space
 
 
 def prefetch_main(argv: list[str] | None = None) -> dict[str, Any]:
     import jax
     from flax import nnx
-    from omegaconf import OmegaConf
 
-    from jaxlake.config import LakeConfig
-    from jaxlake.conf import CONF_DIR
-    from jaxlake.engineers.space import space_from_conf
     from jaxlake.metrics import JsonlWriter, read_rows
     from llm.game.default import load_default
     from llm.game.lakes import sample_lakes
@@ -72,9 +66,7 @@ def prefetch_main(argv: list[str] | None = None) -> dict[str, Any]:
     except ValueError as err:
         p.error(str(err))
 
-    env = LakeConfig(**OmegaConf.to_container(OmegaConf.load(CONF_DIR / "env" / "tiny.yaml")))
-    node = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "engineer" / "policy.yaml")).get("space")
-    space = space_from_conf(env, node).mixture()  # what python -m jaxlake.pretrain trains on
+    space = pretraining_space()
     pcfg = load_prompt_config("planner")
     pcfg = dataclasses.replace(pcfg, reasoning=dataclasses.replace(pcfg.reasoning, warmstart_style=a.style))
     model, tokenizer = load_default()
