@@ -208,9 +208,19 @@ def test_warmstart_prefetch_trains_on_the_batches_drawn_in_line(tokenizer, tmp_p
         writer.close()
         assert res.step == 3
         out[prefetch] = (leaves(res.policy.state), comparable(MetricsLog(tmp_path / f"{prefetch}.jsonl").rows()))
-    for a, b in zip(out[False][0], out[True][0]):
-        np.testing.assert_array_equal(a, b)
-    assert out[False][1] == out[True][1] and len(out[True][1]) == 3
+    # killed after step 2 (its checkpoint written, step 3's batch already drawn ahead), then resumed
+    writer = JsonlWriter(tmp_path / "resumed.jsonl")
+    part = ws.run_warmstart(Policy(start.graphdef, copy_state(start.state), tokenizer), config, env,
+                            tmp_path / "ckpt_resumed", writer, prompter, 24, max_steps=2, prefetch=True)
+    again = ws.run_warmstart(Policy(start.graphdef, copy_state(start.state), tokenizer), config, env,
+                             tmp_path / "ckpt_resumed", writer, prompter, 24, prefetch=True)
+    writer.close()
+    assert (part.step, again.step, again.resumed_from) == (2, 3, 2)
+    out["resumed"] = (leaves(again.policy.state), comparable(MetricsLog(tmp_path / "resumed.jsonl").rows()))
+    for way in (True, "resumed"):
+        for a, b in zip(out[False][0], out[way][0]):
+            np.testing.assert_array_equal(a, b)
+        assert out[way][1] == out[False][1] and len(out[way][1]) == 3
     assert not any(np.array_equal(a, b) for a, b in zip(out[True][0], leaves(start.state)) if a.size > 1)
 
 
