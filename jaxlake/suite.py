@@ -365,14 +365,13 @@ def moved_cells(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str
     evaluations of one suite (``mode`` episodes, each lake's first sample), the largest change
     first (ties in cell order). A change of the aggregate spread over all cells is noise; one
     held in a few cells says what a stage taught, and what it traded for it."""
-    a, b = lake_outcomes(before, mode), lake_outcomes(after, mode)
-    out = []
-    for c in cells:
-        lakes = [k for k in a if k[0] == int(c["id"])]
-        n_a, n_b = sum(a[k] for k in lakes), sum(bool(b.get(k)) for k in lakes)
-        if n_a != n_b:
-            out.append((c, n_a, n_b, len(lakes)))
-    return sorted(out, key=lambda t: -abs(t[2] - t[1]))
+    b = lake_outcomes(after, mode)
+    counts: dict[int, list[int]] = {}  # cell id -> [solved before, solved after, lakes]
+    for (cell, lake), won in lake_outcomes(before, mode).items():
+        n = counts.setdefault(cell, [0, 0, 0])
+        n[0], n[1], n[2] = n[0] + won, n[1] + bool(b.get((cell, lake))), n[2] + 1
+    moved = [(c, *counts[int(c["id"])]) for c in cells if int(c["id"]) in counts]
+    return sorted((m for m in moved if m[1] != m[2]), key=lambda m: -abs(m[2] - m[1]))
 
 
 def take_lakes(lakes: Lake, index: np.ndarray) -> Lake:

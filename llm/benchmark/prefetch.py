@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
 import tempfile
 import time
@@ -100,10 +101,10 @@ def prefetch_main(argv: list[str] | None = None) -> dict[str, Any]:
         w["speedup"] = base / w["step_s"]
     result = {"batch": a.batch, "steps": a.steps, "pack_rows": a.pack_rows, "style": a.style,
               "blocked_share": a.blocked_share, "crowded_share": a.crowded_share, "space_configs": len(space),
-              "device": str(jax.devices()[0].platform), "cpus": _cpus(), "ways": ways}
+              "device": str(jax.devices()[0].platform), "cpu_count": os.cpu_count(), "ways": ways}
     print(f"warm-start steps, {a.batch} lakes of {len(space)} configs a step ({a.style} trace, blocked "
           f"{a.blocked_share}, crowded {a.crowded_share}, {a.pack_rows or a.batch} rows), {a.steps - 1} steps timed, "
-          f"{result['device']} ({result['cpus']} CPUs)")
+          f"{result['device']} ({result['cpu_count']} CPUs)")
     print("| batch prepared | s / step | s waiting for the batch | s updating | wall s | speed-up |")
     print("|---|---:|---:|---:|---:|---:|")
     for w in ways:
@@ -112,9 +113,3 @@ def prefetch_main(argv: list[str] | None = None) -> dict[str, Any]:
     if a.out:
         write_json(a.out, result)
     return result
-
-
-def _cpus() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
