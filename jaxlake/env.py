@@ -387,7 +387,8 @@ def rollout(
       key: PRNG key for the slips (first, as in :func:`step`).
       lake: an unbatched lake (``jax.vmap`` over keys, lakes and plans for batches).
       plan: ``[A, T]`` integer actions; row ``i`` is agent ``i``'s plan.
-      arrive_reward / fall_reward: as in :func:`step`.
+      arrive_reward: as in :func:`step`.
+      fall_reward: as in :func:`step`.
       horizon: static; if given, the plan is padded with STAY or cut to ``horizon`` steps
         (:func:`pad_plan`). Choose ``horizon >= max_steps`` to make every episode end: a plan
         shorter than the episode otherwise leaves agents ``still_active`` (counted as neither

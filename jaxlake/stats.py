@@ -4,6 +4,10 @@
 Used by the simulator's analyses (:mod:`jaxlake.analysis`), by the reports over run folders
 (:mod:`jaxlake.pipeline.report`, :mod:`jaxlake.pipeline.study`) and by ``python -m llm.evaluate
 --against``.
+
+The t quantile is exact at every number of degrees of freedom (:func:`t_quantile`, SciPy's),
+not a table ending in the normal 1.96: with 40 values that fall-back made the interval 3 %
+too narrow, with 80 values 1.5 %.
 """
 
 from __future__ import annotations
@@ -12,12 +16,20 @@ import dataclasses
 import math
 from typing import Optional, Sequence
 
-#: Two-sided 95 % Student t quantiles by degrees of freedom (1..30); beyond, 1.96.
-_T95 = [
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-]
+# Student t's quantile function, the one scipy.stats.t.ppf(q, df) evaluates (scipy.special is a
+# tenth of scipy.stats' import time; tests/jaxlake/test_stats.py checks the two agree).
+from scipy.special import stdtrit
+
+
+def t_quantile(df: float, level: float = 0.95) -> float:
+    """The two-sided ``level`` quantile of Student's t with ``df`` degrees of freedom: the ``t``
+    with ``P(|T| <= t) = level`` (2.0211 for ``df=40`` at 95 %; the normal 1.9600 as ``df``
+    grows). Raises ``ValueError`` unless ``df > 0`` and ``0 < level < 1``."""
+    if not df > 0:
+        raise ValueError(f"t_quantile: df={df!r} must be > 0")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"t_quantile: level={level!r} must be in (0, 1)")
+    return float(stdtrit(df, 0.5 + level / 2.0))
 
 
 def mean_ci(values: Sequence[float]) -> tuple[Optional[float], Optional[float], int]:
@@ -30,8 +42,7 @@ def mean_ci(values: Sequence[float]) -> tuple[Optional[float], Optional[float], 
     if n < 2:
         return m, None, n
     sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
-    t = _T95[n - 2] if n - 1 <= len(_T95) else 1.96
-    return m, t * sd / math.sqrt(n), n
+    return m, t_quantile(n - 1) * sd / math.sqrt(n), n
 
 
 @dataclasses.dataclass(frozen=True)

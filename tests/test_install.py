@@ -1,9 +1,9 @@
 """The package installs anywhere and its entry points run from any folder.
 
-* README starts with two commands (the main job, the tests); the test one is exactly what ``.ci/run`` runs
-  first (then ``.ci/lowest``, the lowest allowed versions).
-* A folder of one's own adds configs beside the package's (README, "Your own configs"): the
-  README block runs from an empty folder.
+* README starts with two commands (the main job, the tests); the test one is exactly what ``.ci/run`` runs,
+  in a fresh virtualenv (then ``.ci/lowest``, the lowest allowed versions).
+* A folder of one's own adds configs beside the package's (docs/guides/configs.md, "Your own
+  configs"): the page's block runs from an empty folder.
 * No module finds its inputs or places its outputs relative to the source tree.
 * The configs are one set of files: the top-level ``conf/`` (installed as the package
   ``jaxlake.conf`` through pyproject's ``package-dir``), the package list names every package
@@ -18,7 +18,7 @@
   declared dependencies are satisfied, and its entry points run from an empty folder:
   ``python -m jaxlake.run --cfg job`` prints the config the repository composes,
   ``python -m jaxlake.bench bench=tiny`` writes its results under that folder, the README's
-  own-config block works, the study composes its config, and ``jaxlake.pipeline.report`` /
+  own-config block (docs/guides/configs.md) works, the study composes its config, and ``jaxlake.pipeline.report`` /
   ``llm.benchmark.cli`` / ``llm.training.evaluate`` start. (That the index resolves the
   dependencies is what CI's own ``pip install -e ".[dev,torch]"`` shows.)
 """
@@ -47,6 +47,8 @@ from jaxlake.conf import CONF_DIR
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 CI = REPO / ".ci" / "run"
+#: the guide page whose "Your own configs" block the tests run as a user would
+OWN_CONFIGS = REPO / "docs" / "guides" / "configs.md"
 
 #: Modules allowed to use ``__file__``, and why.
 FILE_USERS = {
@@ -74,24 +76,26 @@ def _bash_blocks(text: str) -> list[str]:
 
 
 def test_readme_first_commands_are_what_ci_runs():
+    """README's first block: the main job, then the tests; CI runs the second, exactly, in a fresh venv."""
     readme = _commands(_bash_blocks(README.read_text())[0])
-    ci = [c for c in _commands(CI.read_text()) if not c.startswith(("set ", "cd "))]
+    ci = [c for c in _commands(CI.read_text()) if not c.startswith(("set ", "cd ", "trap "))]
     assert len(readme) == 2, f"README must start with two commands (main job, tests), got {readme}"
     run, test = readme
-    assert run.startswith("pip install -e ") and run.endswith("&& python -m jaxlake.run"), run
-    assert test.startswith("pip install -e ") and test.endswith("&& python -m pytest -q"), test
-    assert run.split(" && ")[0] == test.split(" && ")[0], "both README commands install the same extras"
-    assert ci[:1] == [test], f"README's test command {test!r} differs from .ci/run's first {ci}"
-    assert ci[1:] == ["bash .ci/lowest"], f".ci/run runs the lowest-versions step after it, and nothing else: {ci}"
+    assert run == "pip install -e . && python -m jaxlake.run", f"the main job needs no extra: {run}"
+    assert test.startswith("pip install -e ") and test.endswith("&& python -m pytest"), test
+    assert ci == ['venv=$(mktemp -d "${TMPDIR:-/tmp}/jaxlake-ci.XXXXXX")', 'python -m venv "$venv"',
+                  'source "$venv/bin/activate"', test, "bash .ci/lowest"], (
+        f".ci/run makes a fresh virtualenv, runs README's test command {test!r} in it, then the "
+        f"lowest-versions step, and nothing else: {ci}")
 
 
 def _own_configs_block() -> str:
-    section = README.read_text().split("\n## Your own configs\n", 1)[1].split("\n## ", 1)[0]
+    section = OWN_CONFIGS.read_text().split("\n## Your own configs\n", 1)[1].split("\n## ", 1)[0]
     return _bash_blocks(section)[0]
 
 
 def run_own_configs_block(python: str, cwd: Path, env: dict, only: tuple[int, ...] = (0, 1, 2)) -> list[dict]:
-    """Run README's own-config block in ``cwd``, its ``python -m jaxlake.run`` commands (those of
+    """Run the guide's own-config block in ``cwd``, its ``python -m jaxlake.run`` commands (those of
     index ``only``) with ``--cfg job``; their configs."""
     lines = _own_configs_block().splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("python -m "))
@@ -343,6 +347,9 @@ def test_wheel_in_a_venv_runs_from_an_empty_folder(tmp_path):
          timeout=600)
     site = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
     assert site.resolve().is_relative_to(venv.resolve()), site
+    outer = running_site_packages()
+    if outer:  # run from inside a virtualenv: `--system-site-packages` reaches the base interpreter's
+        (site / "00_jaxlake_test_outer_env.pth").write_text("".join(f"{d}\n" for d in outer))
     (site / "zz_jaxlake_test_no_extras.pth").write_text(
         f"import sys; sys.modules.update(dict.fromkeys({sorted(blocked)!r}))\n")
     lap("venv + install")
@@ -390,7 +397,7 @@ def test_wheel_in_a_venv_runs_from_an_empty_folder(tmp_path):
     assert {p.name for p in result.parent.iterdir()} >= {"bench.csv", "bench.png"}
     lap("jaxlake.bench bench=tiny")
 
-    # 5. README's own-config block against the installed package
+    # 5. the guide's own-config block against the installed package
     own = tmp_path / "own"
     own.mkdir()
     check_own_configs(run_own_configs_block(str(python), own, env))
@@ -405,6 +412,24 @@ def test_wheel_in_a_venv_runs_from_an_empty_folder(tmp_path):
     assert sorted(p.name for p in work.iterdir()) == ["outputs"]  # nothing else written here
     lap("study, report, benchmark, evaluate")
     print(f"\n[test_install] seconds per step: {times}, total {sum(times.values()):.0f}")
+
+
+def running_site_packages() -> list[str]:
+    """The running interpreter's own site-packages folders when it runs inside a virtualenv, else [].
+
+    A venv made with ``--system-site-packages`` from inside a virtualenv sees the *base*
+    interpreter's packages, not the virtualenv's (``python -m venv`` starts from
+    ``sys._base_executable``). Listed in a ``.pth`` file of the new venv, these folders come after
+    its own site-packages (the wheel's copy still shadows everything) and before the base
+    interpreter's. A ``.pth`` line that is a folder only adds it to ``sys.path``: the ``.pth`` files
+    inside (the editable install's finder among them) are not run.
+    """
+    import site
+
+    if sys.prefix == sys.base_prefix:
+        return []
+    prefix = Path(sys.prefix).resolve()
+    return [d for d in site.getsitepackages() if Path(d).resolve().is_relative_to(prefix)]
 
 
 #: Run in the venv with the wheel's Requires-Dist lines: each requirement that applies without

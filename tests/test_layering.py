@@ -1,4 +1,4 @@
-"""The house's import rules (README "Layout"), checked on every import statement of both packages,
+"""The house's import rules (docs/development.md, "Layout" and "Import rules"), checked on every import statement of both packages,
 including the ones inside functions, so no rule can hide behind a lazy import.
 
 ``jaxlake``
@@ -12,11 +12,15 @@ including the ones inside functions, so no rule can hide behind a lazy import.
   * a module imports ``llm`` modules of its own layer or of lower layers only;
   * ``model``, ``generation`` and ``rl`` import nothing of ``jaxlake`` (they are language-model
     machinery, not the game);
-  * no import cycle among all ``llm`` modules;
   * the top level holds only the public face (``__init__``) and the command-line names
     ``memory`` and ``evaluate``.
 
-README's Layout block lists every module, subpackage and config group.
+Both packages
+  * no import cycle among all their modules (:func:`import_graph`: a module's edges are the
+    project modules its import statements name, those inside functions included, so a cycle
+    cannot hide behind a lazy import; a ``jaxlake`` -> ``llm`` -> ``jaxlake`` loop counts too).
+
+docs/development.md's Layout block lists every module, subpackage and config group.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from jaxlake.conf import CONF_DIR
 
 JAXLAKE = Path(jaxlake.__file__).resolve().parent
 LLM = Path(llm.__file__).resolve().parent
-README = Path(__file__).resolve().parents[1] / "README.md"
+DEVELOPMENT = Path(__file__).resolve().parents[1] / "docs" / "development.md"
 
 #: jaxlake's orchestration room, the one place that imports llm.
 ROOM = "jaxlake.pipeline"
@@ -92,10 +96,18 @@ def imports(path: Path, name: str) -> set[str]:
 
 
 def own_imports(name: str) -> set[str]:
-    """The project modules ``name`` imports (``llm.x.y`` also runs ``llm/__init__`` and
-    ``llm/x/__init__``, counted as edges to them)."""
+    """The project modules ``name`` imports: those its import statements name (a package named
+    in one, as ``from jaxlake.pipeline import cluster`` names ``jaxlake.pipeline``, is an edge
+    to its ``__init__``; the parent packages Python runs first are not counted, or every
+    package would be a cycle with its own modules)."""
     found = {n for n in imports(ALL[name], name) if n in ALL}
     return found - {name}
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """``{module: the modules of `modules` it imports}``, the edges of :func:`own_imports` (every
+    import statement, at the top or inside a function) kept within ``modules``."""
+    return {name: {n for n in imports(path, name) if n in modules} - {name} for name, path in modules.items()}
 
 
 def _forbidden(name: str) -> bool:
@@ -233,12 +245,6 @@ def test_llm_layers_import_downwards_only(layer):
         " and no jaxlake" if layer in GAME_FREE else "") + f"; found {bad}"
 
 
-def test_llm_modules_have_no_import_cycle():
-    graph = {m: {n for n in own_imports(m) if n.split(".")[0] == "llm" and n != "llm"} for m in LLM_MODULES}
-    cycle = find_cycle(graph)
-    assert cycle is None, f"import cycle among llm modules: {' -> '.join(cycle)}"
-
-
 def test_every_module_imports_in_a_fresh_interpreter():
     names = sorted(n for n in ALL if not n.endswith("__main__"))
     code = "import importlib\n" f"for name in {names!r}:\n" "    importlib.import_module(name)\n"
@@ -247,13 +253,40 @@ def test_every_module_imports_in_a_fresh_interpreter():
     assert out.returncode == 0, out.stderr[-3000:]
 
 
-# ------------------------------------------------------------------------------------- README
+# ------------------------------------------------------------------------------ both packages
+def test_cycle_check_sees_a_cycle_through_a_lazy_import(tmp_path):
+    """The graph the cycle test searches (:func:`import_graph`) holds an import made inside a
+    function: ``a`` imports ``b`` at the top, ``b`` imports ``a`` only when called."""
+    (tmp_path / "a.py").write_text("from pkg.b import helper\n")
+    (tmp_path / "b.py").write_text("def helper():\n    from pkg.a import thing\n    return thing\n")
+    (tmp_path / "c.py").write_text("import pkg.a\n")
+    modules = {f"pkg.{n}": tmp_path / f"{n}.py" for n in "abc"}
+    graph = import_graph(modules)
+    assert graph == {"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": {"pkg.a"}}
+    assert find_cycle(graph) == ["pkg.a", "pkg.b", "pkg.a"]
+    (tmp_path / "b.py").write_text("def helper():\n    return 1\n")
+    assert find_cycle(import_graph(modules)) is None
+
+
+@pytest.mark.parametrize("scope", ["jaxlake", "llm", "jaxlake and llm"])
+def test_no_import_cycle(scope):
+    """No cycle among the modules of ``jaxlake``, of ``llm``, nor through both (the room imports
+    ``llm``, whose game layers import the simulator), lazy imports counted."""
+    modules = {"jaxlake": JAXLAKE_MODULES, "llm": LLM_MODULES}.get(scope, ALL)
+    cycle = find_cycle(import_graph(modules))
+    assert cycle is None, f"import cycle among the modules of {scope}: {' -> '.join(cycle)}"
+
+
+# ------------------------------------------------------------------------------------- the layout page
 def _layout_block() -> tuple[str, str]:
-    section = README.read_text().split("\n## Layout", 1)[1].split("\n## ", 1)[0]
+    """docs/development.md's "Layout" and "Import rules" sections, and the Layout's tree block."""
+    text = DEVELOPMENT.read_text()
+    section = text.split("\n## Layout", 1)[1].split("\n## Import rules", 1)[0]
+    section += text.split("\n## Import rules", 1)[1].split("\n## ", 1)[0]
     return section, re.search(r"```text\n(.*?)```", section, re.S).group(1)
 
 
-def test_readme_layout_lists_the_tree():
+def test_the_layout_page_lists_the_tree():
     section, block = _layout_block()
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", block))
     missing = []
@@ -269,7 +302,7 @@ def test_readme_layout_lists_the_tree():
     for group in sorted(q for q in CONF_DIR.iterdir() if q.is_dir() and q.name != "__pycache__"):
         if f"{group.name}/" not in block:
             missing.append(f"conf/{group.name}/")
-    assert not missing, f"README's Layout block does not list {missing}"
+    assert not missing, f"docs/development.md's Layout block does not list {missing}"
     assert "test_layering.py" in section
     for layer in LLM_LAYERS:
         assert f"`{layer}`" in section, layer

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training benchmark for one GPU in one go (issue 11's targets): one GRPO update of qwen3_4b,
+# Training benchmark for one GPU in one go (the paper-scale training targets): one GRPO update of qwen3_4b,
 # 16 completions x (256 + 1024) tokens, in 1 / 2 / 4 micro-batches (tokens/s, MFU against the
 # data sheet's dense bf16 peak, compile time, XLA and device peak memory), then one whole GRPO
 # step at paper-like settings (32 lakes x G = 8, 1024 new tokens, EOS off) with the time split

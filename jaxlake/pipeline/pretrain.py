@@ -46,7 +46,7 @@ from jaxlake.config import cfg_get, reject_unknown, to_plain
 from jaxlake.io import read_json, write_json, write_text
 from jaxlake.mixture import Mixture, mixture_to_yaml
 from jaxlake.pipeline.folder import check_model, log, run_lock
-from jaxlake.pipeline.settings import PipelineError, RunSettings
+from jaxlake.pipeline.settings import PipelineError, RunSettings, resolve
 
 #: The record's format name.
 PRETRAIN_FORMAT = "jaxlake.pretrain/1"
@@ -236,8 +236,6 @@ def _pretrain(s: RunSettings, p: PretrainSettings) -> dict:
 
 def main(cfg: Any) -> dict:
     """What ``python -m jaxlake.pretrain`` does (Hydra config ``conf/pretrain.yaml``)."""
-    from jaxlake.pipeline.stages import resolve
-
     s = resolve(cfg)
     p = PretrainSettings.from_node(cfg_get(cfg, "pretrain"))
     return pretrain(s, p)

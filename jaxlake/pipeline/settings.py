@@ -372,3 +372,15 @@ def _run_settings(cfg: Any, warmstart: str, warmstart_env: str = "stage") -> dic
     if warmstart_env != "stage":  # (absent in the default: folders of earlier versions stay comparable)
         out["pipeline.warmstart_env"] = warmstart_env
     return json.loads(json.dumps(out, default=str))
+
+
+def resolve(cfg: Any) -> RunSettings:
+    """:meth:`RunSettings.from_cfg`, every bad value raised as :class:`PipelineError` (the
+    layers' own range errors are ``ValueError``): what each command (``jaxlake.run``,
+    ``jaxlake.pretrain``) calls first."""
+    try:
+        return RunSettings.from_cfg(cfg)
+    except (ValueError, TypeError) as err:
+        if isinstance(err, PipelineError) or user_error(err):
+            raise
+        raise PipelineError(" ".join(str(err).split())) from err

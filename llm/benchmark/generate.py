@@ -551,11 +551,16 @@ def generate_main(argv: list[str] | None = None) -> list[GenRow]:
     return rows
 
 
-def compare_main(argv: list[str] | None = None) -> list[Row]:
+def compare_main(argv: list[str] | None = None, modes: str | None = None) -> list[Row]:
     """``python -m llm.benchmark`` with no mode: prefill and decode tok/s of ours against
-    transformers' dynamic-cache ``generate`` for the tiny and ~100M presets (module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m llm.benchmark", description="Ours against transformers generate, greedy, EOS off "
-                                     "(modes 'generate', 'train' and 'grpo': python -m llm.benchmark <mode> --help)")
+    transformers' dynamic-cache ``generate`` for the tiny and ~100M presets (module docstring).
+    ``modes``: the other modes, shown after the options by ``--help``
+    (:func:`llm.benchmark.cli.modes_help`)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m llm.benchmark", usage="%(prog)s [MODE] [options]", epilog=modes,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="With no MODE: ours against transformers generate, greedy, EOS off, for the tiny and\n"
+                    "~100M presets; the options below are this comparison's.")
     parser.add_argument("--models", default="tiny,small_100m", help="comma-separated conf/model names")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--prompt-len", type=int, default=64)

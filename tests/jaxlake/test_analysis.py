@@ -73,7 +73,7 @@ def test_group_mean_ci_by_hand():
     sd = np.std(np.arange(N), ddof=1)
     t7 = 2.364624  # 97.5 % quantile of Student's t with 7 degrees of freedom
     np.testing.assert_allclose(mean, [1.0, 3.5, 0.0])
-    np.testing.assert_allclose(half, [0.0, t7 * sd / math.sqrt(N), 0.0], rtol=1e-3)  # t table to 3 decimals
+    np.testing.assert_allclose(half, [0.0, t7 * sd / math.sqrt(N), 0.0], rtol=1e-6)
     assert count.tolist() == [N, N, N]
     mask = np.zeros(3 * N, bool)
     mask[N:N + 2] = True  # group 1: values 0 and 1 only; group 0 and 2: nothing

@@ -12,11 +12,11 @@ from jaxlake.stats import mean_ci
 def test_mean_ci_hand_computed():
     m, h, n = mean_ci([0.2, 0.4, 0.6])
     assert (m, n) == (pytest.approx(0.4), 3)
-    assert h == pytest.approx(4.303 * 0.2 / math.sqrt(3))
+    assert h == pytest.approx(4.302653 * 0.2 / math.sqrt(3), rel=1e-6)  # t(2)
     assert mean_ci([0.5]) == (0.5, None, 1)
     assert mean_ci([]) == (None, None, 0)
-    m, h, n = mean_ci([0.0] * 40 + [1.0] * 40)   # beyond the table: normal quantile
-    assert h == pytest.approx(1.96 * math.sqrt(0.5 * 0.5 * 80 / 79) / math.sqrt(80))
+    m, h, n = mean_ci([0.0] * 40 + [1.0] * 40)   # t(79) = 1.99045, not the normal 1.96
+    assert h == pytest.approx(1.990450 * math.sqrt(0.5 * 0.5 * 80 / 79) / math.sqrt(80), rel=1e-6)
 
 
 def fake_run(root, name, engineer, seed, scores, pointer_dir=None):
