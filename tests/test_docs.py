@@ -109,8 +109,8 @@ def doc_commands() -> list[tuple[str, str]]:
                 if command:
                     found.append((f"{_rel(page)}:{line_no}", command))
         prose = re.sub(r"```.*?```", "", text, flags=re.S)
-        for m in re.finditer(r"`([^`\n]*\bpython3? -m (?:jaxlake|llm)[^`\n]*)`", prose):
-            command = _project_command(m.group(1))
+        for m in re.finditer(r"(?<!`)`([^`]*\bpython3? -m (?:jaxlake|llm)[^`]*)`(?!`)", prose):
+            command = _project_command(" ".join(m.group(1).split()))  # inline code may wrap lines
             if command and "..." not in command.split():  # `python -m llm.evaluate ... --against`: a mention
                 line_no = text.find(m.group(0))
                 found.append((f"{_rel(page)}:{text.count(chr(10), 0, line_no) + 1}", command))
@@ -207,6 +207,8 @@ def _hydra_check(config_name: str, args: list[str], extra_first: tuple[str, ...]
             group = re.match(r"hydra/(\w+)=(\w+)$", a)
             if group and not (CONF_DIR / "hydra" / group[1] / f"{group[2]}.yaml").is_file():
                 problems.append(f"{a}: no conf/hydra/{group[1]}/{group[2]}.yaml")
+        elif PLACEHOLDER.fullmatch(a):
+            pass  # `<overrides>`: the reader's own
         elif PLACEHOLDER.search(a):
             keys_only.append(a.split("=", 1)[0])
         else:
@@ -240,6 +242,7 @@ def _hydra_check(config_name: str, args: list[str], extra_first: tuple[str, ...]
 
 def check_command(command: str) -> list[str]:
     """Problems with one project command; [] when it composes or parses."""
+    command = PLACEHOLDER.sub(lambda m: f"<{'_'.join(m.group(0).strip('<>${}').split()) or 'value'}>", command)
     try:
         argv = [a for a in shlex.split(command) if a != "..."]
     except ValueError as err:
