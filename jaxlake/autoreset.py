@@ -34,6 +34,9 @@ Public functions:
 * :func:`step_from_uniforms` / :func:`step_batch_from_uniforms`: the same with the slip
   uniforms given (as :func:`jaxlake.env.step_from_uniforms`)
 * :func:`observe` ``(pool, ar) -> State`` and :func:`current_lakes` ``(pool, ar) -> Lake``
+* :func:`step_lake_from_uniforms` ``(lake, ar, actions, u, next_idx)``: the same step with the
+  lake and the index after a finished episode chosen by the caller (``jaxlake.levels`` builds
+  its sampler-driven reset on it)
 """
 
 from __future__ import annotations
@@ -136,11 +139,25 @@ def step_from_uniforms(pool: Lake, ar: AutoResetState, actions: jax.Array, u: ja
     :func:`jaxlake.env.step_from_uniforms`; ``step(key, pool, ar, a)`` equals
     ``step_from_uniforms(pool, ar, a, jax.random.uniform(key, [A]))``."""
     P = pool_size(pool)
-    lake = _take(pool, ar.pool_idx)
+    return step_lake_from_uniforms(_take(pool, ar.pool_idx), ar, actions, u, (ar.pool_idx + 1) % P,
+                                   **step_kwargs)
+
+
+def step_lake_from_uniforms(lake: Lake, ar: AutoResetState, actions: jax.Array, u: jax.Array,
+                            next_idx: jax.Array, **step_kwargs: Any) -> tuple[AutoResetState, StepInfo]:
+    """The auto-resetting step with the lake and the next index given by the caller (one
+    instance): :func:`step_from_uniforms` is this with ``lake = pool[pool_idx]`` and
+    ``next_idx = (pool_idx + 1) % P``; :mod:`jaxlake.levels` draws ``next_idx`` from a
+    sampler instead.
+
+    Plays ``lake`` (the lake ``ar.pool_idx`` names) from ``env.reset(lake)`` where
+    ``ar.pending``, else from ``ar.state``. When the episode is done afterwards, ``pool_idx``
+    becomes ``next_idx``, ``episodes`` grows by one and ``pending`` is set.
+    """
     start = _select(ar.pending, env.reset(lake), ar.state)
     state, info = env.step_from_uniforms(lake, start, actions, u, **step_kwargs)
     done = state.done
-    next_idx = jnp.where(done, (ar.pool_idx + 1) % P, ar.pool_idx).astype(jnp.int32)
+    next_idx = jnp.where(done, next_idx, ar.pool_idx).astype(jnp.int32)
     return AutoResetState(state=state, pool_idx=next_idx, episodes=ar.episodes + done.astype(jnp.int32),
                           pending=done), info
 

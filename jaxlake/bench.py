@@ -5,6 +5,7 @@ Hydra entry point (primary config ``conf/bench.yaml``, settings in the ``bench``
 
     python -m jaxlake.bench                                   # CPU default, a few minutes
     python -m jaxlake.bench bench=tiny                        # ~30 s smoke run (CI)
+    python -m jaxlake.bench bench=tiny bench.observations=true  # observations built every step
     python -m jaxlake.bench bench.peers=[gymnasium,gymnasium_vector,pogema,jumanji_connector]
     JAX_PLATFORMS=cuda python -m jaxlake.bench bench=gpu      # one GPU or all GPUs of a host
     python -m jaxlake.bench bench=tpu                         # a TPU host / slice
@@ -27,6 +28,13 @@ every batch size ``B`` (capped by device memory):
 * ``rollout_autoreset``: the same with :mod:`jaxlake.autoreset` over a pool of
   ``bench.autoreset.pool_size`` pre-generated lakes, so every env-step is a live one; the
   overhead against ``rollout`` is reported in ``autoreset_overhead``.
+* ``bench.observations=true`` (default false, so the default numbers stay comparable with
+  earlier runs) also builds every agent's array observation
+  (:func:`jaxlake.observations.observe`: the ``[A, H, W, 6]`` float32 grids, the ``[A, 2]``
+  scalars and the ``[A, 5]`` action masks) of the state each step starts from, inside the
+  timed loop, and keeps it in the scan's carry, so it is written out every step as an
+  environment that returns observations does (Jumanji, POGEMA and gymnasium do): the
+  like-for-like figure for the peer ratios (``ratios`` then compare these rows).
 
 Compile time is excluded from the rates and reported apart (``compile_s``); every rate is
 ``work / median(times_s)`` over ``bench.repeats`` timed calls after one warm-up, each ended by
@@ -66,9 +74,9 @@ JSON fields (``schema == "jaxlake.bench/1"``):
     ``bytes_per_lake``, ``achieved_gflops``, ``achieved_gbytes_per_s``, ``stats`` (means over
     the batch of ``hole_density``, ``conflict_density``, ``dist_ok``, ``attempts``),
     ``lakes_per_cpu_s`` (per process-CPU second).
-    Rollout rows: ``steps``, ``rng``, ``env_steps_per_s``, ``agent_steps_per_s``, ``agent_steps_per_cpu_s``,
-    ``flops_per_instance_step``, ``bytes_per_instance_step``, ``achieved_gflops``,
-    ``achieved_gbytes_per_s``; autoreset rows add ``pool_size`` and ``episodes_per_s``.
+    Rollout rows: ``steps``, ``rng``, ``observations`` (bool, ``bench.observations``),
+    ``env_steps_per_s``, ``agent_steps_per_s``, ``agent_steps_per_cpu_s``, ``flops_per_instance_step``,
+    ``bytes_per_instance_step``, ``achieved_gflops``, ``achieved_gbytes_per_s``; autoreset rows add ``pool_size`` and ``episodes_per_s``.
 ``peers``
     rows from :mod:`jaxlake.peers`: ``peer``, ``status``, ``note``, and when ``ok``
     ``system``, ``version``, ``env`` (our env it was matched to), ``height``, ``width``,
@@ -103,7 +111,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlake import autoreset, env
+from jaxlake import autoreset, env, observations
 from jaxlake.bench_report import autoreset_overheads, format_report, peer_ratios, write_outputs
 from jaxlake.config import LakeConfig, repeat_config
 from jaxlake.sharding import constrain_batch, mesh_for_batch, replicated, shard_batch
@@ -128,8 +136,8 @@ OK_ROW_FIELDS = ("compile_s", "times_s", "cpu_times_s", "median_s", "memory_byte
 GENERATOR_FIELDS = ("lakes_per_s", "lakes_per_cpu_s", "flops_per_lake", "bytes_per_lake", "achieved_gflops",
                     "achieved_gbytes_per_s", "stats")
 GENERATOR_STATS_FIELDS = ("hole_density", "conflict_density", "dist_ok", "attempts")
-ROLLOUT_FIELDS = ("steps", "rng", "env_steps_per_s", "agent_steps_per_s", "agent_steps_per_cpu_s", "flops_per_instance_step",
-                  "bytes_per_instance_step", "achieved_gflops", "achieved_gbytes_per_s")
+ROLLOUT_FIELDS = ("steps", "rng", "observations", "env_steps_per_s", "agent_steps_per_s", "agent_steps_per_cpu_s",
+                  "flops_per_instance_step", "bytes_per_instance_step", "achieved_gflops", "achieved_gbytes_per_s")
 AUTORESET_FIELDS = ROLLOUT_FIELDS + ("pool_size", "episodes_per_s")
 RATIO_FIELDS = ("peer", "system", "env", "batch_size", "peer_agent_steps_per_s", "ours_agent_steps_per_s",
                 "ours_autoreset_agent_steps_per_s", "ratio", "ratio_autoreset", "ratio_cpu")
@@ -305,13 +313,41 @@ def rng_mode(rng: str) -> tuple[Callable, Callable, Callable]:
     return _RNG[rng]
 
 
-def make_rollout(steps: int, mesh=None, rng: str = "bits") -> Callable:
+_observe_batch = jax.vmap(observations.observe)
+
+
+def _scan(body: Callable, init: tuple, keys: jax.Array, observe_fn: Optional[Callable], mesh) -> tuple:
+    """``lax.scan`` of a rollout ``body`` (carry ``(state, reward_sum)``) over ``keys``; returns
+    the final ``(state, reward_sum)``.
+
+    With ``observe_fn`` (``bench.observations``) each step first builds the observations of
+    the state it starts from, ``observe_fn(state)``, and keeps them in the carry; the reward
+    sums then get ``min(sum of the last grids, 0)`` added (exactly 0, as grids are >= 0, but
+    not provably so), so XLA builds and writes the observations of every step.
+    """
+    if observe_fn is None:
+        return jax.lax.scan(body, init, keys)[0]
+
+    def with_obs(carry, k):
+        inner, _ = carry
+        obs = constrain_batch(observe_fn(inner[0]), mesh)
+        inner, _ = body(inner, k)
+        return (inner, obs), None
+
+    obs0 = jax.tree_util.tree_map(lambda s: constrain_batch(jnp.zeros(s.shape, s.dtype), mesh),
+                                  jax.eval_shape(observe_fn, init[0]))
+    ((state, total), obs), _ = jax.lax.scan(with_obs, (init, obs0), keys)
+    return state, total + jnp.minimum(jnp.sum(obs.grid, axis=tuple(range(1, obs.grid.ndim))), 0.0)
+
+
+def make_rollout(steps: int, mesh=None, rng: str = "bits", observe: bool = False) -> Callable:
     """``(lakes, state, key) -> (state, reward_sum)``: ``steps`` random-action steps in a scan.
 
     ``rng="bits"``: actions and slip noise from :func:`random_actions`, stepped with
     ``env.step_from_uniforms``; ``rng="keys"``: ``randint`` actions and one split key per
     instance, stepped with ``env.step`` (the keyed public API; its RNG costs about as much as
-    the step on CPU).
+    the step on CPU). ``observe``: build every agent's observation of each state before it
+    is stepped (``bench.observations``).
     """
     draw, step_fn, _ = rng_mode(rng)
 
@@ -325,14 +361,16 @@ def make_rollout(steps: int, mesh=None, rng: str = "bits") -> Callable:
             return (constrain_batch(state, mesh), total + jnp.sum(info.reward, axis=-1)), None
 
         init = (state, constrain_batch(jnp.zeros((batch,), jnp.float32), mesh))
-        (state, total), _ = jax.lax.scan(body, init, jax.random.split(key, steps))
-        return state, total
+        observe_fn = (lambda s: _observe_batch(lakes, s)) if observe else None
+        return _scan(body, init, jax.random.split(key, steps), observe_fn, mesh)
 
     return jax.jit(rollout)
 
 
-def make_autoreset_rollout(steps: int, mesh=None, rng: str = "bits") -> Callable:
-    """``(pool, ar, key) -> (ar, reward_sum)``: ``steps`` auto-reset steps in a scan."""
+def make_autoreset_rollout(steps: int, mesh=None, rng: str = "bits", observe: bool = False) -> Callable:
+    """``(pool, ar, key) -> (ar, reward_sum)``: ``steps`` auto-reset steps in a scan
+    (``observe``: with the observations of :func:`jaxlake.autoreset.observe`'s state, the one
+    each step starts from, on the lake it plays)."""
     draw, _, step_fn = rng_mode(rng)
 
     def rollout(pool: Lake, ar, key):
@@ -345,8 +383,9 @@ def make_autoreset_rollout(steps: int, mesh=None, rng: str = "bits") -> Callable
             return (constrain_batch(ar, mesh), total + jnp.sum(info.reward, axis=-1)), None
 
         init = (ar, constrain_batch(jnp.zeros((batch,), jnp.float32), mesh))
-        (ar, total), _ = jax.lax.scan(body, init, jax.random.split(key, steps))
-        return ar, total
+        observe_fn = (lambda a: _observe_batch(autoreset.current_lakes(pool, a), autoreset.observe(pool, a))
+                      ) if observe else None
+        return _scan(body, init, jax.random.split(key, steps), observe_fn, mesh)
 
     return jax.jit(rollout)
 
@@ -446,12 +485,13 @@ def measure_generator(gen, name: str, config: LakeConfig, batch: int, key: jax.A
 
 
 def measure_rollout(name: str, config: LakeConfig, lakes: Lake, steps: int, key: jax.Array,
-                    repeats: int, cap: _Cap, rng: str = "bits") -> dict:
-    """Plain rollout row: ``steps`` random-action steps of ``vmap(env.step)`` per call."""
+                    repeats: int, cap: _Cap, rng: str = "bits", observe: bool = False) -> dict:
+    """Plain rollout row: ``steps`` random-action steps of ``vmap(env.step)`` per call
+    (``observe``: building the observations every step, ``bench.observations``)."""
     batch = int(lakes.num_agents.shape[0])
     mesh = mesh_for_batch(batch)
     row = _env_row("rollout", name, config, batch, mesh.size)
-    row.update(steps=steps, rng=rng)
+    row.update(steps=steps, rng=rng, observations=bool(observe))
     why = cap.reason("rollout", batch, mesh.size)
     if why:
         return _skip(row, why)
@@ -459,7 +499,7 @@ def measure_rollout(name: str, config: LakeConfig, lakes: Lake, steps: int, key:
     state = shard_batch(env.reset(lakes), mesh)
     keys = list(jax.random.split(key, repeats + 1))
     start = time.perf_counter()
-    compiled = make_rollout(steps, mesh, rng).lower(lakes, state, keys[0]).compile()
+    compiled = make_rollout(steps, mesh, rng, observe).lower(lakes, state, keys[0]).compile()
     row["compile_s"] = time.perf_counter() - start
     row["memory_bytes"] = memory_of(compiled)
     why = cap.check_compiled("rollout", batch, mesh.size, row["memory_bytes"])
@@ -479,11 +519,11 @@ def measure_rollout(name: str, config: LakeConfig, lakes: Lake, steps: int, key:
 
 
 def measure_autoreset(name: str, config: LakeConfig, pool: Lake, batch: int, steps: int,
-                      key: jax.Array, repeats: int, cap: _Cap, rng: str = "bits") -> dict:
+                      key: jax.Array, repeats: int, cap: _Cap, rng: str = "bits", observe: bool = False) -> dict:
     """Auto-reset rollout row over a replicated pool of pre-generated lakes."""
     mesh = mesh_for_batch(batch)
     row = _env_row("rollout_autoreset", name, config, batch, mesh.size)
-    row.update(steps=steps, rng=rng, pool_size=int(pool.num_agents.shape[0]))
+    row.update(steps=steps, rng=rng, observations=bool(observe), pool_size=int(pool.num_agents.shape[0]))
     why = cap.reason("rollout_autoreset", batch, mesh.size)
     if why:
         return _skip(row, why)
@@ -491,7 +531,7 @@ def measure_autoreset(name: str, config: LakeConfig, pool: Lake, batch: int, ste
     ar = shard_batch(autoreset.init(pool, batch), mesh)
     keys = list(jax.random.split(key, repeats + 1))
     start = time.perf_counter()
-    compiled = make_autoreset_rollout(steps, mesh, rng).lower(pool, ar, keys[0]).compile()
+    compiled = make_autoreset_rollout(steps, mesh, rng, observe).lower(pool, ar, keys[0]).compile()
     row["compile_s"] = time.perf_counter() - start
     row["memory_bytes"] = memory_of(compiled)
     why = cap.check_compiled("rollout_autoreset", batch, mesh.size, row["memory_bytes"])
@@ -567,6 +607,9 @@ def run_bench(settings: Mapping[str, Any], out_dir: Optional[Path] = None, *,
     repeats, steps = int(settings.get("repeats", 5)), int(settings.get("steps", 64))
     rng = str(settings.get("rng", "bits"))
     rng_mode(rng)  # fail before any work on an unknown mode
+    observe = settings.get("observations", False)
+    if not isinstance(observe, bool):
+        raise ValueError(f"bench.observations={observe!r} must be true or false")
     gen_repeats = int((settings.get("generator") or {}).get("repeats", repeats))
     default_sizes = [int(b) for b in settings.get("batch_sizes", [1, 1024])]
     auto = dict(settings.get("autoreset") or {})
@@ -597,10 +640,12 @@ def run_bench(settings: Mapping[str, Any], out_dir: Optional[Path] = None, *,
         for batch in sorted(generated):
             k_roll, k_auto = jax.random.split(jax.random.fold_in(k_env, batch + 1))
             print(f"[bench] {name} B={batch}: rollout", flush=True)
-            results.append(measure_rollout(name, config, generated.pop(batch), steps, k_roll, repeats, cap, rng))
+            results.append(measure_rollout(name, config, generated.pop(batch), steps, k_roll, repeats, cap, rng,
+                                           observe))
             if pool is not None:
                 print(f"[bench] {name} B={batch}: rollout with auto-reset", flush=True)
-                results.append(measure_autoreset(name, config, pool, batch, steps, k_auto, repeats, cap, rng))
+                results.append(measure_autoreset(name, config, pool, batch, steps, k_auto, repeats, cap, rng,
+                                                 observe))
     peer_settings = dict(settings.get("peer") or {})
     configs = {n: c for n, (c, _) in envs.items()}
     peers = measure_peers(list(settings.get("peers") or []), configs, peer_settings, steps,

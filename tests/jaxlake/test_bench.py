@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from jaxlake import bench, bench_report
@@ -56,6 +57,7 @@ def test_tiny_run_writes_json_with_documented_fields(tiny_run):
         rate = row["lakes_per_s"] if row["kind"] == "generator" else row["env_steps_per_s"]
         assert rate == pytest.approx(row["batch_size"] * row.get("steps", 1) / row["median_s"])
         if row["kind"] != "generator":
+            assert row["observations"] is False  # bench.observations: off by default
             assert row["agent_steps_per_s"] == pytest.approx(rate * row["num_agents"])
             assert row["flops_per_instance_step"] > 0 and row["bytes_per_instance_step"] > 0
     gen = next(r for r in result["results"] if r["kind"] == "generator" and r["batch_size"] == 8)
@@ -145,6 +147,39 @@ def test_both_rng_modes_compile_and_step():
         assert total.shape == (2,) and int(ar4.state.t.max()) >= 1, rng
     with pytest.raises(ValueError, match="bench.rng='dice' not in"):
         bench.make_rollout(4, rng="dice")
+
+
+def test_observations_option_builds_them_without_changing_the_rollout():
+    """``bench.observations=true``: the timed programs also build the observations every step
+    (they are in the compiled program) and the rollout is otherwise the same."""
+    import jax
+
+    from jaxlake import LakeConfig, autoreset
+    from jaxlake.env import reset
+    from jaxlake.generator import generate_batch
+
+    lakes = generate_batch(jax.random.key(0), LakeConfig(height=4, width=4, num_agents=2, max_height=4,
+                                                         max_width=4, max_agents=2, max_steps=8), 2)
+    state = jax.vmap(reset)(lakes)
+    ar = autoreset.init(lakes, 2)
+    key = jax.random.key(1)
+    for rng in bench.RNG_MODES:
+        plain, with_obs = bench.make_rollout(4, rng=rng), bench.make_rollout(4, rng=rng, observe=True)
+        for x, y in zip(jax.tree_util.tree_leaves(plain(lakes, state, key)),
+                        jax.tree_util.tree_leaves(with_obs(lakes, state, key))):
+            np.testing.assert_array_equal(x, y)
+        plain = bench.make_autoreset_rollout(4, rng=rng)
+        with_obs = bench.make_autoreset_rollout(4, rng=rng, observe=True)
+        for x, y in zip(jax.tree_util.tree_leaves(plain(lakes, ar, key)),
+                        jax.tree_util.tree_leaves(with_obs(lakes, ar, key))):
+            np.testing.assert_array_equal(x, y)
+    # the observation work is really compiled in: more flops per call than the plain rollout
+    flops = [bench.cost_of(bench.make_rollout(4, observe=o).lower(lakes, state, key).compile())["flops"]
+             for o in (False, True)]
+    if None not in flops:
+        assert flops[1] > flops[0]
+    with pytest.raises(ValueError, match="bench.observations"):
+        bench.run_bench({"envs": [], "observations": "yes"})
 
 
 def test_parse_envs_validates_names_and_fields():
