@@ -87,7 +87,7 @@ from jaxlake.pipeline.folder import (
     write_run_info,
 )
 from jaxlake.pipeline.records import START_EVAL, log_stage, stage_record, stage_table
-from jaxlake.pipeline.settings import SETTINGS, PipelineError, RunSettings, user_error  # noqa: F401 (re-exported)
+from jaxlake.pipeline.settings import SETTINGS, PipelineError, RunSettings, resolve, user_error  # noqa: F401 (re-exported)
 from jaxlake.pipeline.archive import archive_run
 from jaxlake.pipeline.share import restore_shared_stage, store_shared_stage
 
@@ -178,10 +178,10 @@ def step_train(s: RunSettings, k: int, d: Path, mixture: Mixture) -> dict:
     tc = s.stage_config(k).train
     if s.warmstart_env != "stage" and (tc.warmstart.enabled or tc.grpo.anchor.enabled):
         # GRPO stays on the stage's mixture (its anchor takes this one)
-        if s.warmstart_env == "suite":  # (settings refuse it without a suite)
-            from jaxlake.suite import cells_mixture
+        if s.warmstart_env == "suite":  # an experiment; settings refuse it without a suite
+            from llm.training.experiments.suite_env import suite_mixture
 
-            warmstart_env = cells_mixture(s.eval.suite)
+            warmstart_env = suite_mixture(s.eval.suite)
         else:
             from jaxlake.pipeline.pretrain import space_mixture
 
@@ -472,14 +472,3 @@ def main(cfg: Any) -> Any:
         return record
 
     return cluster.run(s, run)
-
-
-def resolve(cfg: Any) -> RunSettings:
-    """:meth:`RunSettings.from_cfg`, every bad value raised as :class:`PipelineError` (the
-    layers' own range errors are ``ValueError``)."""
-    try:
-        return RunSettings.from_cfg(cfg)
-    except (ValueError, TypeError) as err:
-        if isinstance(err, PipelineError) or user_error(err):
-            raise
-        raise PipelineError(" ".join(str(err).split())) from err

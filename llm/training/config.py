@@ -66,7 +66,7 @@ class WarmStartConfig:
     at least this share of each batch are lakes where some agent's straight walk meets a hole
     (:func:`llm.training.warmstart.select_blocked`; 0: the lakes as drawn). ``detour_share`` in
     [0, 1]: at least this share are lakes whose reference path steps away from a goal
-    (:func:`llm.training.warmstart.detour_lakes`: dead ends the trace must walk around), taken
+    (:func:`llm.training.experiments.detour.detour_lakes`: dead ends the trace must walk around), taken
     before the blocked ones. ``crowded_share`` in [0, 1]: at least this share are lakes where
     one agent's way toward its goal meets another agent (:func:`llm.training.warmstart.crowded_lakes`:
     the lakes whose ``crowd`` trace writes an agent mark), taken after the detours. ``mark_weight`` >= 1:
@@ -109,7 +109,7 @@ class WarmStartConfig:
 
 @dataclasses.dataclass(frozen=True)
 class GuidanceConfig:
-    """``train.grpo.guidance`` (:mod:`llm.training.guidance`).
+    """``train.grpo.guidance`` (:mod:`llm.training.experiments.guidance`).
 
     Attributes:
       enabled: put the reference planner's completion into each group of a sampling round
@@ -142,7 +142,7 @@ class AnchorConfig:
     on the summed gradient (:func:`llm.rl.updates.make_grpo_update`). ``weight`` 0 (the
     default) turns it off and costs nothing. ``screen_lakes`` > 0 draws that many lakes
     instead, decodes them greedily with the current policy and keeps ``lakes`` of them, the
-    greedy decode's failures first (:func:`llm.training.screen.screen_lakes`): the anchor then
+    greedy decode's failures first (:func:`llm.training.experiments.screen.screen_lakes`): the anchor then
     teaches where the policy is wrong rather than where it is already right.
     """
 
@@ -171,7 +171,7 @@ class ScreenConfig:
     environment instead of ``lakes_per_step``, decodes each once greedily (the suite's
     decoding), scores the plans in the simulator, and keeps ``lakes_per_step`` of them: the
     lakes the greedy decode fails first, in drawing order, then the others
-    (:mod:`llm.training.screen`). The groups then sample where the greedy choice is wrong, so
+    (:mod:`llm.training.experiments.screen`). The groups then sample where the greedy choice is wrong, so
     a successful sample's advantage pushes the greedy decode itself. ``0`` (the default) draws
     ``lakes_per_step`` lakes and trains on them all.
     """
@@ -192,7 +192,7 @@ class GRPOConfig:
 
     ``dynamic_sampling``: DAPO's refill of the batch with informative groups, in at most
     ``max_rounds`` sampling rounds (:mod:`llm.rl.dynamic`). ``guidance``: the reference
-    planner's completion in each group where no sample succeeded (:mod:`llm.training.guidance`).
+    planner's completion in each group where no sample succeeded (:mod:`llm.training.experiments.guidance`).
     ``anchor``: the reference planner's completions of lakes of the warm-start environment,
     their NLL added to the loss (:class:`AnchorConfig`). ``screen``: each round's lakes chosen
     from more, the greedy decode's failures first (:class:`ScreenConfig`).

@@ -27,7 +27,7 @@ def greedy_rewards(policy: Policy, prompter: Prompter, lakes, ref_soc: np.ndarra
 
     Decoded in fixed ``[batch_size, P]`` batches (rounded up to the mesh; the last partial batch
     padded by repeating lakes: one compilation). Shared by the stage's held-out check
-    (:func:`evaluate_heldout`) and GRPO's greedy screening (:mod:`llm.training.screen`).
+    (:func:`evaluate_heldout`) and GRPO's greedy screening (:mod:`llm.training.experiments.screen`).
     """
     n = int(np.asarray(lakes.num_agents).shape[0])
     if mesh is not None:

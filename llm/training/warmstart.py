@@ -12,19 +12,24 @@ checkpoint is a policy checkpoint.
 **Reasoning form** (``prompt.reasoning.warmstart: true``, for models trained from scratch in
 reasoning mode): the target is ``<think>`` + :func:`reasoning_text` + ``</think>`` + the plan,
 where the reasoning is templated from the planner's own solution and therefore true. Style
-``summary``: each agent's start, goal, moves, the steps at which it waits and its arrival step,
-and for each pair of agents the first cell both paths use (who is there first). Style ``paths``: each agent's path cell by cell, so each
-written cell is one step from the last and can be checked against the prompt's hole list. It is cut, whole lines at a
-time, to fit the thinking budget, so the model learns to close the block in time. Off by
-default: a pretrained model thinks in its own words and templated text would overwrite them.
+``checks``: each agent's path with the cells it tried toward its goal and found to be holes
+(:func:`check_lines`); ``crowd``: the same with the cells an earlier agent takes. The styles
+``summary`` and ``paths`` are experiments (:mod:`llm.training.experiments.traces`). It is cut,
+whole lines at a time, to fit the thinking budget, so the model learns to close the block in
+time. Off by default: a pretrained model thinks in its own words and templated text would
+overwrite them.
+
+The planner solves each step's lakes once (:class:`Drawn`): the selection of the batch, its
+shares and its targets share one solve.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -51,62 +56,13 @@ from llm.generation.stops import eos_and_pad
 from llm.training.config import TrainConfig
 from llm.rl.batches import TokenBatch
 from llm.rl.updates import accumulate_gradients, token_nll, weighted_nll
+from llm.training.experiments.detour import detour_lakes
+from llm.training.experiments.traces import path_lines, reasoning_lines
+
 
 
 def _letter(i: int) -> str:
     return chr(ord("A") + int(i))
-
-
-def reasoning_lines(solution: planner.Solution, num_agents: int) -> list[str]:
-    """True statements about a planner solution, most important first.
-
-    One line per agent (``A: 0 0 to 3 4, 7 moves, waits at step 2, arrives at step 8``), then
-    one per pair of agents whose paths use a common cell (``A and B both use 2 3: A at step
-    3, B at step 5``; the earliest such cell by the first visit), or ``no two paths share a
-    cell``. Steps count from 0 at the start; a wait is a step where the agent stays before it
-    arrives.
-    """
-    if not solution.found:
-        return []
-    lines: list[str] = []
-    visits: list[dict] = []
-    for i in range(int(num_agents)):
-        path = np.asarray(solution.paths[i])
-        arrive = len(path) - 1
-        waits = [t + 1 for t in range(arrive) if (path[t + 1] == path[t]).all()]
-        first: dict = {}
-        for t, cell in enumerate(map(tuple, path.tolist())):
-            first.setdefault(cell, t)
-        visits.append(first)
-        line = f"{_letter(i)}: {path[0][0]} {path[0][1]} to {path[-1][0]} {path[-1][1]}, {arrive - len(waits)} moves"
-        if waits:
-            line += ", waits at step " + " ".join(str(t) for t in waits)
-        lines.append(line + f", arrives at step {arrive}")
-    shared = []
-    for i in range(int(num_agents)):
-        for j in range(i + 1, int(num_agents)):
-            common = set(visits[i]) & set(visits[j])
-            if common:
-                cell = min(common, key=lambda c: (min(visits[i][c], visits[j][c]), c))
-                shared.append(f"{_letter(i)} and {_letter(j)} both use {cell[0]} {cell[1]}: "
-                              f"{_letter(i)} at step {visits[i][cell]}, {_letter(j)} at step {visits[j][cell]}")
-    lines += shared or (["no two paths share a cell"] if num_agents > 1 else [])
-    return lines
-
-
-def path_lines(solution: planner.Solution, num_agents: int, cell: str = " {row}{col}") -> list[str]:
-    """Each agent's path, one cell per time step from its start to its arrival.
-
-    ``A 42 32 32 33`` (with ``cell=" {row}{col}"``): agent A starts on row 4 col 2, moves up,
-    waits one step, moves right and arrives. ``plan = differences of consecutive cells``.
-    """
-    if not solution.found:
-        return []
-    lines = []
-    for i in range(int(num_agents)):
-        path = np.asarray(solution.paths[i])
-        lines.append(_letter(i) + "".join(cell.format(row=int(r), col=int(c)) for r, c in path))
-    return lines
 
 
 #: With ``warmstart.blocked_share > 0`` each step draws this many times its batch and keeps
@@ -196,7 +152,7 @@ def reasoning_text(solution: planner.Solution, num_agents: int, tokenizer: Any =
     """
     if style not in WARMSTART_STYLES:
         raise ValueError(f"style={style!r} not one of {list(WARMSTART_STYLES)}")
-    if style == "summary":
+    if style == "summary":  # the experiments' traces (llm.training.experiments.traces)
         lines = reasoning_lines(solution, num_agents)
     elif style == "paths":
         lines = path_lines(solution, num_agents, cell)
@@ -214,7 +170,7 @@ def reasoning_text(solution: planner.Solution, num_agents: int, tokenizer: Any =
 
 
 def plan_targets(lakes, tokenizer, length: int, thinking_tokens: Optional[int] = None, *,
-                 style: str = "summary", cell: str = " {row}{col}"
+                 style: str = "summary", cell: str = " {row}{col}", solutions: Optional[Sequence] = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Reference-planner completions of a batch of lakes as right-padded token ids.
 
@@ -224,11 +180,12 @@ def plan_targets(lakes, tokenizer, length: int, thinking_tokens: Optional[int] =
     learn whole plans). With ``thinking_tokens`` (reasoning form), the plan follows the
     templated think block of :func:`reasoning_text` (at most ``thinking_tokens`` tokens) and
     a blank line, and ``length`` must leave room for both; ``style`` and ``cell`` are
-    :func:`reasoning_text`'s.
+    :func:`reasoning_text`'s. ``solutions``: the planner's solutions of ``lakes`` when already
+    solved (:meth:`Drawn.solve`), else the planner solves them here.
     """
-    sols = planner.solve_batch(lakes)
+    sols = planner.solve_batch(lakes).solutions if solutions is None else list(solutions)
     _, pad = eos_and_pad(tokenizer)
-    n = len(sols.solutions)
+    n = len(sols)
     tokens = np.full((n, length), pad, np.int32)
     mask = np.zeros((n, length), bool)
     solved = np.zeros((n,), bool)
@@ -236,7 +193,7 @@ def plan_targets(lakes, tokenizer, length: int, thinking_tokens: Optional[int] =
     num_agents = np.asarray(lakes.num_agents)
     holes = np.asarray(lakes.holes, bool)
     stays = np.asarray(lakes.on_goal) == ON_GOAL_STAY
-    for i, sol in enumerate(sols.solutions):
+    for i, sol in enumerate(sols):
         text = format_plan(sol.actions, int(num_agents[i])) if sol.found else ""
         if sol.found and thinking_tokens is not None:
             text = reasoning_text(sol, int(num_agents[i]), tokenizer, thinking_tokens, style, cell,
@@ -260,23 +217,6 @@ def select_blocked(lakes, n: int, share: float):
     return select_shares(lakes, n, [(straight_blocked(lakes), share)])
 
 
-def detour_lakes(lakes, solutions: Optional[list] = None) -> np.ndarray:
-    """``[N]`` bool: some agent's reference path (:func:`jaxlake.planner.solve`) takes a step
-    away from its goal (its Manhattan distance grows): the lakes where, somewhere on the way,
-    every cell toward the goal is a hole or taken, so the trace must write a detour. A host
-    loop over the planner's solutions (``solutions``: the batch's, when already solved)."""
-    sols = planner.solve_batch(lakes).solutions if solutions is None else solutions
-    out = np.zeros((len(sols),), bool)
-    for i, sol in enumerate(sols):
-        if not sol.found:
-            continue
-        for path in sol.paths:
-            cells = np.asarray(path)
-            if cells.shape[0] > 1 and (np.diff(np.abs(cells - cells[-1]).sum(-1)) > 0).any():
-                out[i] = True
-                break
-    return out
-
 
 def crowded_lakes(lakes, solutions: Optional[list] = None) -> np.ndarray:
     """``[N]`` bool: the ``crowd`` trace of the lake's reference plan writes an agent mark
@@ -295,15 +235,19 @@ def select_shares(lakes, n: int, wants: list) -> Any:
     """``n`` of the batched ``lakes`` (a pool): for each ``(flags [pool] bool, share)`` in order,
     up to ``ceil(share * n)`` flagged lakes not yet taken, then the first others, each in pool
     order; the batch keeps pool order (deterministic in the pool)."""
-    size = int(np.asarray(lakes.num_agents).shape[0])
+    index = share_index(int(np.asarray(lakes.num_agents).shape[0]), n, wants)
+    return jax.tree_util.tree_map(lambda x: x[index], lakes)
+
+
+def share_index(size: int, n: int, wants: list) -> np.ndarray:
+    """``[n]`` rows of a pool of ``size`` that :func:`select_shares` keeps, in pool order."""
     taken = np.zeros((size,), bool)
     for flags, share in wants:
         want = int(np.ceil(share * n)) if share > 0 else 0
         room = n - int(taken.sum())
         taken[np.flatnonzero(np.asarray(flags, bool) & ~taken)[: min(want, room)]] = True
     taken[np.flatnonzero(~taken)[: n - int(taken.sum())]] = True
-    index = np.flatnonzero(taken)
-    return jax.tree_util.tree_map(lambda x: x[index], lakes)
+    return np.flatnonzero(taken)
 
 
 def token_weights(tokens: np.ndarray, mask: np.ndarray, tokenizer: Any, mark_weight: float) -> np.ndarray:
@@ -331,27 +275,66 @@ def reference_lakes(key: jax.Array, env: Mixture, n: int, wc: Any):
     pool :data:`BLOCKED_POOL` times larger when any share is asked for (:data:`CROWDED_POOL`
     times with ``crowded_share``). ``wc``: a
     :class:`llm.training.config.WarmStartConfig`. Deterministic in ``key``."""
+    return reference_draw(key, env, n, wc).lakes
+
+
+def _horizon(lakes) -> int:
+    """The horizon :func:`jaxlake.planner.solve_batch` plans a batch at: its largest ``max_steps``."""
+    return int(np.max(np.asarray(lakes.max_steps)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Drawn:
+    """The lakes of a supervised batch and, when drawing them took the planner, its solutions
+    of them (``solutions``, planned at ``horizon``: the pool's)."""
+
+    lakes: Any
+    solutions: Optional[tuple] = None
+    horizon: Optional[int] = None
+
+    def take(self, rows: slice) -> "Drawn":
+        """Rows ``rows`` of the batch (host arrays: :func:`llm.model.distributed.take_rows`)."""
+        sols = None if self.solutions is None else self.solutions[rows]
+        return Drawn(dist.take_rows(self.lakes, rows), sols, self.horizon)
+
+    def solve(self) -> list:
+        """The planner's solutions of :attr:`lakes` as ``solve_batch(lakes)`` finds them: those
+        of the draw when it planned at the batch's own horizon (the planner is deterministic
+        per lake and horizon), else solved now."""
+        if self.solutions is not None and self.horizon == _horizon(self.lakes):
+            return list(self.solutions)
+        return list(planner.solve_batch(self.lakes).solutions)
+
+
+def reference_draw(key: jax.Array, env: Mixture, n: int, wc: Any) -> Drawn:
+    """:func:`reference_lakes`, with the planner's solutions when the selection needed them
+    (``detour_share`` or ``crowded_share``: the pool is solved to find those lakes)."""
     selecting = wc.blocked_share > 0 or wc.detour_share > 0 or wc.crowded_share > 0
     pool = CROWDED_POOL if wc.crowded_share > 0 else BLOCKED_POOL if selecting else 1
     lakes = sample_lakes(key, env, n * pool, split="random")
     if not selecting:
-        return lakes
+        return Drawn(lakes)
     sols = planner.solve_batch(lakes).solutions if wc.detour_share > 0 or wc.crowded_share > 0 else None
     wants = [(detour_lakes(lakes, sols), wc.detour_share)] if wc.detour_share > 0 else []
     wants += [(crowded_lakes(lakes, sols), wc.crowded_share)] if wc.crowded_share > 0 else []
-    return select_shares(lakes, n, wants + [(straight_blocked(lakes), wc.blocked_share)])
+    index = share_index(n * pool, n, wants + [(straight_blocked(lakes), wc.blocked_share)])
+    chosen = jax.tree_util.tree_map(lambda x: x[index], lakes)
+    if sols is None:
+        return Drawn(chosen)
+    return Drawn(chosen, tuple(sols[i] for i in index), _horizon(lakes))
 
 
 def reference_rows(lakes, tokenizer: Any, prompter: Prompter, completion_len: int, thinking_tokens: Optional[int],
-                   mark_weight: float) -> tuple[np.ndarray, ...]:
+                   mark_weight: float, solutions: Optional[Sequence] = None) -> tuple[np.ndarray, ...]:
     """The supervised rows of ``lakes``: ``(prompt_ids [N, P], prompt_mask [N, P], tokens
     [N, T], mask [N, T], scale [N, T] float32, solved [N] bool)`` -- the prompts as
     ``prompter`` encodes them, the reference planner's completions (:func:`plan_targets`, in
     the prompter's trace style and cell spelling; ``T = completion_len``, which must hold the
     think block when ``thinking_tokens`` is given) and each token's loss weight before
-    normalisation (:func:`token_weights`)."""
+    normalisation (:func:`token_weights`). ``solutions``: :func:`plan_targets`'s."""
     tokens, mask, solved, _ = plan_targets(lakes, tokenizer, completion_len, thinking_tokens,
-                                           style=prompter.config.reasoning.warmstart_style, cell=prompter.config.cell)
+                                           style=prompter.config.reasoning.warmstart_style, cell=prompter.config.cell,
+                                           solutions=solutions)
     ids, pmask = prompter.encode(lakes)
     return ids, pmask, tokens, mask, token_weights(tokens, mask, tokenizer, mark_weight), solved
 
@@ -430,16 +413,16 @@ def run_warmstart(
         """Step ``step``'s batch, drawn, planned, encoded, packed and placed, and the batch's
         shares for its metrics row: a step's host work, which a one-process run does on a
         thread while the step before it updates."""
-        lakes = reference_lakes(jax.random.fold_in(data_key, step), env, wc.batch_size, wc)  # the same on every process
-        shares = {"blocked_share": float(straight_blocked(lakes).mean())}
-        rows = dist.process_rows(wc.batch_size, rows_sharding)  # this process plans and encodes only its rows
-        lakes = dist.take_rows(lakes, rows)
+        drawn = reference_draw(jax.random.fold_in(data_key, step), env, wc.batch_size, wc)  # the same on every process
+        shares = {"blocked_share": float(straight_blocked(drawn.lakes).mean())}
+        drawn = drawn.take(dist.process_rows(wc.batch_size, rows_sharding))  # this process plans and encodes its rows
+        lakes, sols = drawn.lakes, drawn.solve()  # one solve for the shares and the targets
         if wc.detour_share > 0:
-            shares["detour_share"] = float(detour_lakes(lakes).mean())
+            shares["detour_share"] = float(detour_lakes(lakes, sols).mean())
         if wc.crowded_share > 0 or reasoning.warmstart_style == "crowd":
-            shares["crowded_share"] = float(crowded_lakes(lakes).mean())
+            shares["crowded_share"] = float(crowded_lakes(lakes, sols).mean())
         ids, pmask, tokens, mask, scale, solved = reference_rows(lakes, policy.tokenizer, prompter, completion_len,
-                                                                 thinking_tokens, wc.mark_weight)
+                                                                 thinking_tokens, wc.mark_weight, sols)
         solved_all, target_all, prompt_all, scale_all = dist.gather_rows((solved, mask.sum(1), pmask.sum(1),
                                                                           scale.sum(1)))
         dropped = 0

@@ -1,4 +1,4 @@
-"""GRPO's supervised anchor (train.grpo.anchor; llm/rl/updates.py, llm/training/grpo_loop.py): the
+"""GRPO's supervised anchor (train.grpo.anchor; llm/rl/updates.py, llm/training/anchor.py): the
 anchored update descends the GRPO loss plus the weighted NLL of reference completions, and each
 step's anchor batch holds the reference planner's completions of fresh lakes of the warm-start
 environment, written as the warm start writes them."""
@@ -22,7 +22,7 @@ from llm.rl.grpo import GRPOLossConfig
 from llm.rl.updates import make_grpo_update, token_nll
 from llm.training import warmstart as ws
 from llm.training.config import AnchorConfig, GRPOConfig, OptimConfig, TrainConfig, WarmStartConfig
-from llm.training.grpo_loop import _anchor_batches
+from llm.training.anchor import anchor_batches as _anchor_batches
 from llm.training.policy import copy_state
 from tests.support import small_policy
 

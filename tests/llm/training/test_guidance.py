@@ -1,4 +1,4 @@
-"""Reference guidance in GRPO (llm/training/guidance.py): the planner's completion in the groups where no
+"""Reference guidance in GRPO (llm/training/experiments/guidance.py): the planner's completion in the groups where no
 sample succeeded, and what the GRPO step then trains on."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from llm.game.prompts import PromptConfig, load_prompt_config
 from llm.model.config import Qwen3Config
 from llm.model.qwen3 import Qwen3ForCausalLM
 from llm.training.config import GRPOConfig, GuidanceConfig, OptimConfig, RewardConfig, TrainConfig
-from llm.training.guidance import guide_round
+from llm.training.experiments.guidance import guide_round
 from llm.training.policy import Policy
 from llm.training.warmstart import plan_targets
 
@@ -113,7 +113,7 @@ def test_a_guided_step_trains_the_planners_rows_up_and_the_failures_down(tokeniz
     rows with negative ones, and the metrics count the guided groups and the policy's own ties."""
     from llm.rl import updates as updates_mod
     from llm.rl.grpo import GRPOLossConfig
-    from llm.training import grpo_loop
+    from llm.training.experiments import guidance as guidance_mod
     from llm.training.grpo_loop import run_grpo
     from llm.training.stage import MetricsLog
 
@@ -133,14 +133,14 @@ def test_a_guided_step_trains_the_planners_rows_up_and_the_failures_down(tokeniz
         return wrapped
 
     guided_lakes = []
-    real_guide = grpo_loop.guide_round
+    real_guide = guidance_mod.guide_round
 
     def spy_guide(lakes, *args, **kwargs):
         guided_lakes.append(lakes)
         return real_guide(lakes, *args, **kwargs)
 
     monkeypatch.setattr(updates_mod, "make_grpo_update", spy_update)
-    monkeypatch.setattr(grpo_loop, "guide_round", spy_guide)
+    monkeypatch.setattr(guidance_mod, "guide_round", spy_guide)
     env = LakeConfig(height=3, width=3, num_agents=1, hole_density=0.0, max_steps=6, max_height=4, max_width=4,
                      max_agents=2)
     grpo_cfg = GRPOConfig(steps=1, lakes_per_step=2, group_size=4, max_new_tokens=12,

@@ -1,4 +1,4 @@
-"""Greedy screening of GRPO's lakes (train.grpo.screen; llm/training/screen.py): a round keeps the
+"""Greedy screening of GRPO's lakes (train.grpo.screen; llm/training/experiments/screen.py): a round keeps the
 lakes its policy's greedy decode fails first, and the step's groups sample on them."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from llm.game.prompter import Prompter
 from llm.generation.decode import GenerationConfig
 from llm.training.completions import sample_completions
 from llm.training.config import GRPOConfig, ScreenConfig, TrainConfig
-from llm.training.screen import screen_lakes, screen_order
+from llm.training.experiments.screen import screen_lakes, screen_order
 
 # crowded, holed lakes of two agents: the shipped planner fails about a fifth of them greedily
 HARD = LakeConfig(height=6, width=6, num_agents=2, hole_density=0.2, conflict_density=1.0, max_steps=16,
@@ -103,11 +103,12 @@ def test_a_screened_step_samples_its_groups_on_the_greedy_failures(planner, tmp_
     from llm.rl.dynamic import DynamicSamplingConfig
     from llm.training import grpo_loop
     from llm.training.config import OptimConfig
+    from llm.training.experiments import screen as screen_mod
     from llm.training.stage import MetricsLog
 
     policy, pcfg = planner
     screens, seen = [], []
-    real_screen, real_update = grpo_loop.screen_lakes, updates_mod.make_grpo_update
+    real_screen, real_update = screen_mod.screen_lakes, updates_mod.make_grpo_update
 
     def spy_screen(*args, **kwargs):
         screens.append(real_screen(*args, **kwargs))
@@ -122,7 +123,7 @@ def test_a_screened_step_samples_its_groups_on_the_greedy_failures(planner, tmp_
 
         return wrapped
 
-    monkeypatch.setattr(grpo_loop, "screen_lakes", spy_screen)
+    monkeypatch.setattr(screen_mod, "screen_lakes", spy_screen)
     monkeypatch.setattr(updates_mod, "make_grpo_update", spy_update)
     grpo_cfg = GRPOConfig(steps=1, lakes_per_step=2, group_size=4, max_new_tokens=64, screen=ScreenConfig(lakes=8),
                           optim=OptimConfig(lr=1e-5, warmup_steps=0),
@@ -147,7 +148,7 @@ def test_the_anchor_screens_its_lakes_with_the_current_policy(planner):
     from jaxlake.mixture import Mixture
     from llm.training import warmstart as ws
     from llm.training.config import AnchorConfig, WarmStartConfig
-    from llm.training.grpo_loop import _anchor_batches
+    from llm.training.anchor import anchor_batches as _anchor_batches
 
     policy, pcfg = planner
     wc = WarmStartConfig(blocked_share=0.75)

@@ -1,4 +1,7 @@
-"""Reference guidance for GRPO: the planner's completion in a group where no sample succeeded.
+"""Reference guidance for GRPO (an experiment, off by default; measured inside the noise): the
+planner's completion in a group where no sample succeeded. The GRPO loop's round transform hook
+(:class:`Guidance`, :mod:`llm.training.hooks`); row key ``guided_groups`` (the batch's groups that
+hold the planner's completion). The metrics still describe the policy's own samples.
 
 A group whose ``G`` sampled completions all fail has no advantage (:func:`llm.rl.grpo.
 group_advantages`): it teaches nothing. From a pretrained policy that is where the errors
@@ -31,7 +34,9 @@ import chex
 import numpy as np
 
 from jaxlake.suite import take_lakes
-
+from llm.game.prompter import Prompter
+from llm.training.config import TrainConfig
+from llm.training.hooks import Round, RoundTransform, selected
 from llm.training.warmstart import plan_targets
 
 
@@ -105,3 +110,29 @@ def guide_round(lakes: Any, tokens: np.ndarray, mask: np.ndarray, train_mask: np
                 guided_rows[r] = True
     return Guided(tokens=tokens, mask=mask, train_mask=train_mask, texts=texts, rows=guided_rows, groups=groups)
 
+
+
+class Guidance(RoundTransform):
+    """``grpo.guidance``: :func:`guide_round` on every sampling round; the guided rows are scored
+    again, with the round's key, for the advantages."""
+
+    def __init__(self, config: TrainConfig, prompter: Prompter, tokenizer: Any):
+        reasoning = prompter.config.reasoning
+        self.rows, self.group_size, self.tokenizer = config.grpo.guidance.rows, config.grpo.group_size, tokenizer
+        # the warm start's target: its think block when the prompt thinks
+        self.thinking = reasoning.thinking_tokens if reasoning.enabled and reasoning.warmstart else None
+        self.style, self.cell = reasoning.warmstart_style, prompter.config.cell
+
+    def transform(self, rnd: Round) -> Round:
+        gd = guide_round(rnd.lakes, rnd.tokens, rnd.mask, rnd.train_mask, rnd.texts, rnd.rewards.success,
+                         group_size=self.group_size, rows=self.rows, tokenizer=self.tokenizer,
+                         thinking_tokens=self.thinking, style=self.style, cell=self.cell)
+        rnd.extras["guided"] = gd.groups
+        if not gd.groups.any():
+            return rnd
+        return dataclasses.replace(rnd, tokens=gd.tokens, mask=gd.mask, train_mask=gd.train_mask, texts=gd.texts,
+                                   truncated=rnd.truncated & ~gd.rows,
+                                   rewards=rnd.rescore(gd.texts, rnd.forced & ~gd.rows))
+
+    def metrics(self, rounds, sel) -> dict:
+        return {"guided_groups": int(np.sum(selected(rounds, sel, lambda x: x.extras["guided"])))}

@@ -1,4 +1,6 @@
-"""Greedy screening: which of a round's lakes a GRPO step samples its groups on.
+"""Greedy screening (an experiment, off by default): which of a round's lakes a GRPO step samples
+its groups on. Measured inside the noise (README's research notes); the GRPO loop's lake picker
+hook (:class:`ScreenPicker`, :mod:`llm.training.hooks`).
 
 The suite scores a policy's *greedy* decode. A pretrained planner's greedy decode solves most
 lakes of its environment, and the groups GRPO samples on those lakes mostly agree with it:
@@ -18,11 +20,16 @@ round instead of a buffer.
 Cost: one greedy decode of ``M`` rows per round, about what sampling ``M`` completions
 costs. Host-side selection (the rewards come from the simulator on the host); every process
 holds the same lakes and plans, so it picks the same rows.
+
+Row keys: ``screen_failed_share`` (the first round's screened lakes the greedy decode failed),
+``screen_kept_failed`` (the batch's groups on such a lake) and ``time/screen_s``. The supervised
+anchor screens its own lakes with :func:`screen_lakes` too (``grpo.anchor.screen_lakes``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import chex
@@ -31,8 +38,12 @@ import numpy as np
 
 from jaxlake.suite import take_lakes
 from llm.game import rewards
+from llm.game.lakes import env_horizon, sample_lakes
 from llm.game.prompter import Prompter
+from llm.model import sharding as shd
+from llm.training.config import TrainConfig
 from llm.training.heldout import greedy_rewards
+from llm.training.hooks import LakePicker, RoundKeys, selected
 from llm.training.policy import Policy
 
 
@@ -99,3 +110,30 @@ def screen_lakes(policy: Policy, prompter: Prompter, lakes: Any, n: int, key: ja
     failed = ~np.asarray(res.success, bool)
     index = screen_order(failed, n)
     return Screened(lakes=take_lakes(lakes, index), index=index, greedy_failed=failed)
+
+
+class ScreenPicker(LakePicker):
+    """``grpo.screen``: a round draws ``screen.lakes`` lakes of the stage's environment and keeps
+    ``N``, the greedy decode's failures first (module docstring)."""
+
+    def __init__(self, config: TrainConfig, env: Any, prompter: Prompter, mesh=None):
+        self.lakes, self.max_new_tokens = config.grpo.screen.lakes, config.grpo.max_new_tokens
+        self.env, self.prompter, self.mesh, self.reward = env, prompter, mesh, config.reward
+        self.horizon = env_horizon(env)
+
+    def check_mesh(self, mesh) -> None:
+        shd.check_divisible(self.lakes, mesh, "grpo screen lakes")
+
+    def pick(self, policy: Policy, keys: RoundKeys, n: int, extras: dict) -> Any:
+        t = time.perf_counter()
+        screened = screen_lakes(policy, self.prompter, sample_lakes(keys.data, self.env, self.lakes, split="random"), n,
+                                jax.random.fold_in(keys.reward, 1), max_new_tokens=self.max_new_tokens,
+                                horizon=self.horizon, reward_config=self.reward, mesh=self.mesh)
+        extras["screened"], extras["screen_s"] = screened, time.perf_counter() - t
+        return screened.lakes
+
+    def metrics(self, rounds, sel) -> dict:
+        kept_failed = selected(rounds, sel, lambda x: x.extras["screened"].kept_greedy_failed)
+        return {"screen_failed_share": float(np.mean(rounds[0].extras["screened"].greedy_failed)),
+                "screen_kept_failed": int(kept_failed.sum()),
+                "time/screen_s": float(sum(x.extras["screen_s"] for x in rounds))}
