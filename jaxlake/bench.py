@@ -30,11 +30,13 @@ every batch size ``B`` (capped by device memory):
   overhead against ``rollout`` is reported in ``autoreset_overhead``.
 * ``bench.observations=true`` (default false, so the default numbers stay comparable with
   earlier runs) also builds every agent's array observation
-  (:func:`jaxlake.observations.observe`: the ``[A, H, W, 6]`` float32 grids, the ``[A, 2]``
+  (:func:`jaxlake.observations.observe`: the ``[A, H, W, 6]`` grids in
+  ``bench.observation_dtype``, uint8 by default, the ``[A, 2]``
   scalars and the ``[A, 5]`` action masks) of the state each step starts from, inside the
   timed loop, and keeps it in the scan's carry, so it is written out every step as an
   environment that returns observations does (Jumanji, POGEMA and gymnasium do): the
-  like-for-like figure for the peer ratios (``ratios`` then compare these rows).
+  like-for-like figure for the peer ratios (``ratios`` then compare these rows; the JAX peer
+  Jumanji Connector then keeps its observations in its carry too, else XLA drops them).
 
 Compile time is excluded from the rates and reported apart (``compile_s``); every rate is
 ``work / median(times_s)`` over ``bench.repeats`` timed calls after one warm-up, each ended by
@@ -99,6 +101,7 @@ JSON fields (``schema == "jaxlake.bench/1"``):
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import platform
 import socket
@@ -136,7 +139,7 @@ OK_ROW_FIELDS = ("compile_s", "times_s", "cpu_times_s", "median_s", "memory_byte
 GENERATOR_FIELDS = ("lakes_per_s", "lakes_per_cpu_s", "flops_per_lake", "bytes_per_lake", "achieved_gflops",
                     "achieved_gbytes_per_s", "stats")
 GENERATOR_STATS_FIELDS = ("hole_density", "conflict_density", "dist_ok", "attempts")
-ROLLOUT_FIELDS = ("steps", "rng", "observations", "env_steps_per_s", "agent_steps_per_s", "agent_steps_per_cpu_s",
+ROLLOUT_FIELDS = ("steps", "rng", "observations", "observation_dtype", "env_steps_per_s", "agent_steps_per_s", "agent_steps_per_cpu_s",
                   "flops_per_instance_step", "bytes_per_instance_step", "achieved_gflops", "achieved_gbytes_per_s")
 AUTORESET_FIELDS = ROLLOUT_FIELDS + ("pool_size", "episodes_per_s")
 RATIO_FIELDS = ("peer", "system", "env", "batch_size", "peer_agent_steps_per_s", "ours_agent_steps_per_s",
@@ -313,7 +316,18 @@ def rng_mode(rng: str) -> tuple[Callable, Callable, Callable]:
     return _RNG[rng]
 
 
-_observe_batch = jax.vmap(observations.observe)
+#: ``bench.observation_dtype``: the grids' dtype (one byte a cell, as an environment keeps a
+#: frame buffer; ``float32`` is what a network reads, four times the bytes)
+OBSERVATION_DTYPES = {"uint8": jnp.uint8, "bool": jnp.bool_, "float32": jnp.float32}
+
+
+def _obs_dtype(observe: bool | str) -> str:
+    """``observe`` is ``False``, ``True`` (uint8 grids) or the grids' dtype name."""
+    return observe if isinstance(observe, str) else "uint8"
+
+
+def _observe_batch(lakes, state, dtype: str = "uint8"):
+    return jax.vmap(functools.partial(observations.observe, dtype=OBSERVATION_DTYPES[dtype]))(lakes, state)
 
 
 def _scan(body: Callable, init: tuple, keys: jax.Array, observe_fn: Optional[Callable], mesh) -> tuple:
@@ -340,7 +354,7 @@ def _scan(body: Callable, init: tuple, keys: jax.Array, observe_fn: Optional[Cal
     return state, total + jnp.minimum(jnp.sum(obs.grid, axis=tuple(range(1, obs.grid.ndim))), 0.0)
 
 
-def make_rollout(steps: int, mesh=None, rng: str = "bits", observe: bool = False) -> Callable:
+def make_rollout(steps: int, mesh=None, rng: str = "bits", observe: bool | str = False) -> Callable:
     """``(lakes, state, key) -> (state, reward_sum)``: ``steps`` random-action steps in a scan.
 
     ``rng="bits"``: actions and slip noise from :func:`random_actions`, stepped with
@@ -361,13 +375,13 @@ def make_rollout(steps: int, mesh=None, rng: str = "bits", observe: bool = False
             return (constrain_batch(state, mesh), total + jnp.sum(info.reward, axis=-1)), None
 
         init = (state, constrain_batch(jnp.zeros((batch,), jnp.float32), mesh))
-        observe_fn = (lambda s: _observe_batch(lakes, s)) if observe else None
+        observe_fn = (lambda s: _observe_batch(lakes, s, _obs_dtype(observe))) if observe else None
         return _scan(body, init, jax.random.split(key, steps), observe_fn, mesh)
 
     return jax.jit(rollout)
 
 
-def make_autoreset_rollout(steps: int, mesh=None, rng: str = "bits", observe: bool = False) -> Callable:
+def make_autoreset_rollout(steps: int, mesh=None, rng: str = "bits", observe: bool | str = False) -> Callable:
     """``(pool, ar, key) -> (ar, reward_sum)``: ``steps`` auto-reset steps in a scan
     (``observe``: with the observations of :func:`jaxlake.autoreset.observe`'s state, the one
     each step starts from, on the lake it plays)."""
@@ -383,7 +397,8 @@ def make_autoreset_rollout(steps: int, mesh=None, rng: str = "bits", observe: bo
             return (constrain_batch(ar, mesh), total + jnp.sum(info.reward, axis=-1)), None
 
         init = (ar, constrain_batch(jnp.zeros((batch,), jnp.float32), mesh))
-        observe_fn = (lambda a: _observe_batch(autoreset.current_lakes(pool, a), autoreset.observe(pool, a))
+        observe_fn = (lambda a: _observe_batch(autoreset.current_lakes(pool, a), autoreset.observe(pool, a),
+                                                     _obs_dtype(observe))
                       ) if observe else None
         return _scan(body, init, jax.random.split(key, steps), observe_fn, mesh)
 
@@ -485,13 +500,14 @@ def measure_generator(gen, name: str, config: LakeConfig, batch: int, key: jax.A
 
 
 def measure_rollout(name: str, config: LakeConfig, lakes: Lake, steps: int, key: jax.Array,
-                    repeats: int, cap: _Cap, rng: str = "bits", observe: bool = False) -> dict:
+                    repeats: int, cap: _Cap, rng: str = "bits", observe: bool | str = False) -> dict:
     """Plain rollout row: ``steps`` random-action steps of ``vmap(env.step)`` per call
     (``observe``: building the observations every step, ``bench.observations``)."""
     batch = int(lakes.num_agents.shape[0])
     mesh = mesh_for_batch(batch)
     row = _env_row("rollout", name, config, batch, mesh.size)
-    row.update(steps=steps, rng=rng, observations=bool(observe))
+    row.update(steps=steps, rng=rng, observations=bool(observe),
+               observation_dtype=_obs_dtype(observe) if observe else None)
     why = cap.reason("rollout", batch, mesh.size)
     if why:
         return _skip(row, why)
@@ -519,11 +535,12 @@ def measure_rollout(name: str, config: LakeConfig, lakes: Lake, steps: int, key:
 
 
 def measure_autoreset(name: str, config: LakeConfig, pool: Lake, batch: int, steps: int,
-                      key: jax.Array, repeats: int, cap: _Cap, rng: str = "bits", observe: bool = False) -> dict:
+                      key: jax.Array, repeats: int, cap: _Cap, rng: str = "bits", observe: bool | str = False) -> dict:
     """Auto-reset rollout row over a replicated pool of pre-generated lakes."""
     mesh = mesh_for_batch(batch)
     row = _env_row("rollout_autoreset", name, config, batch, mesh.size)
-    row.update(steps=steps, rng=rng, observations=bool(observe), pool_size=int(pool.num_agents.shape[0]))
+    row.update(steps=steps, rng=rng, observations=bool(observe),
+               observation_dtype=_obs_dtype(observe) if observe else None, pool_size=int(pool.num_agents.shape[0]))
     why = cap.reason("rollout_autoreset", batch, mesh.size)
     if why:
         return _skip(row, why)
@@ -573,6 +590,7 @@ def measure_peers(peers: Sequence[str], envs: Mapping[str, LakeConfig], settings
             "repeats": int(settings.get("repeats", 3)), "seed": seed,
             "vector_num_envs": int(settings.get("vector_num_envs", 256)),
             "connector_default": bool(settings.get("jumanji_default", False)),
+            "observations": bool(settings.get("observations", False)),
         }
         for peer in peers:
             print(f"[bench] peer {peer} on {env_name} ...", flush=True)
@@ -610,6 +628,10 @@ def run_bench(settings: Mapping[str, Any], out_dir: Optional[Path] = None, *,
     observe = settings.get("observations", False)
     if not isinstance(observe, bool):
         raise ValueError(f"bench.observations={observe!r} must be true or false")
+    obs_dtype = str(settings.get("observation_dtype", "uint8"))
+    if obs_dtype not in OBSERVATION_DTYPES:
+        raise ValueError(f"bench.observation_dtype={obs_dtype!r} not in {list(OBSERVATION_DTYPES)}")
+    observe = obs_dtype if observe else False
     gen_repeats = int((settings.get("generator") or {}).get("repeats", repeats))
     default_sizes = [int(b) for b in settings.get("batch_sizes", [1, 1024])]
     auto = dict(settings.get("autoreset") or {})
@@ -646,7 +668,7 @@ def run_bench(settings: Mapping[str, Any], out_dir: Optional[Path] = None, *,
                 print(f"[bench] {name} B={batch}: rollout with auto-reset", flush=True)
                 results.append(measure_autoreset(name, config, pool, batch, steps, k_auto, repeats, cap, rng,
                                                  observe))
-    peer_settings = dict(settings.get("peer") or {})
+    peer_settings = {**dict(settings.get("peer") or {}), "observations": bool(observe)}
     configs = {n: c for n, (c, _) in envs.items()}
     peers = measure_peers(list(settings.get("peers") or []), configs, peer_settings, steps,
                           int(settings.get("seed", 0))) if settings.get("peers") else []

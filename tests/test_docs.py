@@ -36,10 +36,10 @@ PAGES = [README, *sorted(p for p in DOCS.rglob("*.md") if "runs" not in p.relati
 MAX_README_LINES = 250
 
 #: Hydra entry points and their primary configs
-HYDRA = {"jaxlake.run": "config", "jaxlake.pretrain": "pretrain", "jaxlake.bench": "bench"}
+HYDRA = {"jaxlake.run": "config", "jaxlake.pretrain": "pretrain", "jaxlake.bench": "bench", "jaxlake.ippo": "ippo"}
 #: argparse commands (the module run as ``python -m``; llm.benchmark's first word picks a mode)
 ARGPARSE = {"jaxlake.study", "jaxlake.pipeline.study", "jaxlake.report", "jaxlake.pipeline.report",
-            "jaxlake.launch", "jaxlake.baselines", "jaxlake.peers.setup", "llm.evaluate", "llm.training.evaluate",
+            "jaxlake.launch", "jaxlake.baselines", "jaxlake.peers.setup", "jaxlake.students.bench", "llm.evaluate", "llm.training.evaluate",
             "llm.model.grow", "llm.benchmark", "llm.benchmark.cli", "llm.benchmark.memory",
             "llm.benchmark.step_plan", "llm.memory"}
 #: generated from the code (docs/reference/generate.py): their command lines are synopses

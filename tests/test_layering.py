@@ -8,6 +8,24 @@ including the ones inside functions, so no rule can hide behind a lazy import.
     ``linen``), statically and at run time in a fresh interpreter;
   * only the room's modules import ``llm``; the command-line names reach it through the room.
 
+``jaxlake.adapters``, the room of the standard interfaces (the ``ecosystem`` extra)
+  * its modules are thin adapters to JaxMARL, Jumanji and JaxUED (:data:`CLIENTS`): only they
+    import a client when they are imported; any other module that uses one imports it inside a
+    function (the peers and the student benchmark measure a client, in its own run), so that
+    ``import jaxlake`` and every other simulator module load no client (checked at run time in a
+    fresh interpreter), and the core works without the extra. The clients themselves load
+    ``flax.linen`` (they are built on it): the LM rule above is about what our modules name and
+    about ``flax.nnx``, so the adapters stay under it unchanged.
+
+``jaxlake.students``, the room of the neural students (IPPO, :data:`STUDENTS`)
+  * a learner needs an optimiser and a network library, so this room, unlike the simulator, may
+    import ``optax`` and ``flax.linen`` / ``flax.nnx``; it is still not the policy stack: it
+    imports nothing of ``llm``, of the orchestration room or of its commands, nor
+    ``transformers``, ``torch`` or ``tokenizers`` (a student trains without the LLM stack);
+  * its command-line name ``jaxlake.ippo`` (:data:`STUDENT_COMMANDS`) reaches it inside a
+    function, and no simulator module imports it, so the simulator's rules above hold for
+    every other module unchanged.
+
 ``llm``, a stack of layers, lowest first (:data:`LLM_LAYERS`)
   * a module imports ``llm`` modules of its own layer or of lower layers only;
   * ``model``, ``generation`` and ``rl`` import nothing of ``jaxlake`` (they are language-model
@@ -55,6 +73,16 @@ LLM_TOP = {"llm", "llm.memory", "llm.evaluate"}
 FORBIDDEN = {"llm", "transformers", "torch", "tokenizers", "optax", "orbax"}
 #: flax is used for ``flax.struct`` pytree dataclasses only (and its version string).
 FORBIDDEN_FLAX = {"flax.nnx", "flax.linen"}
+#: The room of the neural students: may import optax and flax linen/nnx, never llm (docstring).
+STUDENTS = "jaxlake.students"
+#: Its command-line name (``python -m jaxlake.ippo``), which imports the room inside a function.
+STUDENT_COMMANDS = {"jaxlake.ippo"}
+#: What the student room never imports: the policy stack (the room may use optax and flax).
+STUDENT_FORBIDDEN = {"llm", "transformers", "torch", "tokenizers"}
+#: The room of the standard interfaces, the only place that imports a client at import time.
+ADAPTERS = "jaxlake.adapters"
+#: The clients of :data:`ADAPTERS` (the ``ecosystem`` extra; JaxUED brings gymnax).
+CLIENTS = {"jaxmarl", "jumanji", "jaxued", "gymnax"}
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -110,12 +138,39 @@ def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
     return {name: {n for n in imports(path, name) if n in modules} - {name} for name, path in modules.items()}
 
 
+def import_time_roots(path: Path) -> set[str]:
+    """The top-level packages named by the absolute imports of ``path`` that run when it is
+    imported: those outside function bodies (top level, ``if`` / ``try`` blocks, class bodies)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(child, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and not child.level and child.module:
+                found.add(child.module.split(".")[0])
+            visit(child)
+
+    visit(ast.parse(path.read_text(), filename=str(path)))
+    return found
+
+
+def in_adapters(name: str) -> bool:
+    return name == ADAPTERS or name.startswith(ADAPTERS + ".")
+
+
 def _forbidden(name: str) -> bool:
     return name.split(".")[0] in FORBIDDEN or any(name == f or name.startswith(f + ".") for f in FORBIDDEN_FLAX)
 
 
 def in_room(name: str) -> bool:
     return name == ROOM or name.startswith(ROOM + ".")
+
+
+def in_students(name: str) -> bool:
+    return name == STUDENTS or name.startswith(STUDENTS + ".")
 
 
 def layer_of(name: str) -> str | None:
@@ -196,9 +251,10 @@ def test_layer_rule_catches_an_upward_import(tmp_path):
 def test_simulator_modules_import_no_language_model_code():
     bad = {}
     for name, path in JAXLAKE_MODULES.items():
-        if in_room(name) or name in COMMANDS:
+        if in_room(name) or name in COMMANDS or in_students(name) or name in STUDENT_COMMANDS:
             continue
-        found = sorted(n for n in imports(path, name) if _forbidden(n) or in_room(n) or n in COMMANDS)
+        found = sorted(n for n in imports(path, name)
+                       if _forbidden(n) or in_room(n) or n in COMMANDS or in_students(n) or n in STUDENT_COMMANDS)
         if found:
             bad[name] = found
     assert not bad, f"simulator modules importing the LLM stack or the orchestration room: {bad}"
@@ -215,7 +271,7 @@ def test_only_the_room_imports_llm():
 
 
 def test_importing_the_simulator_loads_no_language_model_code():
-    simulator = sorted(n for n in JAXLAKE_MODULES if not in_room(n) and n not in COMMANDS)
+    simulator = sorted(n for n in JAXLAKE_MODULES if not in_room(n) and n not in COMMANDS and not in_students(n))
     code = (
         "import importlib, sys\n"
         f"for name in {simulator!r}:\n"
@@ -227,6 +283,50 @@ def test_importing_the_simulator_loads_no_language_model_code():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, f"importing the simulator loaded {out.stdout.strip()}\n{out.stderr[-3000:]}"
+
+
+def test_only_the_adapters_import_clients_when_imported(tmp_path):
+    """Only :data:`ADAPTERS` import a client at import time; elsewhere a client is imported inside
+    a function. The scan itself: a lazy import is allowed, a top-level one inside ``try`` is not."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    import jumanji\ntry:\n    from jaxmarl import make\nexcept ImportError:\n    pass\n")
+    assert import_time_roots(probe) & CLIENTS == {"jaxmarl"}
+    bad = {name: sorted(found) for name, path in JAXLAKE_MODULES.items()
+           if not in_adapters(name) and (found := import_time_roots(path) & CLIENTS)}
+    assert not bad, f"modules outside {ADAPTERS} importing a client at import time: {bad}"
+    assert any(import_time_roots(path) & CLIENTS for name, path in JAXLAKE_MODULES.items() if in_adapters(name))
+
+
+def test_importing_the_simulator_loads_no_client():
+    """``import jaxlake`` and every simulator module outside :data:`ADAPTERS` load none of
+    :data:`CLIENTS` (the core works without the ``ecosystem`` extra)."""
+    simulator = sorted(n for n in JAXLAKE_MODULES if not in_room(n) and n not in COMMANDS and not in_adapters(n))
+    code = (
+        "import importlib, sys\n"
+        f"for name in {simulator!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"loaded = sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(CLIENTS)!r}))\n"
+        "print(loaded)\n"
+        "sys.exit(1 if loaded else 0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, f"importing the simulator loaded {out.stdout.strip()}\n{out.stderr[-3000:]}"
+
+
+def test_the_student_room_imports_no_policy_stack():
+    """The student room and its command import nothing of ``llm``, the orchestration room, its
+    commands, ``transformers``, ``torch`` or ``tokenizers``; the command reaches the room."""
+    room = {n for n in JAXLAKE_MODULES if in_students(n)}
+    assert room, f"no modules in {STUDENTS}"
+    bad = {}
+    for name in room | STUDENT_COMMANDS:
+        found = sorted(n for n in imports(JAXLAKE_MODULES[name], name)
+                       if n.split(".")[0] in STUDENT_FORBIDDEN or in_room(n) or n in COMMANDS)
+        if found:
+            bad[name] = found
+    assert not bad, f"the student room importing the policy stack or the orchestration room: {bad}"
+    for name in STUDENT_COMMANDS:
+        assert any(in_students(m) for m in own_imports(name)), f"{name} should call into {STUDENTS}"
 
 
 # ---------------------------------------------------------------------------------------- llm

@@ -31,6 +31,7 @@ HYDRA_COMMANDS = {
     "python -m jaxlake.run": ("config", "the staged pipeline: train -> evaluate -> summarize -> engineer, per stage"),
     "python -m jaxlake.pretrain": ("pretrain", "pretrains the embedded tiny planner (the run's config, warm start only)"),
     "python -m jaxlake.bench": ("bench", "simulator throughput on whatever devices JAX sees, beside the peers"),
+    "python -m jaxlake.ippo": ("ippo", "trains the IPPO student on a mixture of lakes, greedy held-out success per chunk"),
 }
 
 #: argparse commands: command -> module whose ``main`` parses it (``--help`` is asked of each)
@@ -40,6 +41,7 @@ ARGPARSE_COMMANDS = {
     "python -m jaxlake.launch": "jaxlake.launch",
     "python -m jaxlake.baselines": "jaxlake.baselines",
     "python -m jaxlake.peers.setup": "jaxlake.peers.setup",
+    "python -m jaxlake.students.bench": "jaxlake.students.bench",
     "python -m llm.evaluate": "llm.evaluate",
     "python -m llm.model.grow": "llm.model.grow",
     "python -m llm.benchmark": "llm.benchmark",

@@ -8,7 +8,9 @@ compile time excluded, median of ``repeats`` timed calls (``block_until_ready``)
 grids are square and have no holes: the matched row uses ``grid_size = max(height, width)``
 and the spec's agent count; with ``connector_default`` the registered ``Connector-v3`` setting
 (10x10, 10 agents) is measured too. The generator rate (``jit(vmap(reset))``, lakes/s) is
-reported beside it. No auto-reset: Jumanji's ``AutoResetWrapper`` under vmap runs the
+reported beside it. With ``observations`` in the spec (``bench.observations``) every step's
+observation (the agent-centric grids and action masks) is kept in the scan's carry, as the
+benchmark keeps ours; without, the observation is dead code that XLA removes. No auto-reset: Jumanji's ``AutoResetWrapper`` under vmap runs the
 generator on every step.
 
 Jumanji runs in its own virtual environment (``python -m jaxlake.peers.setup
@@ -44,16 +46,36 @@ def _measure_one(grid_size: int, num_agents: int, spec: dict) -> dict:
     reset = jax.jit(jax.vmap(env.reset))
     keys = jax.random.split(jax.random.PRNGKey(int(spec.get("seed", 0))), batch)
 
-    def roll(state, key):
-        def body(s, k):
-            # Same draw as jaxlake.bench.random_actions: one random word per agent, action
-            # from its low 16 bits by multiply-shift.
-            bits = jax.random.bits(k, (batch, num_agents), jnp.uint32)
-            actions = (((bits & 0xFFFF) * 5) >> 16).astype(jnp.int32)
-            s, ts = jax.vmap(env.step)(s, actions)
-            return s, jnp.sum(ts.reward)
+    observe = bool(spec.get("observations", False))
 
-        return jax.lax.scan(body, state, jax.random.split(key, steps))
+    def body(s, k):
+        # Same draw as jaxlake.bench.random_actions: one random word per agent, action from its
+        # low 16 bits by multiply-shift.
+        bits = jax.random.bits(k, (batch, num_agents), jnp.uint32)
+        actions = (((bits & 0xFFFF) * 5) >> 16).astype(jnp.int32)
+        return jax.vmap(env.step)(s, actions)
+
+    def roll(state, key):
+        keys = jax.random.split(key, steps)
+        if not observe:  # the step's observation is dead code: XLA drops it
+
+            def plain(s, k):
+                s, ts = body(s, k)
+                return s, jnp.sum(ts.reward)
+
+            return jax.lax.scan(plain, state, keys)
+
+        # spec["observations"] (bench.observations): every step's observation is kept in the
+        # carry, as jaxlake.bench keeps ours, so XLA builds and writes it
+        def keep(carry, k):
+            s, ts = body(carry[0], k)
+            return (s, ts.observation), jnp.sum(ts.reward)
+
+        obs0 = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype),
+                                      jax.eval_shape(body, state, key)[1].observation)
+        (s, obs), rewards = jax.lax.scan(keep, (state, obs0), keys)
+        kept = sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree_util.tree_leaves(obs))
+        return s, rewards + jnp.minimum(kept, 0.0)
 
     t0 = time.perf_counter()
     reset_c = reset.lower(keys).compile()
@@ -89,7 +111,8 @@ def _measure_one(grid_size: int, num_agents: int, spec: dict) -> dict:
         "resets_per_s": batch / float(np.median(gen_times)),
         "compile_s": compile_s,
         "times_s": times,
-        "note": "no holes in Connector; square grid",
+        "observations": observe,
+        "note": "no holes in Connector; square grid" + ("; observations kept every step" if observe else ""),
     }
 
 

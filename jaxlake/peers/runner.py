@@ -34,6 +34,7 @@ SPEC_FIELDS = {
     "seconds": "wall-clock budget per timed window (Python peers)",
     "repeats": "timed windows; the median is reported",
     "seed": "random seed",
+    "observations": "JAX peers: keep every step's observation (bench.observations); Python peers always build it",
 }
 
 #: Environment variable that moves the folder holding the peers' virtual environments.

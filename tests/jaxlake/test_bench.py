@@ -164,10 +164,12 @@ def test_observations_option_builds_them_without_changing_the_rollout():
     ar = autoreset.init(lakes, 2)
     key = jax.random.key(1)
     for rng in bench.RNG_MODES:
-        plain, with_obs = bench.make_rollout(4, rng=rng), bench.make_rollout(4, rng=rng, observe=True)
-        for x, y in zip(jax.tree_util.tree_leaves(plain(lakes, state, key)),
-                        jax.tree_util.tree_leaves(with_obs(lakes, state, key))):
-            np.testing.assert_array_equal(x, y)
+        plain = bench.make_rollout(4, rng=rng)
+        for observe in (True, "float32", "bool"):  # True: uint8 grids (bench.observation_dtype)
+            with_obs = bench.make_rollout(4, rng=rng, observe=observe)
+            for x, y in zip(jax.tree_util.tree_leaves(plain(lakes, state, key)),
+                            jax.tree_util.tree_leaves(with_obs(lakes, state, key))):
+                np.testing.assert_array_equal(x, y)
         plain = bench.make_autoreset_rollout(4, rng=rng)
         with_obs = bench.make_autoreset_rollout(4, rng=rng, observe=True)
         for x, y in zip(jax.tree_util.tree_leaves(plain(lakes, ar, key)),
@@ -180,6 +182,8 @@ def test_observations_option_builds_them_without_changing_the_rollout():
         assert flops[1] > flops[0]
     with pytest.raises(ValueError, match="bench.observations"):
         bench.run_bench({"envs": [], "observations": "yes"})
+    with pytest.raises(ValueError, match="bench.observation_dtype"):
+        bench.run_bench({"envs": [], "observations": True, "observation_dtype": "int3"})
 
 
 def test_parse_envs_validates_names_and_fields():
