@@ -1,0 +1,162 @@
+"""The IPPO student's typed settings (:class:`IPPOConfig`), resolved once from the Hydra node.
+
+Every field is checked when the config is built; a bad value raises :class:`StudentConfigError`
+(a :class:`~jaxlake.config.ConfigError`) whose message names the field and its allowed range,
+``ippo.num_minibatches=3 must divide num_envs * num_steps * actors = 64 * 32 * 2 = 4096``, so
+the entry point ends with that one line. Unknown keys are rejected the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Any, Mapping, Optional
+
+from jaxlake.config import ConfigError, reject_unknown, to_plain
+
+__all__ = ["IPPOConfig", "StudentConfigError"]
+
+
+class StudentConfigError(ConfigError):
+    """A student setting is invalid; the message names the field (``ippo.<field>``)."""
+
+
+def _int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise StudentConfigError(f"ippo.{name}={value!r} must be an integer in [{low}, inf)")
+    return int(value)
+
+
+def _float(name: str, value: Any, low: float, high: float, *, low_open: bool = False) -> float:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if ok:
+        value = float(value)
+        ok = (low < value if low_open else low <= value) and value <= high
+    if not ok:
+        bracket = "(" if low_open else "["
+        raise StudentConfigError(f"ippo.{name}={value!r} must be a number in {bracket}{low:g}, {high:g}]")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class IPPOConfig:
+    """Settings of one IPPO training run (``conf/ippo/*.yaml``; docs/guides/ippo.md).
+
+    Attributes:
+      num_envs: lakes played in parallel.
+      num_steps: steps of every lake per update (the rollout length).
+      num_updates: PPO updates in all (``num_envs * num_steps * num_updates`` environment steps).
+      update_epochs: passes over each rollout.
+      num_minibatches: minibatches per pass (must divide the rollout's samples).
+      lr: Adam's learning rate; ``anneal_lr`` decays it linearly to 0 over the run.
+      gamma, gae_lambda: discount and GAE's lambda.
+      clip_eps: PPO's ratio clip (and the value clip).
+      ent_coef, vf_coef: weights of the entropy bonus and the value loss.
+      max_grad_norm: global gradient-norm clip.
+      hidden: widths of the actor's and the critic's hidden layers (separate torsos).
+      conv: channels of 3x3 convolutions applied to the grid first (``[]``: an MLP only).
+      radius: egocentric crop radius (``None``: the whole canvas, absolute positions).
+      pool_lakes: fresh lakes generated per update, drawn uniformly as episodes end; 0: a
+        new lake generated at every episode end (:func:`jaxlake.levels.step_batch`).
+      arrive_reward, fall_reward: the simulator's rewards (docs/rules.md#rewards).
+      eval_every: updates between two greedy evaluations on the held-out lakes (a chunk:
+        the entry point checkpoints and logs once a chunk).
+      eval_lakes: held-out lakes (:mod:`jaxlake.students.lakes`).
+      eval_seed: seed of the held-out lakes (fixed: every run is scored on the same lakes).
+      log_every: updates between two progress lines printed from inside the jit
+        (``jax.debug.callback``); 0: none (the default; the entry point logs per chunk).
+    """
+
+    num_envs: int = 64
+    num_steps: int = 32
+    num_updates: int = 400
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    lr: float = 5e-4
+    anneal_lr: bool = True
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    hidden: tuple = (64, 64)
+    conv: tuple = ()
+    radius: Optional[int] = 4
+    pool_lakes: int = 512
+    arrive_reward: float = 1.0
+    fall_reward: float = -1.0
+    eval_every: int = 20
+    eval_lakes: int = 1024
+    eval_seed: int = 20240
+    log_every: int = 0
+
+    def __post_init__(self) -> None:
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
+        for name, low in (("num_envs", 1), ("num_steps", 1), ("num_updates", 1), ("update_epochs", 1),
+                          ("num_minibatches", 1), ("pool_lakes", 0), ("eval_every", 1), ("eval_lakes", 1),
+                          ("eval_seed", 0), ("log_every", 0)):
+            set_(name, _int(name, getattr(self, name), low))
+        for name, low, high, low_open in (("lr", 0.0, 1.0, True), ("gamma", 0.0, 1.0, False),
+                                          ("gae_lambda", 0.0, 1.0, False), ("clip_eps", 0.0, 10.0, True),
+                                          ("ent_coef", 0.0, 10.0, False), ("vf_coef", 0.0, 100.0, False),
+                                          ("max_grad_norm", 0.0, 1e6, True), ("arrive_reward", -1e3, 1e3, False),
+                                          ("fall_reward", -1e3, 1e3, False)):
+            set_(name, _float(name, getattr(self, name), low, high, low_open=low_open))
+        if not isinstance(self.anneal_lr, bool):
+            raise StudentConfigError(f"ippo.anneal_lr={self.anneal_lr!r} must be true or false")
+        for name in ("hidden", "conv"):
+            value = getattr(self, name)
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+                raise StudentConfigError(f"ippo.{name}={value!r} must be a list of positive integers")
+            widths = tuple(value)
+            for w in widths:
+                if isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 1:
+                    raise StudentConfigError(f"ippo.{name}={list(widths)!r} must be a list of positive integers")
+            set_(name, tuple(int(w) for w in widths))
+        if not self.hidden:
+            raise StudentConfigError("ippo.hidden=[] must name at least one layer width")
+        if self.radius is not None:
+            set_("radius", _int("radius", self.radius, 0))
+        if self.num_updates % self.eval_every:
+            raise StudentConfigError(f"ippo.num_updates={self.num_updates} must be a multiple of "
+                                     f"ippo.eval_every={self.eval_every}")
+        if self.pool_lakes % self.num_envs:
+            raise StudentConfigError(f"ippo.pool_lakes={self.pool_lakes} must be 0 or a multiple of "
+                                     f"ippo.num_envs={self.num_envs}")
+
+    def check_batch(self, actors: int) -> None:
+        """The minibatch split fits a rollout of ``actors`` actors per lake."""
+        samples = self.num_envs * self.num_steps * int(actors)
+        if samples % self.num_minibatches:
+            raise StudentConfigError(f"ippo.num_minibatches={self.num_minibatches} must divide num_envs * "
+                                     f"num_steps * actors = {self.num_envs} * {self.num_steps} * {actors} = {samples}")
+
+    @property
+    def env_steps(self) -> int:
+        """Environment steps (lake steps, every agent's move counted once per lake) of the run."""
+        return self.num_envs * self.num_steps * self.num_updates
+
+    @property
+    def num_chunks(self) -> int:
+        """Chunks of ``eval_every`` updates, each ended by a greedy held-out evaluation."""
+        return self.num_updates // self.eval_every
+
+    @classmethod
+    def from_node(cls, node: Any) -> "IPPOConfig":
+        """From the ``ippo`` node of the Hydra config (or a plain mapping); unknown keys rejected."""
+        values = to_plain(node)
+        if values is None:
+            return cls()
+        if not isinstance(values, Mapping):
+            raise StudentConfigError(f"ippo must be a mapping of settings, got {type(values).__name__}")
+        reject_unknown("ippo", values, (f.name for f in dataclasses.fields(cls)), StudentConfigError)
+        try:
+            return cls(**dict(values))
+        except TypeError as err:  # pragma: no cover - reject_unknown catches unknown names first
+            raise StudentConfigError(f"ippo: {err}") from None
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["hidden"], out["conv"] = list(self.hidden), list(self.conv)
+        return out

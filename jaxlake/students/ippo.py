@@ -1,0 +1,219 @@
+"""IPPO (independent PPO with parameter sharing) trained in one jit, in PureJaxRL's shape.
+
+``make_train(config, mixture)`` returns one pure ``train(key)``: every actor of every lake acts
+with the same :class:`~jaxlake.students.network.ActorCritic` on its own observation and learns
+from its own reward. The loop's state (:class:`RunnerState`) is threaded through ``lax.scan``;
+an update is four phases, each a function of its own:
+
+1. :func:`collect` -- ``num_steps`` steps of ``num_envs`` auto-resetting lakes, one
+   :class:`Transition` per step;
+2. :func:`advantages` -- GAE (:func:`jaxlake.students.gae.gae`) and flat samples;
+3. the PPO epochs (:func:`jaxlake.students.update.update_epochs`);
+4. :func:`log` -- the update's :class:`UpdateMetrics` (and, with ``log_every``, a progress line
+   through ``jax.debug.callback``; off by default).
+
+Updates run in *chunks* of ``eval_every``; each chunk ends with a greedy evaluation on the
+held-out lakes (:mod:`jaxlake.students.evaluate`, :mod:`jaxlake.students.lakes`), so
+``train(key)`` returns the whole learning curve, ``[num_chunks]`` :class:`ChunkMetrics`.
+:func:`build` exposes the pieces (``init``, one jitted ``chunk``) for the entry point, which
+checkpoints between chunks; chaining ``init`` and ``chunk`` gives exactly ``train``.
+
+Pure and device-agnostic: no host callback in the hot path (``log_every=0``), so
+``jax.vmap(train)(keys)`` trains several seeds at once and it runs on CPU, GPU and TPU alike.
+The same code trains on any :class:`~jaxlake.students.envs.StudentEnv` (the benchmark runs it
+on a JaxMARL environment, :mod:`jaxlake.students.bench`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxlake.mixture import Mixture
+from jaxlake.students.config import IPPOConfig
+from jaxlake.students.envs import Obs, StudentEnv, lake_env
+from jaxlake.students.evaluate import EvalResult, evaluate_greedy
+from jaxlake.students.gae import gae
+from jaxlake.students.lakes import heldout_lakes
+from jaxlake.students.network import ActorCritic, log_prob, sample
+from jaxlake.students.update import Batch, LossInfo, update_epochs
+
+__all__ = ["IPPO", "ChunkMetrics", "RunnerState", "Transition", "UpdateMetrics", "advantages", "build",
+           "collect", "lake_student", "log", "make_train"]
+
+
+class RunnerState(NamedTuple):
+    """The training loop's state, threaded through every scan."""
+
+    params: Any
+    opt_state: Any
+    env_state: Any
+    obs: Obs
+    key: jax.Array
+    update: jax.Array
+
+
+class Transition(NamedTuple):
+    """One step of the rollout (``[E, K]`` per actor, ``[E]`` per instance)."""
+
+    obs: Obs
+    action: jax.Array
+    logp: jax.Array
+    value: jax.Array
+    reward: jax.Array
+    done: jax.Array
+    ended: jax.Array
+    success: jax.Array
+
+
+class UpdateMetrics(NamedTuple):
+    """One update: episodes ended in its rollout, their success rate, the mean reward per
+    actor step, and the loss terms (:class:`~jaxlake.students.update.LossInfo`)."""
+
+    episodes: jax.Array
+    success: jax.Array
+    reward: jax.Array
+    loss: LossInfo
+
+
+class ChunkMetrics(NamedTuple):
+    """One chunk: its updates' metrics ``[eval_every]`` and the greedy held-out result after it."""
+
+    updates: UpdateMetrics
+    heldout: EvalResult
+
+
+class IPPO(NamedTuple):
+    """The trainer's pieces (:func:`build`): ``init(key)``, ``chunk(state)`` (``eval_every``
+    updates then a held-out evaluation), ``train(key)`` (both, scanned over every chunk),
+    ``evaluate(params)`` and the ``network``."""
+
+    config: IPPOConfig
+    env: StudentEnv
+    network: ActorCritic
+    init: Callable[[jax.Array], RunnerState]
+    chunk: Callable[[RunnerState], tuple[RunnerState, ChunkMetrics]]
+    train: Callable[[jax.Array], tuple[RunnerState, ChunkMetrics]]
+    evaluate: Callable[[Any], EvalResult]
+
+
+# ============================================================================ the phases
+def collect(runner: RunnerState, env: StudentEnv, apply: Callable, num_steps: int) -> tuple[RunnerState, Transition]:
+    """Phase 1: ``num_steps`` steps of every instance under the current policy."""
+
+    def one(carry: RunnerState, _):
+        key, k_act, k_env = jax.random.split(carry.key, 3)
+        logits, value = apply(carry.params, carry.obs.grid, carry.obs.scalars, carry.obs.avail)
+        action = sample(k_act, logits)
+        env_state, obs, out = env.step(k_env, carry.env_state, action)
+        tr = Transition(carry.obs, action, log_prob(logits, action), value, out.reward, out.done, out.ended,
+                        out.success)
+        return carry._replace(env_state=env_state, obs=obs, key=key), tr
+
+    return jax.lax.scan(one, runner, None, num_steps)
+
+
+def advantages(traj: Transition, last_value: jax.Array, config: IPPOConfig) -> Batch:
+    """Phase 2: GAE over the rollout, then the flat samples ``[T * E * K]`` of the update."""
+    adv, target = gae(traj.reward, traj.value, traj.done, last_value, config.gamma, config.gae_lambda)
+
+    n = traj.action.size
+
+    def flat(x: jax.Array) -> jax.Array:
+        return x.reshape((n,) + x.shape[3:])
+
+    o = traj.obs
+    return Batch(grid=flat(o.grid), scalars=flat(o.scalars), avail=flat(o.avail), valid=flat(o.valid),
+                 action=flat(traj.action), logp=flat(traj.logp), value=flat(traj.value), advantage=flat(adv),
+                 target=flat(target))
+
+
+def log(traj: Transition, loss: LossInfo, update: jax.Array, log_every: int) -> UpdateMetrics:
+    """Phase 4: the update's metrics; every ``log_every`` updates (0: never) a progress line
+    printed through ``jax.debug.callback`` (the only host callback, off by default)."""
+    episodes = jnp.sum(traj.ended)
+    success = jnp.sum(traj.success) / jnp.maximum(episodes, 1)
+    valid = traj.obs.valid.astype(jnp.float32)
+    reward = jnp.sum(traj.reward * valid) / jnp.maximum(jnp.sum(valid), 1.0)
+    metrics = UpdateMetrics(episodes=episodes.astype(jnp.float32), success=success, reward=reward, loss=loss)
+    if log_every:
+        def show(u, s, n, l):
+            print(f"[ippo] update {int(u)}: train success {float(s):.3f} over {int(n)} episodes, loss {float(l):.4f}",
+                  flush=True)
+
+        jax.lax.cond(update % log_every == 0,
+                     lambda: jax.debug.callback(show, update, success, episodes, loss.loss), lambda: None)
+    return metrics
+
+
+# ============================================================================ the loop
+def build(config: IPPOConfig, env: StudentEnv, *, heldout: Optional[Callable[[Any], EvalResult]] = None) -> IPPO:
+    """The trainer of ``config`` on ``env``; ``heldout(params) -> EvalResult`` ends every chunk
+    (``None``: NaNs, e.g. for an environment without held-out levels)."""
+    config.check_batch(env.actors)
+    network = ActorCritic(num_actions=env.num_actions, hidden=config.hidden, conv=config.conv)
+    apply = network.apply
+    steps_per_update = config.update_epochs * config.num_minibatches
+    lr = (optax.linear_schedule(config.lr, 0.0, config.num_updates * steps_per_update) if config.anneal_lr
+          else config.lr)
+    tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5))
+
+    def init(key: jax.Array) -> RunnerState:
+        k_env, k_net, key = jax.random.split(key, 3)
+        env_state, obs = env.init(k_env, config.num_envs)
+        params = network.init(k_net, obs.grid[0], obs.scalars[0], obs.avail[0])
+        return RunnerState(params, tx.init(params), env_state, obs, key, jnp.zeros((), jnp.int32))
+
+    def update_step(runner: RunnerState, _) -> tuple[RunnerState, UpdateMetrics]:
+        key, k_refresh, k_update = jax.random.split(runner.key, 3)
+        runner = runner._replace(env_state=env.refresh(k_refresh, runner.env_state), key=key)
+        runner, traj = collect(runner, env, apply, config.num_steps)
+        _, last_value = apply(runner.params, runner.obs.grid, runner.obs.scalars, runner.obs.avail)
+        batch = advantages(traj, last_value, config)
+        params, opt_state, loss = update_epochs(
+            k_update, runner.params, runner.opt_state, batch, apply=apply, tx=tx, epochs=config.update_epochs,
+            minibatches=config.num_minibatches, clip_eps=config.clip_eps, vf_coef=config.vf_coef,
+            ent_coef=config.ent_coef)
+        metrics = log(traj, loss, runner.update + 1, config.log_every)
+        return runner._replace(params=params, opt_state=opt_state, update=runner.update + 1), metrics
+
+    def evaluate(params: Any) -> EvalResult:
+        if heldout is None:
+            nan = jnp.full((), jnp.nan, jnp.float32)
+            return EvalResult(nan, nan, nan, nan, jnp.zeros((0,), jnp.float32))
+        return heldout(params)
+
+    def chunk(runner: RunnerState) -> tuple[RunnerState, ChunkMetrics]:
+        runner, updates = jax.lax.scan(update_step, runner, None, config.eval_every)
+        return runner, ChunkMetrics(updates, evaluate(runner.params))
+
+    def train(key: jax.Array) -> tuple[RunnerState, ChunkMetrics]:
+        return jax.lax.scan(lambda r, _: chunk(r), init(key), None, config.num_chunks)
+
+    return IPPO(config, env, network, init, chunk, train, evaluate)
+
+
+def lake_student(config: IPPOConfig, mixture: Any) -> IPPO:
+    """The trainer on the lakes of ``mixture``, scored on its held-out lakes
+    (``config.eval_lakes`` of them, seed ``config.eval_seed``)."""
+    mixture = Mixture.of(mixture)
+    env = lake_env(mixture, radius=config.radius, pool_lakes=config.pool_lakes,
+                   arrive_reward=config.arrive_reward, fall_reward=config.fall_reward)
+    lakes, _ = heldout_lakes(mixture, config.eval_lakes, config.eval_seed)
+    eval_key = jax.random.fold_in(jax.random.PRNGKey(config.eval_seed), 1)
+    network = ActorCritic(num_actions=env.num_actions, hidden=config.hidden, conv=config.conv)
+
+    def heldout(params: Any) -> EvalResult:
+        return evaluate_greedy(params, network.apply, lakes, actors=env.actors, radius=config.radius,
+                               horizon=mixture.horizon, key=eval_key)
+
+    return build(config, env, heldout=heldout)
+
+
+def make_train(config: IPPOConfig, mixture: Any) -> Callable[[jax.Array], tuple[RunnerState, ChunkMetrics]]:
+    """PureJaxRL's entry: one pure ``train(key) -> (final RunnerState, ChunkMetrics [num_chunks])``
+    on the lakes of ``mixture`` (jit it; vmap it over keys for several seeds)."""
+    return lake_student(config, mixture).train
