@@ -119,4 +119,7 @@ def test_generate_script_at_its_cpu_preset(tmp_path):
     check_rows(got["rows"], GenRow, dict(model=model, dtype="bfloat16", prompt_len=int(p["PROMPT"]),
                                          new_tokens=int(p["NEW"])))
     for r in got["rows"]:
-        assert r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0 and 0.0 <= r["agreement"] <= 1.0
+        assert r["prefill_tok_s"] > 0 and 0.0 <= r["agreement"] <= 1.0
+        # a decode step of the tiny preset can be shorter than the timing noise: then the
+        # benchmark writes NaN (JSON null) rather than a rate it did not measure
+        assert r["decode_tok_s"] is None or r["decode_tok_s"] > 0, r
