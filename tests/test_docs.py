@@ -74,6 +74,17 @@ def test_the_date_rule_catches_dates():
         assert not DATE.search(text), text
 
 
+def test_no_page_cites_an_issue_number():
+    """Readers cannot resolve the project's issue numbers: a page, a GPU script or a config
+    comment says what it means instead."""
+    cited = re.compile(r"\bissues? #?\d+|\bissue\s+#\d+", re.I)
+    files = PAGES + sorted((DOCS / "gpu").glob("*.sh")) + sorted((REPO / "conf").rglob("*.yaml"))
+    bad = [f"{_rel(f)}:{i}: {line.strip()}" for f in files for i, line in enumerate(f.read_text().splitlines(), 1)
+           if cited.search(line)]
+    assert not bad, "\n".join(bad)
+    assert cited.search("(issue 11's targets)") and cited.search("see issue #4") and not cited.search("an issue")
+
+
 # --------------------------------------------------------------------------- commands
 
 
