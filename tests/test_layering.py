@@ -226,7 +226,8 @@ def test_scan_sees_both_packages_and_lazy_imports():
     assert {"llm.model.qwen3", "llm.generation.decode", "llm.rl.grpo", "llm.game.prompts",
             "llm.training.stage", "llm.engineer.local", "llm.benchmark.cli"} <= set(ALL)
     # lazy imports inside functions are seen
-    assert "llm.training.stage" in own_imports("jaxlake.pipeline.stages")
+    assert "llm.training.evaluate" in own_imports("jaxlake.pipeline.stages")
+    assert "llm.training.stage" in own_imports("jaxlake.pipeline.student")
     assert "llm.model.hf_io" in own_imports("llm.training.policy")
 
 

@@ -37,6 +37,8 @@ SETTINGS = ("env", "model", "train", "reward", "prompt", "eval")
 _COSMETIC = {"train": ("progress", "plot", "distributed", "mesh")}
 #: ``pipeline.warmstart`` values: the supervised warm start in stage 1 only, or in every stage.
 WARMSTART_MODES = ("first", "all")
+#: ``student=<name>`` (conf/student/<name>.yaml): the language model (the default) or IPPO.
+STUDENTS = ("llm", "ippo")
 #: What a stage warm-starts on: its own environment, every config of the engineer's space, or
 #: the held-out suite's cells.
 WARMSTART_ENVS = ("stage", "space", "suite")
@@ -190,6 +192,10 @@ class RunSettings:
       archive: ``pipeline.archive``, where a finished run's record files are kept
         (:mod:`jaxlake.pipeline.archive`), or ``None``.
       distributed: ``train.distributed`` (for ``jax.distributed.initialize``).
+      student: ``student.name`` (:data:`STUDENTS`): ``llm`` (GRPO on the policy, the default) or
+        ``ippo`` (:mod:`jaxlake.pipeline.student`).
+      ippo: the IPPO student's settings (:class:`jaxlake.students.config.IPPOConfig`, the ``ippo``
+        group that ``student=ippo`` brings), ``None`` for the LLM.
       settings: ``run.json``'s ``settings`` (the groups of :data:`SETTINGS` less cosmetic keys,
         plus ``pipeline.warmstart``), plain JSON data.
       hydra_files: under Hydra, the run's ``.hydra/`` record (``config.yaml``, ``hydra.yaml``,
@@ -216,6 +222,8 @@ class RunSettings:
     share_stages: Optional[Path] = None
     archive: Optional[Path] = None
     distributed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    student: str = "llm"
+    ippo: Any = None  # jaxlake.students.config.IPPOConfig with student=ippo
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     hydra_files: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
@@ -268,6 +276,8 @@ class RunSettings:
         eval_node = cfg_get(cfg, "eval")
         if warmstart_env == "suite" and eval_node is None:
             raise PipelineError("pipeline.warmstart_env=suite needs a held-out suite (eval=...) to take its cells from")
+        distributed = dict(to_plain(cfg_get(cfg_get(cfg, "train"), "distributed")) or {})
+        student, ippo = _student(cfg, warmstart, warmstart_env, share, distributed)
         return cls(
             experiment=experiment,
             runs_dir=runs_dir,
@@ -286,8 +296,10 @@ class RunSettings:
             start_eval=start_eval,
             share_stages=Path(str(share)) if share not in (None, "", False) else None,
             archive=Path(str(archive)) if archive not in (None, "", False) else None,
-            distributed=dict(to_plain(cfg_get(cfg_get(cfg, "train"), "distributed")) or {}),
-            settings=_run_settings(cfg, warmstart, warmstart_env),
+            distributed=distributed,
+            student=student,
+            ippo=ippo,
+            settings=_run_settings(cfg, warmstart, warmstart_env, ippo),
             hydra_files=hydra_files,
         )
 
@@ -355,7 +367,39 @@ def _hydra_files(cfg: Any, hydra_cfg: Any, hydra: Any) -> dict:
         return {}
 
 
-def _run_settings(cfg: Any, warmstart: str, warmstart_env: str = "stage") -> dict:
+def _student(cfg: Any, warmstart: str, warmstart_env: str, share: Any, distributed: Mapping[str, Any]) -> tuple:
+    """``(student.name, IPPOConfig or None)``; a setting the IPPO student cannot honour fails
+    here with one line naming it."""
+    node = cfg_get(cfg, "student")
+    name = "llm" if node is None else cfg_get(node, "name", "llm")
+    if name not in STUDENTS:
+        raise PipelineError(f"student.name={name!r} not in {list(STUDENTS)} (select one with student=<name>)")
+    if name == "llm":
+        return name, None
+    from jaxlake.students.config import IPPOConfig
+
+    ippo = IPPOConfig.from_node(cfg_get(cfg, "ippo", {}))
+    if ippo.radius is None:
+        raise PipelineError("ippo.radius=null: student=ippo needs an egocentric crop (the stages' lakes and the "
+                            "suite's differ in size); set ippo.radius=<int>")
+    samples = ippo.num_envs * ippo.num_steps
+    if samples % ippo.num_minibatches:  # then it divides samples * actors for any agent count an engineer picks
+        raise PipelineError(f"ippo.num_minibatches={ippo.num_minibatches} must divide ippo.num_envs * ippo.num_steps "
+                            f"= {samples} with student=ippo (the engineers change the agent count)")
+    if warmstart != "first":
+        raise PipelineError(f"pipeline.warmstart={warmstart!r}: the supervised warm start is the LLM's; "
+                            "student=ippo has none (leave it at first)")
+    if warmstart_env != "stage":
+        raise PipelineError(f"pipeline.warmstart_env={warmstart_env!r}: the supervised warm start is the LLM's; "
+                            "student=ippo has none (leave it at stage)")
+    if share not in (None, "", False):
+        raise PipelineError("pipeline.share_stages is for LLM stages; student=ippo trains its own (set it to null)")
+    if distributed.get("enabled"):
+        raise PipelineError("train.distributed.enabled=true: student=ippo runs in one process")
+    return name, ippo
+
+
+def _run_settings(cfg: Any, warmstart: str, warmstart_env: str = "stage", ippo: Any = None) -> dict:
     """The settings that fix a run's results (``SETTINGS`` groups and the warm-start policy)."""
     out = {}
     for group in SETTINGS:
@@ -371,6 +415,8 @@ def _run_settings(cfg: Any, warmstart: str, warmstart_env: str = "stage") -> dic
         out["model.planner"] = planner_fingerprint()
     if warmstart_env != "stage":  # (absent in the default: folders of earlier versions stay comparable)
         out["pipeline.warmstart_env"] = warmstart_env
+    if ippo is not None:  # (absent for the LLM, the default, likewise)
+        out["student"] = {"name": "ippo", "ippo": ippo.to_dict()}
     return json.loads(json.dumps(out, default=str))
 
 

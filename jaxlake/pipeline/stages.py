@@ -50,6 +50,12 @@ statistics randomness; the suite's seeds are fixed by ``eval``), ``model``, ``tr
 ``logger`` / ``wandb`` (the metric back ends, :mod:`jaxlake.metrics`; the trainer's go to
 ``stage_<k>/metrics.jsonl``, ``stage_<k>/tb/<phase>/``, ``stage_<k>/wandb/``).
 
+``student`` (``conf/student/<name>.yaml``) names what the stages train, through the protocol of
+:mod:`jaxlake.pipeline.student`: the LLM (``llm``, the default: the files above) or IPPO
+(``ippo``: a stage's ``checkpoint.npz``, ``metrics.jsonl`` and ``policy.npz`` instead of the
+orbax folders; :mod:`jaxlake.students.stage`). Everything else, the suite, the summaries, the
+engineers and the table, is the same for both.
+
 ``pipeline.share_stages`` (a folder, or null) shares stages between runs of a sweep
 (:mod:`jaxlake.pipeline.share`: stage 1 per seed, a later stage when the engineers chose the same
 environments); ``pipeline.archive`` (a folder, or null) keeps a finished run's record files
@@ -90,6 +96,7 @@ from jaxlake.pipeline.records import START_EVAL, log_stage, stage_record, stage_
 from jaxlake.pipeline.settings import SETTINGS, PipelineError, RunSettings, resolve, user_error  # noqa: F401 (re-exported)
 from jaxlake.pipeline.archive import archive_run
 from jaxlake.pipeline.share import restore_shared_stage, store_shared_stage
+from jaxlake.pipeline.student import build_student, policy_of
 
 #: Files that make a stage complete (the checkpoint is named by train.json).
 STAGE_FILES = ("env.yaml", "train.json", "eval.json", "summary.json", "engineer.json", "next_env.yaml")
@@ -151,11 +158,10 @@ def previous_policy(s: RunSettings, k: int) -> Optional[Path]:
             f"stage {k} needs the trained policy of stage {k - 1} ({info} is missing). "
             f"Run stage {k - 1} first: {s.command_for_stage(k - 1)}"
         )
-    t = read_json(info)
     prev = s.stage_dir(k - 1)
-    for key in ("policy_dir", "checkpoint_dir"):
-        if t.get(key) and stage_path(s, prev, t[key]).exists():
-            return stage_path(s, prev, t[key])
+    found = policy_of(build_student(s), s, prev, read_json(info))
+    if found is not None:
+        return found
     raise PipelineError(
         f"{info} names no existing policy folder (its policy/ and checkpoint/ are gone); train stage {k - 1} "
         f"again: rm -r {shlex.quote(str(prev))} && {s.command_for_stage(k - 1)}"
@@ -170,59 +176,16 @@ def step_train(s: RunSettings, k: int, d: Path, mixture: Mixture) -> dict:
     info = d / "train.json"
     if info.is_file():
         return read_json(info)
-    from llm.training.stage import train_stage
-
-    init = previous_policy(s, k)
-    log(f"stage {k}: training" + (f" from {init}" if init else ""))
-    warmstart_env = None
-    tc = s.stage_config(k).train
-    if s.warmstart_env != "stage" and (tc.warmstart.enabled or tc.grpo.anchor.enabled):
-        # GRPO stays on the stage's mixture (its anchor takes this one)
-        if s.warmstart_env == "suite":  # an experiment; settings refuse it without a suite
-            from llm.training.experiments.suite_env import suite_mixture
-
-            warmstart_env = suite_mixture(s.eval.suite)
-        else:
-            from jaxlake.pipeline.pretrain import space_mixture
-
-            warmstart_env = space_mixture(s)
-    res = cluster.collective(train_stage, s.stage_config(k), mixture, d, init_from=init,  # every process
-                             warmstart_env=warmstart_env)
-    if res.eval_after is None:  # the trainer stopped before the end of its schedule
-        raise PipelineError(
-            f"training of stage {k} stopped after {res.warmstart_steps} warm-start and {res.grpo_steps} GRPO "
-            f"steps; rerun the same command to resume from {res.checkpoint_dir}"
-        )
-    out = {  # paths relative to the stage folder (stage_path resolves them)
-        "checkpoint_dir": relative(Path(res.checkpoint_dir), d),
-        "policy_dir": relative(Path(res.policy_dir), d) if res.policy_dir else None,
-        "init_from": relative(init, d),
-        "warmstart_steps": res.warmstart_steps,
-        "grpo_steps": res.grpo_steps,
-        "resumed": res.resumed,
-        "eval_before": res.eval_before,
-        "eval_after": res.eval_after,
-        "wall_s": round(res.wall_s, 2),
-    }
+    out = build_student(s).train(s, k, d, mixture, previous_policy(s, k))
     write_json(info, out)
     return out
 
 
-def _load(s: RunSettings, path: Optional[Path]):
-    from llm.model.distributed import solo
-    from llm.training.policy import load_policy
-
-    with solo():  # process 0 alone (the engineer's model): the others wait for its decision, not in its reads
-        return load_policy(s.model, path)
-
-
 def start_name(s: RunSettings) -> str:
-    """What stage 1 starts from, in words: ``model.path``, the shipped planner, or fresh
-    weights (``model.pretrained=false``, or an architecture of one's own)."""
-    from llm.training.policy import start_source
-
-    source = start_source(s.model)
-    return str(s.model.path) if source == "path" else "the shipped planner" if source == "planner" else "fresh weights"
+    """What stage 1 starts from, in words: for the LLM ``model.path``, the shipped planner, or
+    fresh weights (``model.pretrained=false``, or an architecture of one's own); for IPPO its
+    initial parameters."""
+    return build_student(s).start_name(s)
 
 
 def step_start_eval(s: RunSettings, mixture: Mixture) -> Optional[dict]:
@@ -241,8 +204,7 @@ def step_start_eval(s: RunSettings, mixture: Mixture) -> Optional[dict]:
     log("start: evaluating the starting policy on the held-out suite")
     require_eval(s)
     # drawn as stage 1's record draws them, so row 0's own-environment check is on stage 1's lakes
-    result = cluster.collective(cluster.evaluate_suite, s, 1, None, mixture,  # every process
-                                checkpoint=start_name(s))
+    result = build_student(s).evaluate(s, 1, None, mixture, start_name(s))
     result["stage"] = 0
     write_eval(path, result)
     return result
@@ -254,11 +216,11 @@ def step_eval(s: RunSettings, k: int, d: Path, mixture: Mixture, train: dict) ->
     path = d / "eval.json"
     if is_suite_eval(path):
         return read_json(path)
-    policy_path = stage_path(s, d, train.get("policy_dir") or train["checkpoint_dir"])
+    student = build_student(s)
+    policy_path = stage_path(s, d, next(train[key] for key in student.policy_keys if train.get(key)))
     log(f"stage {k}: evaluating {policy_path} on the held-out suite")
     require_eval(s)
-    result = cluster.collective(cluster.evaluate_suite, s, k, policy_path, mixture,  # every process
-                                checkpoint=relative(policy_path, d))
+    result = student.evaluate(s, k, policy_path, mixture, relative(policy_path, d))
     write_eval(path, result)
     return result
 
@@ -267,6 +229,7 @@ def history(s: RunSettings, k: int) -> list:
     """History entries of stages 1..k (stage k without its engineer decision yet)."""
     from jaxlake.summaries import history_entry
 
+    student = build_student(s)
     out = []
     for j in range(1, k + 1):
         dj = s.stage_dir(j)
@@ -276,8 +239,7 @@ def history(s: RunSettings, k: int) -> list:
         if ev is not None:
             ev = {"modes": ev.get("modes", {}), "current_env": {"modes": (ev.get("current_env") or {}).get("modes", {})}}
         train = read_json(dj / "train.json") if (dj / "train.json").is_file() else {}
-        after = train.get("eval_after") or {}
-        t = {"grpo_steps": train.get("grpo_steps"), "success_after_training": after.get("success")}
+        t = student.history(train)
         eng = read_json(dj / "engineer.json") if j < k and (dj / "engineer.json").is_file() else None
         out.append(history_entry(j, load_mixture(dj / "env.yaml"), ev, t, eng))
     return out
@@ -311,10 +273,10 @@ def engineer_context(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summ
     if k > 1 and (s.stage_dir(k - 1) / "engineer.json").is_file():
         prev_state = read_json(s.stage_dir(k - 1) / "engineer.json").get("state") or {}
 
+    student = build_student(s)
+
     def load_model(which: str):
-        path = stage_path(s, d, train.get("policy_dir") or train["checkpoint_dir"]) if which == "policy" else None
-        policy = _load(s, path)
-        return policy.module(), policy.tokenizer
+        return student.engineer_model(s, d, train, which)
 
     return EngineerContext(
         stage=k,
@@ -326,7 +288,7 @@ def engineer_context(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summ
         state=prev_state,
         seed=s.seed,
         stage_dir=d,
-        checkpoint=stage_path(s, d, train["checkpoint_dir"]),
+        checkpoint=stage_path(s, d, train.get("checkpoint_dir") or train["checkpoint"]),
         base_checkpoint=None,
         run_cfg=s,
         load_model=load_model,

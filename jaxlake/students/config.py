@@ -12,9 +12,9 @@ import dataclasses
 import numbers
 from typing import Any, Mapping, Optional
 
-from jaxlake.config import ConfigError, reject_unknown, to_plain
+from jaxlake.config import ConfigError, LakeConfig, reject_unknown, to_plain
 
-__all__ = ["IPPOConfig", "StudentConfigError"]
+__all__ = ["IPPOConfig", "StudentConfigError", "UEDConfig"]
 
 
 class StudentConfigError(ConfigError):
@@ -36,6 +36,66 @@ def _float(name: str, value: Any, low: float, high: float, *, low_open: bool = F
         bracket = "(" if low_open else "["
         raise StudentConfigError(f"ippo.{name}={value!r} must be a number in {bracket}{low:g}, {high:g}]")
     return value
+
+
+#: UED methods (:mod:`jaxlake.students.ued`) and their regret scores.
+UED_METHODS = ("dr", "plr", "accel")
+UED_SCORES = ("pvl", "maxmc")
+
+
+@dataclasses.dataclass(frozen=True)
+class UEDConfig:
+    """Which levels each update plays (``ippo.ued``; :mod:`jaxlake.students.ued`).
+
+    Attributes:
+      method: ``dr`` (a fresh pool from the mixture every update: the plain trainer), ``plr``
+        (robust prioritised level replay over a level buffer) or ``accel`` (PLR whose replay
+        updates are followed by an update on mutations of the replayed levels).
+      score: the regret estimate of a level, ``pvl`` (positive value loss) or ``maxmc``.
+      buffer_size: the level buffer's capacity.
+      replay_prob: probability that an update replays buffer levels (once the buffer may).
+      min_fill: share of the buffer that must be filled before any replay.
+      temperature: rank prioritisation's temperature (``h = rank ** (-1 / temperature)``).
+      staleness_coef: weight of the staleness distribution in the replay distribution.
+      robust: update the policy only on replayed levels (robust PLR, ACCEL); false: on every update.
+      num_edits: edits per mutation (:func:`jaxlake.levels.mutate`), ACCEL only.
+    """
+
+    method: str = "dr"
+    score: str = "maxmc"
+    buffer_size: int = 1024
+    replay_prob: float = 0.5
+    min_fill: float = 0.5
+    temperature: float = 0.3
+    staleness_coef: float = 0.3
+    robust: bool = True
+    num_edits: int = 5
+
+    def __post_init__(self) -> None:
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
+        for name, choices in (("method", UED_METHODS), ("score", UED_SCORES)):
+            value = getattr(self, name)
+            if value not in choices:
+                raise StudentConfigError(f"ippo.ued.{name}={value!r} must be one of {', '.join(choices)}")
+        for name, low in (("buffer_size", 1), ("num_edits", 0)):
+            set_(name, _int(f"ued.{name}", getattr(self, name), low))
+        for name, low, high, low_open in (("replay_prob", 0.0, 1.0, False), ("min_fill", 0.0, 1.0, False),
+                                          ("temperature", 0.0, 1e3, True), ("staleness_coef", 0.0, 1.0, False)):
+            set_(name, _float(f"ued.{name}", getattr(self, name), low, high, low_open=low_open))
+        if not isinstance(self.robust, bool):
+            raise StudentConfigError(f"ippo.ued.robust={self.robust!r} must be true or false")
+
+    @classmethod
+    def from_value(cls, value: Any) -> "UEDConfig":
+        if isinstance(value, UEDConfig):
+            return value
+        values = to_plain(value)
+        if values is None:
+            return cls()
+        if not isinstance(values, Mapping):
+            raise StudentConfigError(f"ippo.ued must be a mapping of settings, got {type(values).__name__}")
+        reject_unknown("ippo.ued", values, (f.name for f in dataclasses.fields(cls)), StudentConfigError)
+        return cls(**dict(values))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +123,12 @@ class IPPOConfig:
         the entry point checkpoints and logs once a chunk).
       eval_lakes: held-out lakes (:mod:`jaxlake.students.lakes`).
       eval_seed: seed of the held-out lakes (fixed: every run is scored on the same lakes).
+      eval_env: ``None`` (the held-out lakes follow the training mixture) or a mapping of
+        :class:`~jaxlake.config.LakeConfig` fields set on every component for the held-out
+        lakes only (a suite beyond the training distribution, e.g. ``{height: 7, width: 7}``).
       log_every: updates between two progress lines printed from inside the jit
         (``jax.debug.callback``); 0: none (the default; the entry point logs per chunk).
+      ued: which levels each update plays (:class:`UEDConfig`; a mapping is accepted).
     """
 
     num_envs: int = 64
@@ -90,9 +154,18 @@ class IPPOConfig:
     eval_lakes: int = 1024
     eval_seed: int = 20240
     log_every: int = 0
+    eval_env: Optional[Any] = None
+    ued: UEDConfig = dataclasses.field(default_factory=UEDConfig)
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
+        set_("ued", UEDConfig.from_value(self.ued))
+        if self.eval_env is not None:
+            env = to_plain(self.eval_env)
+            if not isinstance(env, Mapping):
+                raise StudentConfigError(f"ippo.eval_env={env!r} must be null or a mapping of lake settings")
+            reject_unknown("ippo.eval_env", env, (f.name for f in dataclasses.fields(LakeConfig)), StudentConfigError)
+            set_("eval_env", dict(env))
         for name, low in (("num_envs", 1), ("num_steps", 1), ("num_updates", 1), ("update_epochs", 1),
                           ("num_minibatches", 1), ("pool_lakes", 0), ("eval_every", 1), ("eval_lakes", 1),
                           ("eval_seed", 0), ("log_every", 0)):
@@ -124,6 +197,9 @@ class IPPOConfig:
         if self.pool_lakes % self.num_envs:
             raise StudentConfigError(f"ippo.pool_lakes={self.pool_lakes} must be 0 or a multiple of "
                                      f"ippo.num_envs={self.num_envs}")
+        if self.ued.method != "dr" and not self.pool_lakes:
+            raise StudentConfigError(f"ippo.pool_lakes=0 must be positive with ippo.ued.method={self.ued.method} "
+                                     "(the levels of an update are a pool)")
 
     def check_batch(self, actors: int) -> None:
         """The minibatch split fits a rollout of ``actors`` actors per lake."""
@@ -159,4 +235,6 @@ class IPPOConfig:
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
         out["hidden"], out["conv"] = list(self.hidden), list(self.conv)
+        out["ued"] = dataclasses.asdict(self.ued)
+        out["eval_env"] = None if self.eval_env is None else dict(self.eval_env)
         return out

@@ -7,6 +7,11 @@ batched ``[E, K, ...]``:
 * ``refresh(key, state) -> state``: once per update, before the rollout (the lakes' new pool);
 * ``step(key, state, actions [E, K]) -> (state, Obs, Outcome)``, auto-resetting.
 
+An environment of levels may also offer the two hooks a level buffer needs
+(:mod:`jaxlake.students.ued`): ``draw(key, n) -> levels [n]`` (fresh levels of its
+distribution) and ``load(state, levels [P]) -> (state, Obs)`` (every instance restarts on the
+given levels; each step's :attr:`Outcome.level` then says which of them it played).
+
 :class:`Obs` holds every actor's ``grid`` (any feature array), ``scalars``, ``avail`` mask and
 ``valid`` flag (the actor acts in this step, its transition counts in the loss). The same
 trainer (:func:`jaxlake.students.ippo.make_train`) runs on any of them: :func:`lake_env` here,
@@ -58,12 +63,15 @@ class Obs(NamedTuple):
 
 class Outcome(NamedTuple):
     """What one step did: ``reward``, ``done`` ``[E, K]``; ``ended`` (an episode ended) and
-    ``success`` (it ended with every agent home) ``[E]``."""
+    ``success`` (it ended with every agent home) ``[E]``; ``level`` ``[E]`` int32 (environments
+    with levels): the index, in the pool of the last ``load``, of the level the step played (-1
+    when it is not one of them)."""
 
     reward: jax.Array
     done: jax.Array
     ended: jax.Array
     success: jax.Array
+    level: Optional[jax.Array] = None
 
 
 class StudentEnv(NamedTuple):
@@ -74,15 +82,19 @@ class StudentEnv(NamedTuple):
     init: Callable[[jax.Array, int], tuple[Any, Obs]]
     refresh: Callable[[jax.Array, Any], Any]
     step: Callable[[jax.Array, Any, jax.Array], tuple[Any, Obs, Outcome]]
+    draw: Optional[Callable[[jax.Array, int], Any]] = None
+    load: Optional[Callable[[Any, Any], tuple[Any, Obs]]] = None
 
 
 class LakeState(NamedTuple):
-    """The lakes' batch: the auto-reset state, this update's pool and each instance's next pool
-    index (``pool`` and ``next_idx`` are ``None`` when every episode end generates a lake)."""
+    """The lakes' batch: the auto-reset state, this update's pool, each instance's next pool
+    index and the pool index of the lake it plays now (-1: a lake of an earlier pool); the last
+    three are ``None`` when every episode end generates a lake."""
 
     rs: levels.ResetState
     pool: Optional[Lake]
     next_idx: Optional[jax.Array]
+    current: Optional[jax.Array] = None
 
 
 def lake_obs(lakes: Lake, states: Any, actors: int, radius: Optional[int]) -> Obs:
@@ -116,7 +128,8 @@ def lake_env(mixture: Any, *, radius: Optional[int] = 4, pool_lakes: int = 512, 
                                           pending=jnp.zeros((num_envs,), bool))
             # instance e plays pool lake e first, then e + E, e + 2E, ...
             next_idx = jnp.arange(num_envs, dtype=jnp.int32) + num_envs
-            state = LakeState(levels.ResetState(ar=ar, lake=lakes), pool, next_idx)
+            state = LakeState(levels.ResetState(ar=ar, lake=lakes), pool, next_idx,
+                              jnp.arange(num_envs, dtype=jnp.int32))
         else:
             state = LakeState(levels.init(k_init, generating, num_envs), None, None)
         return state, lake_obs(state.rs.lake, levels.observe(state.rs), actors, radius)
@@ -125,10 +138,25 @@ def lake_env(mixture: Any, *, radius: Optional[int] = 4, pool_lakes: int = 512, 
         if not pool_lakes:
             return state
         num_envs = state.next_idx.shape[0]
-        return LakeState(state.rs, fresh_pool(key, mixture, pool_lakes), jnp.arange(num_envs, dtype=jnp.int32))
+        return LakeState(state.rs, fresh_pool(key, mixture, pool_lakes), jnp.arange(num_envs, dtype=jnp.int32),
+                         jnp.full((num_envs,), -1, jnp.int32))
+
+    def draw(key: jax.Array, n: int) -> Lake:
+        return fresh_pool(key, mixture, n)
+
+    def load(state: LakeState, pool: Lake) -> tuple[LakeState, Obs]:
+        """Every instance restarts at once: ``e`` on pool lake ``e``, then ``e + E``, ..."""
+        num_envs = state.rs.ar.pending.shape[0]
+        if not pool_lakes or autoreset.pool_size(pool) % num_envs:
+            raise ValueError(f"load needs a pool of a multiple of num_envs={num_envs} lakes (pool_lakes > 0)")
+        first = jnp.arange(num_envs, dtype=jnp.int32)
+        lakes = jax.tree_util.tree_map(lambda x: x[:num_envs], pool)
+        ar = state.rs.ar.replace(state=lake_env_core.reset(lakes), pending=jnp.zeros((num_envs,), bool))
+        new = LakeState(levels.ResetState(ar=ar, lake=lakes), pool, first + num_envs, first)
+        return new, lake_obs(lakes, levels.observe(new.rs), actors, radius)
 
     def step(key: jax.Array, state: LakeState, actions: jax.Array) -> tuple[LakeState, Obs, Outcome]:
-        rs, next_idx = state.rs, state.next_idx
+        rs, next_idx, current = state.rs, state.next_idx, state.current
         num_envs = rs.ar.pending.shape[0]
         full = jnp.zeros((num_envs, rs.lake.max_agents), jnp.int32).at[:, :actors].set(actions)
         keys = jax.random.split(key, num_envs)
@@ -138,6 +166,7 @@ def lake_env(mixture: Any, *, radius: Optional[int] = 4, pool_lakes: int = 512, 
                 return levels.step(k, pick, r, a, **rewards)
 
             rs, info = jax.vmap(one)(keys, next_idx, rs, full)
+            current = jnp.where(rs.ar.pending, next_idx, current)
             next_idx = jnp.where(rs.ar.pending, (next_idx + num_envs) % pool_lakes, next_idx)
         else:
             rs, info = levels.step_batch(keys, generating, rs, full, **rewards)
@@ -145,8 +174,9 @@ def lake_env(mixture: Any, *, radius: Optional[int] = 4, pool_lakes: int = 512, 
         done = terminal[:, :actors] != ACTIVE
         home = jnp.all((terminal == ARRIVED) | (terminal == ABSENT), axis=-1)
         out = Outcome(reward=info.reward[:, :actors], done=done, ended=rs.ar.pending,
-                      success=(rs.ar.pending & home).astype(jnp.float32))
+                      success=(rs.ar.pending & home).astype(jnp.float32), level=state.current)
         obs = lake_obs(rs.lake, levels.observe(rs), actors, radius)
-        return LakeState(rs, state.pool, next_idx), obs, out
+        return LakeState(rs, state.pool, next_idx, current), obs, out
 
-    return StudentEnv(actors=actors, num_actions=NUM_ACTIONS, init=init, refresh=refresh, step=step)
+    return StudentEnv(actors=actors, num_actions=NUM_ACTIONS, init=init, refresh=refresh, step=step,
+                      draw=draw if pool_lakes else None, load=load if pool_lakes else None)

@@ -18,6 +18,11 @@ held-out lakes (:mod:`jaxlake.students.evaluate`, :mod:`jaxlake.students.lakes`)
 :func:`build` exposes the pieces (``init``, one jitted ``chunk``) for the entry point, which
 checkpoints between chunks; chaining ``init`` and ``chunk`` gives exactly ``train``.
 
+Which levels an update plays is the ``levels`` hook's (:mod:`jaxlake.students.ued`,
+``ippo.ued``): none (domain randomisation, ``dr``: a fresh pool every update, the loop above)
+or a PLR / ACCEL level buffer, which picks each update's pool, may skip its policy update
+(robust PLR) and takes the pool's regret scores after the rollout.
+
 Pure and device-agnostic: no host callback in the hot path (``log_every=0``), so
 ``jax.vmap(train)(keys)`` trains several seeds at once and it runs on CPU, GPU and TPU alike.
 The same code trains on any :class:`~jaxlake.students.envs.StudentEnv` (the benchmark runs it
@@ -33,16 +38,18 @@ import jax.numpy as jnp
 import optax
 
 from jaxlake.mixture import Mixture
-from jaxlake.students.config import IPPOConfig
+from jaxlake.config import ConfigError
+from jaxlake.students.config import IPPOConfig, StudentConfigError
 from jaxlake.students.envs import Obs, StudentEnv, lake_env
 from jaxlake.students.evaluate import EvalResult, evaluate_greedy
 from jaxlake.students.gae import gae
 from jaxlake.students.lakes import heldout_lakes
 from jaxlake.students.network import ActorCritic, log_prob, sample
+from jaxlake.students.ued import Levels, UEDMetrics, make_levels
 from jaxlake.students.update import Batch, LossInfo, update_epochs
 
 __all__ = ["IPPO", "ChunkMetrics", "RunnerState", "Transition", "UpdateMetrics", "advantages", "build",
-           "collect", "lake_student", "log", "make_train"]
+           "collect", "eval_mixture", "lake_student", "log", "make_train"]
 
 
 class RunnerState(NamedTuple):
@@ -54,6 +61,7 @@ class RunnerState(NamedTuple):
     obs: Obs
     key: jax.Array
     update: jax.Array
+    ued: Any = None
 
 
 class Transition(NamedTuple):
@@ -67,16 +75,19 @@ class Transition(NamedTuple):
     done: jax.Array
     ended: jax.Array
     success: jax.Array
+    level: Optional[jax.Array] = None
 
 
 class UpdateMetrics(NamedTuple):
     """One update: episodes ended in its rollout, their success rate, the mean reward per
-    actor step, and the loss terms (:class:`~jaxlake.students.update.LossInfo`)."""
+    actor step, the loss terms (:class:`~jaxlake.students.update.LossInfo`) and, with a UED
+    method, its :class:`~jaxlake.students.ued.UEDMetrics`."""
 
     episodes: jax.Array
     success: jax.Array
     reward: jax.Array
     loss: LossInfo
+    ued: Optional[UEDMetrics] = None
 
 
 class ChunkMetrics(NamedTuple):
@@ -110,7 +121,7 @@ def collect(runner: RunnerState, env: StudentEnv, apply: Callable, num_steps: in
         action = sample(k_act, logits)
         env_state, obs, out = env.step(k_env, carry.env_state, action)
         tr = Transition(carry.obs, action, log_prob(logits, action), value, out.reward, out.done, out.ended,
-                        out.success)
+                        out.success, out.level)
         return carry._replace(env_state=env_state, obs=obs, key=key), tr
 
     return jax.lax.scan(one, runner, None, num_steps)
@@ -150,10 +161,15 @@ def log(traj: Transition, loss: LossInfo, update: jax.Array, log_every: int) -> 
 
 
 # ============================================================================ the loop
-def build(config: IPPOConfig, env: StudentEnv, *, heldout: Optional[Callable[[Any], EvalResult]] = None) -> IPPO:
+def build(config: IPPOConfig, env: StudentEnv, *, heldout: Optional[Callable[[Any], EvalResult]] = None,
+          levels: Optional[Levels] = None) -> IPPO:
     """The trainer of ``config`` on ``env``; ``heldout(params) -> EvalResult`` ends every chunk
-    (``None``: NaNs, e.g. for an environment without held-out levels)."""
+    (``None``: NaNs, e.g. for an environment without held-out levels). ``levels``: the UED
+    hook (``None``: ``ippo.ued.method=dr``'s, else :func:`~jaxlake.students.ued.make_levels`
+    of ``config.ued`` with the default distance bounds)."""
     config.check_batch(env.actors)
+    if levels is None and config.ued.method != "dr":
+        levels = make_levels(config.ued, env, config.pool_lakes)
     network = ActorCritic(num_actions=env.num_actions, hidden=config.hidden, conv=config.conv)
     apply = network.apply
     steps_per_update = config.update_epochs * config.num_minibatches
@@ -165,20 +181,39 @@ def build(config: IPPOConfig, env: StudentEnv, *, heldout: Optional[Callable[[An
         k_env, k_net, key = jax.random.split(key, 3)
         env_state, obs = env.init(k_env, config.num_envs)
         params = network.init(k_net, obs.grid[0], obs.scalars[0], obs.avail[0])
-        return RunnerState(params, tx.init(params), env_state, obs, key, jnp.zeros((), jnp.int32))
+        ued = None if levels is None else levels.init(jax.random.fold_in(key, 0x0ED))
+        return RunnerState(params, tx.init(params), env_state, obs, key, jnp.zeros((), jnp.int32), ued)
 
-    def update_step(runner: RunnerState, _) -> tuple[RunnerState, UpdateMetrics]:
-        key, k_refresh, k_update = jax.random.split(runner.key, 3)
-        runner = runner._replace(env_state=env.refresh(k_refresh, runner.env_state), key=key)
-        runner, traj = collect(runner, env, apply, config.num_steps)
-        _, last_value = apply(runner.params, runner.obs.grid, runner.obs.scalars, runner.obs.avail)
-        batch = advantages(traj, last_value, config)
-        params, opt_state, loss = update_epochs(
+    def learn(k_update: jax.Array, runner: RunnerState, batch: Batch):
+        return update_epochs(
             k_update, runner.params, runner.opt_state, batch, apply=apply, tx=tx, epochs=config.update_epochs,
             minibatches=config.num_minibatches, clip_eps=config.clip_eps, vf_coef=config.vf_coef,
             ent_coef=config.ent_coef)
-        metrics = log(traj, loss, runner.update + 1, config.log_every)
-        return runner._replace(params=params, opt_state=opt_state, update=runner.update + 1), metrics
+
+    def update_step(runner: RunnerState, _) -> tuple[RunnerState, UpdateMetrics]:
+        key, k_refresh, k_update = jax.random.split(runner.key, 3)
+        if levels is None:
+            runner = runner._replace(env_state=env.refresh(k_refresh, runner.env_state), key=key)
+        else:  # the hook picks the pool; every instance restarts on it
+            ued, plan = levels.start(k_refresh, runner.ued)
+            env_state, obs = env.load(runner.env_state, plan.pool)
+            runner = runner._replace(env_state=env_state, obs=obs, key=key, ued=ued)
+        runner, traj = collect(runner, env, apply, config.num_steps)
+        _, last_value = apply(runner.params, runner.obs.grid, runner.obs.scalars, runner.obs.avail)
+        batch = advantages(traj, last_value, config)
+        if levels is None:
+            params, opt_state, loss = learn(k_update, runner, batch)
+            metrics = log(traj, loss, runner.update + 1, config.log_every)
+            return runner._replace(params=params, opt_state=opt_state, update=runner.update + 1), metrics
+
+        def skip(k, r, b):
+            shapes = jax.eval_shape(learn, k, r, b)[2]
+            return r.params, r.opt_state, jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+        params, opt_state, loss = jax.lax.cond(levels.learns(plan), learn, skip, k_update, runner, batch)
+        ued, ued_metrics = levels.finish(runner.ued, plan, traj, batch.advantage.reshape(traj.reward.shape))
+        metrics = log(traj, loss, runner.update + 1, config.log_every)._replace(ued=ued_metrics)
+        return runner._replace(params=params, opt_state=opt_state, update=runner.update + 1, ued=ued), metrics
 
     def evaluate(params: Any) -> EvalResult:
         if heldout is None:
@@ -196,21 +231,42 @@ def build(config: IPPOConfig, env: StudentEnv, *, heldout: Optional[Callable[[An
     return IPPO(config, env, network, init, chunk, train, evaluate)
 
 
+def eval_mixture(config: IPPOConfig, mixture: Mixture, actors: int) -> Mixture:
+    """The mixture of the held-out lakes: ``mixture``, with ``config.eval_env``'s fields set on
+    every component (at most ``actors`` agents a lake)."""
+    if config.eval_env is None:
+        return mixture
+    try:
+        suite = Mixture([(w, c.replace(**config.eval_env)) for w, c in mixture])
+    except ConfigError as err:
+        raise StudentConfigError(f"ippo.eval_env: {err}") from None
+    most = max(int(c.num_agents) for c in suite.configs)
+    if most > actors:
+        raise StudentConfigError(f"ippo.eval_env: num_agents={most} must be at most the training lakes' {actors}")
+    return suite
+
+
 def lake_student(config: IPPOConfig, mixture: Any) -> IPPO:
     """The trainer on the lakes of ``mixture``, scored on its held-out lakes
     (``config.eval_lakes`` of them, seed ``config.eval_seed``)."""
     mixture = Mixture.of(mixture)
     env = lake_env(mixture, radius=config.radius, pool_lakes=config.pool_lakes,
                    arrive_reward=config.arrive_reward, fall_reward=config.fall_reward)
-    lakes, _ = heldout_lakes(mixture, config.eval_lakes, config.eval_seed)
+    levels = None
+    if config.ued.method != "dr":  # mutations keep the loosest distance bounds of the mixture
+        uncapped = any(c.max_dist is None for c in mixture.configs)
+        levels = make_levels(config.ued, env, config.pool_lakes, min_dist=min(int(c.min_dist) for c in mixture.configs),
+                             max_dist=None if uncapped else max(int(c.max_dist) for c in mixture.configs))
+    suite = eval_mixture(config, mixture, env.actors)
+    lakes, _ = heldout_lakes(suite, config.eval_lakes, config.eval_seed)
     eval_key = jax.random.fold_in(jax.random.PRNGKey(config.eval_seed), 1)
     network = ActorCritic(num_actions=env.num_actions, hidden=config.hidden, conv=config.conv)
 
     def heldout(params: Any) -> EvalResult:
         return evaluate_greedy(params, network.apply, lakes, actors=env.actors, radius=config.radius,
-                               horizon=mixture.horizon, key=eval_key)
+                               horizon=suite.horizon, key=eval_key)
 
-    return build(config, env, heldout=heldout)
+    return build(config, env, heldout=heldout, levels=levels)
 
 
 def make_train(config: IPPOConfig, mixture: Any) -> Callable[[jax.Array], tuple[RunnerState, ChunkMetrics]]:

@@ -1,0 +1,312 @@
+"""The students the staged pipeline trains, behind one small protocol (:class:`Student`).
+
+``python -m jaxlake.run`` trains the LLM (``student=llm``, the default: GRPO on the policy of
+:mod:`llm.training.stage`) or the IPPO student (``student=ippo``: :mod:`jaxlake.students`).
+Everything else of a stage is the same for both (:mod:`jaxlake.pipeline.stages`): the stage's
+environment is the engineer's mixture, the held-out suite is the same ``jaxlake.suite`` cells and
+lakes, the summaries and the engineers read the same ``eval.json``, and the stage table is
+printed the same way. A student does four things:
+
+* :meth:`Student.train` -- train stage ``k`` on its mixture from the previous stage's policy
+  (``None``: the student's start), resumable; returns ``train.json``'s record (paths relative to
+  the stage folder);
+* :meth:`Student.evaluate` -- the policy on the held-out suite (and on lakes of the stage's own
+  mixture), as an ``eval.json`` dict (``llm.training.evaluate``'s format: modes, per-cell and
+  per-dimension metrics, one episode record per lake with its success and failure kinds);
+* :meth:`Student.policy` -- where a finished stage's policy is (what the next stage starts from);
+* :meth:`Student.history` -- the training line of a stage in the summaries' history.
+
+The IPPO student (:class:`IPPOStudent`) plays every suite lake closed loop, step by step
+(:func:`jaxlake.students.play.play_plans`: greedy, and sampled when ``eval.sampled.num_samples``
+is on, actions drawn from the policy itself) and scores the actions it took with the suite's own
+scorer (:func:`jaxlake.suite.score_texts`), which replays them exactly. A stage is
+``ippo.num_updates`` updates (:func:`jaxlake.students.stage.train_stage`). The model-backed
+engineers (``policy``, ``base``, ``external``) keep reading the summaries with their own model:
+for the IPPO student that model is the run's ``model`` (the shipped tiny LLM by default), for
+``policy`` and ``base`` alike, since the student is not a language model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Protocol
+
+import numpy as np
+
+from jaxlake.mixture import Mixture
+from jaxlake.pipeline import cluster
+from jaxlake.pipeline.folder import log, relative, stage_path
+from jaxlake.pipeline.settings import PipelineError, RunSettings
+
+#: ``student=<name>`` values (conf/student/<name>.yaml).
+STUDENTS = ("llm", "ippo")
+
+
+class Student(Protocol):
+    """What the stage loop asks of a student (module docstring)."""
+
+    name: str
+    #: ``train.json`` keys that may name the trained policy, in order of preference.
+    policy_keys: tuple[str, ...]
+
+    def train(self, s: RunSettings, k: int, d: Path, mixture: Mixture, init: Optional[Path]) -> dict: ...
+
+    def evaluate(self, s: RunSettings, k: int, policy: Optional[Path], mixture: Mixture, checkpoint: str) -> dict: ...
+
+    def start_name(self, s: RunSettings) -> str: ...
+
+    def history(self, train: dict) -> dict: ...
+
+    def engineer_model(self, s: RunSettings, d: Path, train: dict, which: str) -> tuple[Any, Any]: ...
+
+
+def policy_of(student: Student, s: RunSettings, d: Path, train: dict) -> Optional[Path]:
+    """The trained policy a stage's ``train.json`` names that exists (``None``: none does)."""
+    for key in student.policy_keys:
+        if train.get(key) and stage_path(s, d, train[key]).exists():
+            return stage_path(s, d, train[key])
+    return None
+
+
+def _load_llm(s: RunSettings, path: Optional[Path]):
+    from llm.model.distributed import solo
+    from llm.training.policy import load_policy
+
+    with solo():  # process 0 alone (the engineer's model): the others wait for its decision, not in its reads
+        return load_policy(s.model, path)
+
+
+# ============================================================================ the LLM
+class LLMStudent:
+    """The language-model policy (the default): GRPO stages, suite evaluation by decoding."""
+
+    name = "llm"
+    policy_keys = ("policy_dir", "checkpoint_dir")
+
+    def train(self, s: RunSettings, k: int, d: Path, mixture: Mixture, init: Optional[Path]) -> dict:
+        from llm.training.stage import train_stage
+
+        log(f"stage {k}: training" + (f" from {init}" if init else ""))
+        warmstart_env = None
+        tc = s.stage_config(k).train
+        if s.warmstart_env != "stage" and (tc.warmstart.enabled or tc.grpo.anchor.enabled):
+            # GRPO stays on the stage's mixture (its anchor takes this one)
+            if s.warmstart_env == "suite":  # an experiment; settings refuse it without a suite
+                from llm.training.experiments.suite_env import suite_mixture
+
+                warmstart_env = suite_mixture(s.eval.suite)
+            else:
+                from jaxlake.pipeline.pretrain import space_mixture
+
+                warmstart_env = space_mixture(s)
+        res = cluster.collective(train_stage, s.stage_config(k), mixture, d, init_from=init,  # every process
+                                 warmstart_env=warmstart_env)
+        if res.eval_after is None:  # the trainer stopped before the end of its schedule
+            raise PipelineError(
+                f"training of stage {k} stopped after {res.warmstart_steps} warm-start and {res.grpo_steps} GRPO "
+                f"steps; rerun the same command to resume from {res.checkpoint_dir}"
+            )
+        return {  # paths relative to the stage folder (stage_path resolves them)
+            "checkpoint_dir": relative(Path(res.checkpoint_dir), d),
+            "policy_dir": relative(Path(res.policy_dir), d) if res.policy_dir else None,
+            "init_from": relative(init, d),
+            "warmstart_steps": res.warmstart_steps,
+            "grpo_steps": res.grpo_steps,
+            "resumed": res.resumed,
+            "eval_before": res.eval_before,
+            "eval_after": res.eval_after,
+            "wall_s": round(res.wall_s, 2),
+        }
+
+    def evaluate(self, s: RunSettings, k: int, policy: Optional[Path], mixture: Mixture, checkpoint: str) -> dict:
+        return cluster.collective(cluster.evaluate_suite, s, k, policy, mixture,  # every process
+                                  checkpoint=checkpoint)
+
+    def start_name(self, s: RunSettings) -> str:
+        from llm.training.policy import start_source
+
+        source = start_source(s.model)
+        return str(s.model.path) if source == "path" else "the shipped planner" if source == "planner" else "fresh weights"
+
+    def history(self, train: dict) -> dict:
+        after = train.get("eval_after") or {}
+        return {"grpo_steps": train.get("grpo_steps"), "success_after_training": after.get("success")}
+
+    def engineer_model(self, s: RunSettings, d: Path, train: dict, which: str) -> tuple[Any, Any]:
+        path = stage_path(s, d, train.get("policy_dir") or train["checkpoint_dir"]) if which == "policy" else None
+        policy = _load_llm(s, path)
+        return policy.module(), policy.tokenizer
+
+
+# ============================================================================ IPPO
+def stage_key(s: RunSettings, k: int):
+    """Stage ``k``'s training key (stage 1's also draws the starting parameters)."""
+    import jax
+
+    return jax.random.fold_in(jax.random.PRNGKey(s.seed), k)
+
+
+class IPPOStudent:
+    """The IPPO student of :mod:`jaxlake.students` (module docstring)."""
+
+    name = "ippo"
+    policy_keys = ("policy",)
+
+    def train(self, s: RunSettings, k: int, d: Path, mixture: Mixture, init: Optional[Path]) -> dict:
+        from jaxlake.students.stage import train_stage
+
+        log(f"stage {k}: IPPO, {s.ippo.num_updates} updates" + (f" from {init}" if init else ""))
+        out = train_stage(s.ippo, mixture, d, key=stage_key(s, k), init_from=init)
+        return {"policy": out["policy"], "checkpoint": out["checkpoint"], "init_from": relative(init, d),
+                **{key: out[key] for key in ("updates", "env_steps", "resumed", "eval_before", "eval_after", "wall_s")}}
+
+    def params(self, s: RunSettings, policy: Optional[Path], mixture: Mixture) -> Any:
+        from jaxlake.students.stage import init_params, load_params
+
+        if policy is None:  # the start: stage 1's initial parameters
+            return init_params(s.ippo, mixture, stage_key(s, 1))
+        return load_params(policy, s.ippo, mixture)
+
+    def evaluate(self, s: RunSettings, k: int, policy: Optional[Path], mixture: Mixture, checkpoint: str) -> dict:
+        return suite_eval(s, k, self.params(s, policy, mixture), mixture, checkpoint)
+
+    def start_name(self, s: RunSettings) -> str:
+        return "the initial IPPO parameters"
+
+    def history(self, train: dict) -> dict:
+        after = train.get("eval_after") or {}
+        return {"ippo_updates": train.get("updates"), "success_after_training": after.get("success")}
+
+    def engineer_model(self, s: RunSettings, d: Path, train: dict, which: str) -> tuple[Any, Any]:
+        policy = _load_llm(s, None)  # the run's model (the shipped planner by default): the engineer's own
+        return policy.module(), policy.tokenizer
+
+
+def build_student(s: RunSettings) -> Student:
+    return IPPOStudent() if s.student == "ippo" else LLMStudent()
+
+
+# ============================================================================ IPPO on the suite
+def _modes(node: dict) -> list[tuple[str, int]]:
+    """``(mode, samples per lake)``: greedy when on, sampled with ``eval.sampled.num_samples``."""
+    modes = [("greedy", 1)] if node.get("greedy", True) else []
+    samples = int((node.get("sampled") or {}).get("num_samples", 0) or 0)
+    return modes + ([("sampled", samples)] if samples > 0 else [])
+
+
+#: The jitted closed-loop players, by (hidden, conv, actors, radius, horizon).
+_PLAYERS: dict = {}
+
+
+def _episodes(s: RunSettings, params: Any, lakes: Any, *, modes: list, cells_of: np.ndarray,
+              opt_soc: Optional[np.ndarray], horizon: int, seed: int) -> list[dict]:
+    """Episode records of every mode on ``lakes``, played closed loop and scored by the suite's
+    scorer (as :func:`llm.training.evaluate.run_modes` scores the LLM's plans)."""
+    import jax
+
+    from jaxlake.students.network import ActorCritic
+    from jaxlake.students.play import play_plans
+    from jaxlake.suite import score_texts, take_lakes
+    from jaxlake.text import format_plan
+
+    c = s.ippo
+    num_agents = np.asarray(lakes.num_agents).astype(int)
+    n = int(num_agents.shape[0])
+    actors = int(num_agents.max())
+    tag = (c.hidden, c.conv, actors, c.radius, horizon)
+    if tag not in _PLAYERS:  # one compile per network, actor count and horizon in the process
+        network = ActorCritic(num_actions=5, hidden=c.hidden, conv=c.conv)
+        _PLAYERS[tag] = (
+            jax.jit(lambda p, l, k: play_plans(p, network.apply, l, k, actors=actors, radius=c.radius,
+                                               horizon=horizon)),
+            jax.jit(lambda p, l, k, sk: play_plans(p, network.apply, l, k, actors=actors, radius=c.radius,
+                                                   horizon=horizon, sample_key=sk)))
+    play_greedy, play = _PLAYERS[tag]
+    episodes: list[dict] = []
+    for m, (mode, k) in enumerate(modes):
+        index = np.repeat(np.arange(n), k)
+        rep = lakes if k == 1 else take_lakes(lakes, index)
+        key = jax.random.fold_in(jax.random.PRNGKey(seed), m)
+        slips = jax.random.fold_in(key, 2)  # score_texts replays lake i with split(slips, b)[i]
+        keys = jax.random.split(slips, n * k)
+        plans = np.asarray(play_greedy(params, rep, keys) if mode == "greedy"
+                           else play(params, rep, keys, jax.random.fold_in(key, 1)))
+        agents = num_agents[index]
+        texts = [format_plan(plans[i], int(agents[i])) for i in range(n * k)]
+        episodes += score_texts(rep, texts, slips, lake_ids=index, cell_ids=cells_of[index],
+                                opt_soc=None if opt_soc is None else opt_soc[index], mode=mode,
+                                samples=np.tile(np.arange(k), n), horizon=horizon)
+    return episodes
+
+
+def _by_component(agg: dict, weights: Any) -> dict:
+    out = {key: v for key, v in agg.items() if key not in ("by_dim", "by_cell")}
+    out["by_component"] = [{"weight": float(w), "config": c["config"],
+                            **{key: v for key, v in c.items() if key not in ("id", "values", "config")}}
+                           for w, c in zip(weights, agg["by_cell"])]
+    return out
+
+
+def suite_eval(s: RunSettings, k: int, params: Any, mixture: Mixture, checkpoint: str) -> dict:
+    """The ``eval.json`` dict of IPPO parameters on the held-out suite (and on
+    ``eval.current_env_lakes`` lakes of ``mixture``, drawn as the LLM's evaluation draws them)."""
+    import time
+
+    import jax
+
+    from jaxlake.generator import mixture_components
+    from jaxlake.suite import aggregate, build_suite, reference_soc, render_grids
+    from llm.game.lakes import env_horizon, sample_lakes
+    from llm.training.evaluate import EVAL_FORMAT
+
+    t0 = time.perf_counter()
+    node = dict(s.eval.node)
+    solve = bool(node.get("planner", True))
+    suite = build_suite(s.eval.suite, solve=solve)
+    modes = _modes(node)
+    seed = int(node.get("rollout_seed", 7))
+    lakes = suite.lakes
+    horizon = int(np.max(np.asarray(lakes.max_steps)))
+    n_current = int(node.get("current_env_lakes", 0) or 0)
+    current_lakes = None
+    if n_current > 0:
+        current_lakes = sample_lakes(jax.random.PRNGKey(int(suite.spec.seed) + 7919 * (k + 1)), list(mixture),
+                                     n_current)
+        horizon = max(horizon, env_horizon(list(mixture)))
+    cells_of = np.asarray([c["id"] for c in suite.cells])[suite.cell_of]
+    episodes = _episodes(s, params, lakes, modes=modes, cells_of=cells_of, opt_soc=suite.opt_soc, horizon=horizon,
+                         seed=seed)
+    result: dict[str, Any] = {
+        "format": EVAL_FORMAT,
+        "checkpoint": str(checkpoint),
+        "stage": k,
+        "student": "ippo",
+        "suite": suite.describe(),
+        "grids": suite.grids,
+        "modes": {mode: aggregate([e for e in episodes if e["mode"] == mode], suite.cells, suite.dims)
+                  for mode, _ in modes},
+        "episodes": episodes,
+    }
+    result["score"] = result["modes"][modes[0][0]]["score"]
+    if current_lakes is not None:
+        cur_opt = reference_soc(current_lakes) if solve else None
+        cur_cells = [{"id": i, "values": {}, "config": c} for i, c in enumerate(mixture.configs)]
+        cur_eps = _episodes(s, params, current_lakes, modes=modes,
+                            cells_of=mixture_components(mixture, n_current).astype(np.int64), opt_soc=cur_opt,
+                            horizon=horizon, seed=seed + 1)
+        result["current_env"] = {
+            "env": [{"weight": float(w), "config": c.to_dict()} for w, c in mixture],
+            "grids": render_grids(current_lakes),
+            "modes": {mode: _by_component(aggregate([e for e in cur_eps if e["mode"] == mode], cur_cells, []),
+                                          mixture.weights) for mode, _ in modes},
+            "episodes": cur_eps,
+        }
+    result["settings"] = {
+        "student": "ippo",
+        "modes": {m: {"num_samples": n, "actions": "greedy" if m == "greedy" else "sampled from the policy"}
+                  for m, n in modes},
+        "rollout_seed": seed,
+        "radius": s.ippo.radius,
+    }
+    result["wall_s"] = round(time.perf_counter() - t0, 2)
+    return result

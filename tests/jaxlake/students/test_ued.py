@@ -1,0 +1,291 @@
+"""UED inside the IPPO jit (jaxlake.students.ued): regret scores against NumPy, the level
+buffer's insertion, staleness and replay distribution, ACCEL's mutations, ``dr`` equal to the
+plain trainer bit for bit, and PLR / ACCEL updates under jit and vmap."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlake.config import LakeConfig
+from jaxlake.students import ued
+from jaxlake.students.config import IPPOConfig, StudentConfigError, UEDConfig
+from jaxlake.students.envs import lake_env
+from jaxlake.students.ippo import advantages, build, collect, log
+from jaxlake.students.lakes import fresh_pool, is_held_out, lake_hash
+from jaxlake.students.update import update_epochs
+from tests.jaxlake.test_generator import check_lake, to_numpy
+
+ENV = LakeConfig()  # env=tiny's values
+
+
+class _Obs(NamedTuple):
+    valid: jax.Array
+
+
+class _Traj(NamedTuple):
+    """The fields of a :class:`~jaxlake.students.ippo.Transition` the scores read."""
+
+    level: jax.Array
+    obs: _Obs
+    reward: jax.Array
+    done: jax.Array
+    value: jax.Array
+
+
+SMALL = dict(num_envs=4, num_steps=8, num_updates=4, update_epochs=2, num_minibatches=2, hidden=(16,),
+             pool_lakes=8, eval_every=2, eval_lakes=8)
+
+
+# --------------------------------------------------------------------------- scores
+def _trajectory():
+    """T=6 steps, E=2 instances, K=2 actors; instance 0 plays level 0 then level 2, instance 1
+    level 1 then a lake outside the pool (-1)."""
+    T, E, K = 6, 2, 2
+    rng = np.random.default_rng(0)
+    level = np.array([[0, 1], [0, 1], [0, 1], [2, 1], [2, -1], [2, -1]], np.int32)
+    valid = np.ones((T, E, K), bool)
+    valid[2, 0, 1] = False  # actor 1 of instance 0 finished at step 1
+    done = np.zeros((T, E, K), bool)
+    done[1, 0, 1] = done[2, 0, 0] = True  # level 0's episode ends at step 2
+    done[3, 1, :] = True  # level 1's episode ends at step 3
+    reward = np.zeros((T, E, K), np.float32)
+    reward[1, 0, 1], reward[2, 0, 0], reward[3, 1, 0], reward[3, 1, 1] = 1.0, -1.0, 1.0, 1.0
+    reward[0, 0, 0] = 0.25  # a mid-episode reward, to test the running sums
+    value = rng.normal(size=(T, E, K)).astype(np.float32)
+    adv = rng.normal(size=(T, E, K)).astype(np.float32)
+    return level, valid, done, reward, value, adv
+
+
+def _reference(level, valid, done, reward, value, adv, prior, score):
+    P = len(prior)
+    T, E, K = reward.shape
+    best = np.array(prior, np.float64)
+    g = np.zeros((E, K))
+    for t in range(T):
+        for e in range(E):
+            for k in range(K):
+                if valid[t, e, k]:
+                    g[e, k] += reward[t, e, k]
+                if done[t, e, k]:
+                    if valid[t, e, k] and level[t, e] >= 0:
+                        best[level[t, e]] = max(best[level[t, e]], g[e, k])
+                    g[e, k] = 0.0
+    scores, played = np.zeros(P), np.zeros(P, bool)
+    for p in range(P):
+        xs = []
+        for t in range(T):
+            for e in range(E):
+                for k in range(K):
+                    if level[t, e] == p and valid[t, e, k]:
+                        xs.append(max(adv[t, e, k], 0.0) if score == "pvl" else best[p] - value[t, e, k])
+        ok = bool(xs) and (score == "pvl" or np.isfinite(best[p]))
+        played[p] = ok
+        scores[p] = np.mean(xs) if ok else 0.0
+    return scores, best, played
+
+
+@pytest.mark.parametrize("score", ["pvl", "maxmc"])
+def test_scores_equal_a_numpy_reference(score):
+    level, valid, done, reward, value, adv = _trajectory()
+    prior = np.array([-np.inf, -np.inf, -np.inf, 0.5], np.float32)  # level 3 never played, level 2 no end
+    traj = _Traj(level=jnp.asarray(level), obs=_Obs(valid=jnp.asarray(valid)),
+                  reward=jnp.asarray(reward), done=jnp.asarray(done), value=jnp.asarray(value))
+    scores, best, played = jax.jit(lambda t, a, p: ued.level_scores(score, t, a, p))(traj, jnp.asarray(adv),
+                                                                                    jnp.asarray(prior))
+    ref_scores, ref_best, ref_played = _reference(level, valid, done, reward, value, adv, prior, score)
+    np.testing.assert_array_equal(np.asarray(played), ref_played)
+    np.testing.assert_allclose(np.asarray(best), ref_best, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(scores)[ref_played], ref_scores[ref_played], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ref_best[:2], [1.0, 1.0])  # level 0: actor 0 had 0.25 - 1, actor 1 had +1
+    assert np.isinf(ref_best[2]) and ref_best[3] == 0.5
+    if score == "maxmc":
+        assert list(ref_played) == [True, True, False, False]  # level 2 has no ended episode
+    else:
+        assert list(ref_played) == [True, True, True, False]
+
+
+# --------------------------------------------------------------------------- the buffer
+@pytest.fixture(scope="module")
+def lakes():
+    return fresh_pool(jax.random.PRNGKey(0), ENV, 8)
+
+
+def _take(tree, idx):
+    return jax.tree_util.tree_map(lambda x: x[np.asarray(idx)], tree)
+
+
+def test_insertion_keeps_the_top_scores_and_updates_duplicates_and_staleness(lakes):
+    template = jax.tree_util.tree_map(lambda x: x[0], lakes)
+    buf = ued.empty_buffer(template, 4).replace(clock=jnp.int32(3))
+    scores = jnp.asarray([0.5, 0.1, 0.9, 0.3, 0.7, 0.2], jnp.float32)
+    ok = jnp.asarray([True, True, True, True, True, False])  # the last one was not played
+    buf = jax.jit(ued.insert)(buf, _take(lakes, range(6)), scores, jnp.zeros(6), ok)
+    assert bool(jnp.all(buf.filled))
+    assert sorted(np.asarray(buf.scores).tolist()) == pytest.approx([0.3, 0.5, 0.7, 0.9])
+    kept = set(np.asarray(buf.hashes).tolist())
+    want = set(np.asarray(jax.vmap(lake_hash)(_take(lakes, [0, 2, 3, 4]))).tolist())
+    assert kept == want
+    np.testing.assert_array_equal(np.asarray(buf.last_seen), 3)
+    # a level already in the buffer takes its new score (no second copy); a low one is dropped
+    buf = buf.replace(clock=jnp.int32(5))
+    again = jax.jit(ued.insert)(buf, _take(lakes, [3, 5]), jnp.asarray([0.05, 0.01]), jnp.asarray([1.0, 0.0]),
+                                jnp.asarray([True, True]))
+    slot = int(np.flatnonzero(np.asarray(again.hashes) == int(lake_hash(_take(lakes, 3))))[0])
+    assert float(again.scores[slot]) == pytest.approx(0.05)
+    assert float(again.max_returns[slot]) == 1.0
+    assert int(again.last_seen[slot]) == 5
+    assert set(np.asarray(again.hashes).tolist()) == want
+    # replaying marks the drawn slots as played now; update_played writes their scores
+    buf = again.replace(clock=jnp.int32(9))
+    buf2, idx = jax.jit(ued.sample_replay, static_argnums=2)(jax.random.PRNGKey(1), buf, 3, 0.3, 0.3)
+    np.testing.assert_array_equal(np.asarray(buf2.last_seen)[np.asarray(idx)], 9)
+    untouched = np.setdiff1d(np.arange(4), np.asarray(idx))
+    np.testing.assert_array_equal(np.asarray(buf2.last_seen)[untouched], np.asarray(buf.last_seen)[untouched])
+    buf3 = ued.update_played(buf2, idx, jnp.asarray([2.0, 2.0, 2.0]), jnp.zeros(3), jnp.asarray([True, True, True]))
+    np.testing.assert_allclose(np.asarray(buf3.scores)[np.asarray(idx)], 2.0)
+
+
+def _reference_weights(scores, filled, last_seen, clock, temperature, rho):
+    n = len(scores)
+    order = sorted([i for i in range(n) if filled[i]], key=lambda i: -scores[i])
+    h = np.zeros(n)
+    for r, i in enumerate(order, 1):
+        h[i] = (1.0 / r) ** (1.0 / temperature)
+    stale = np.array([clock - last_seen[i] if filled[i] else 0 for i in range(n)], float)
+    p_stale = stale / stale.sum() if stale.sum() > 0 else h / h.sum()
+    return (1 - rho) * h / h.sum() + rho * p_stale
+
+
+def test_rank_prioritisation_equals_a_reference(lakes):
+    template = jax.tree_util.tree_map(lambda x: x[0], lakes)
+    scores = np.array([0.2, 1.5, -0.3, 0.9, 0.0, 0.4], np.float32)
+    filled = np.array([True, True, True, True, False, True])
+    last_seen = np.array([1, 4, 2, 7, 0, 7], np.int32)
+    buf = ued.empty_buffer(template, 6).replace(scores=jnp.asarray(scores), filled=jnp.asarray(filled),
+                                                last_seen=jnp.asarray(last_seen), clock=jnp.int32(7))
+    for temperature, rho in ((0.3, 0.3), (1.0, 0.0), (2.0, 1.0)):
+        got = np.asarray(ued.replay_weights(buf, temperature, rho))
+        np.testing.assert_allclose(got, _reference_weights(scores, filled, last_seen, 7, temperature, rho), rtol=1e-5)
+        assert got[4] == 0.0 and got.sum() == pytest.approx(1.0)
+
+
+def test_replay_only_samples_filled_slots(lakes):
+    template = jax.tree_util.tree_map(lambda x: x[0], lakes)
+    filled = np.zeros(16, bool)
+    filled[[2, 5, 11]] = True
+    buf = ued.empty_buffer(template, 16).replace(filled=jnp.asarray(filled), clock=jnp.int32(4),
+                                                 scores=jnp.arange(16, dtype=jnp.float32))
+    _, idx = jax.jit(ued.sample_replay, static_argnums=2)(jax.random.PRNGKey(0), buf, 512, 0.3, 0.3)
+    assert set(np.asarray(idx).tolist()) == {2, 5, 11}
+
+
+def test_config_names_the_bad_field():
+    for bad, field in ((dict(method="paired"), "ippo.ued.method"), (dict(score="x"), "ippo.ued.score"),
+                       (dict(replay_prob=1.5), "ippo.ued.replay_prob"), (dict(buffer_size=0), "ippo.ued.buffer_size"),
+                       (dict(robust="yes"), "ippo.ued.robust"), (dict(bogus=1), "ippo.ued")):
+        with pytest.raises(StudentConfigError, match=field.replace(".", r"\.")):
+            IPPOConfig(ued=bad)
+    with pytest.raises(StudentConfigError, match="ippo.pool_lakes"):
+        IPPOConfig(pool_lakes=0, ued=dict(method="plr"))
+    assert IPPOConfig().ued == UEDConfig() and UEDConfig().method == "dr"
+
+
+# --------------------------------------------------------------------------- ACCEL's mutations
+def test_accel_mutations_keep_the_guarantees_and_enter_the_buffer():
+    P = 8
+    env = lake_env(ENV, pool_lakes=P)
+    config = UEDConfig(method="accel", buffer_size=32, num_edits=4)
+    hook = ued.make_levels(config, env, P, min_dist=ENV.min_dist, max_dist=ENV.max_dist)
+    state = hook.init(jax.random.PRNGKey(0))
+    parents = env.draw(jax.random.PRNGKey(1), P)
+    state = state._replace(parents=parents, mode=jnp.int32(ued.REPLAY))  # the update after a replay
+    state, plan = jax.jit(hook.start)(jax.random.PRNGKey(2), state)
+    assert int(plan.mode) == ued.MUTATE and not bool(hook.learns(plan))
+    kids, dads = to_numpy(plan.pool), to_numpy(parents)
+    changed = 0
+    for i in range(P):
+        kid = jax.tree_util.tree_map(lambda x: x[i], kids)
+        check_lake(kid, ENV)  # the generator's own checker, with the config's bounds
+        np.testing.assert_array_equal(kid.region, dads.region[i])
+        changed += int(not (np.array_equal(kid.holes, dads.holes[i]) and np.array_equal(kid.starts, dads.starts[i])
+                            and np.array_equal(kid.goals, dads.goals[i])))
+    assert changed >= P // 2
+    assert not bool(jnp.any(jax.vmap(is_held_out)(plan.pool)))
+    # every child played (one step each) enters the buffer
+    T, E, K = 1, P, 2
+    traj = _Traj(level=jnp.arange(P, dtype=jnp.int32)[None], obs=_Obs(valid=jnp.ones((T, E, K), bool)),
+                 reward=jnp.zeros((T, E, K)), done=jnp.ones((T, E, K), bool), value=jnp.zeros((T, E, K)))
+    state, metrics = jax.jit(hook.finish)(state, plan, traj, jnp.zeros((T, E, K)))
+    assert int(jnp.sum(state.buffer.filled)) == len(set(np.asarray(jax.vmap(lake_hash)(plan.pool)).tolist()))
+    assert set(np.asarray(jax.vmap(lake_hash)(plan.pool)).tolist()) <= set(np.asarray(state.buffer.hashes).tolist())
+
+
+# --------------------------------------------------------------------------- in the trainer
+def test_dr_equals_the_plain_trainer_bit_for_bit():
+    config = IPPOConfig(**SMALL, ued=dict(method="dr"))
+    env = lake_env(ENV, pool_lakes=config.pool_lakes)
+    trainer = build(config, env)
+
+    # the plain IPPO update, written out from the public phases
+    apply, tx = trainer.network.apply, None
+    import optax
+    steps = config.update_epochs * config.num_minibatches
+    tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
+                     optax.adam(optax.linear_schedule(config.lr, 0.0, config.num_updates * steps), eps=1e-5))
+
+    def plain(key):
+        runner = trainer.init(key)
+
+        def update(runner, _):
+            key, k_refresh, k_update = jax.random.split(runner.key, 3)
+            runner = runner._replace(env_state=env.refresh(k_refresh, runner.env_state), key=key)
+            runner, traj = collect(runner, env, apply, config.num_steps)
+            _, last = apply(runner.params, runner.obs.grid, runner.obs.scalars, runner.obs.avail)
+            params, opt, loss = update_epochs(k_update, runner.params, runner.opt_state, advantages(traj, last, config),
+                                              apply=apply, tx=tx, epochs=config.update_epochs,
+                                              minibatches=config.num_minibatches, clip_eps=config.clip_eps,
+                                              vf_coef=config.vf_coef, ent_coef=config.ent_coef)
+            return runner._replace(params=params, opt_state=opt, update=runner.update + 1), log(traj, loss, 0, 0)
+
+        return jax.lax.scan(update, runner, None, config.num_updates)
+
+    def ours(key):
+        runner, chunks = jax.lax.scan(lambda r, _: trainer.chunk(r), trainer.init(key), None, config.num_chunks)
+        return runner, jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), chunks.updates)
+
+    key = jax.random.PRNGKey(3)
+    a, b = jax.jit(plain)(key), jax.jit(ours)(key)
+    assert a[0].ued is None and b[0].ued is None
+    for x, y in zip(jax.tree_util.tree_leaves((a[0].params, a[0].opt_state, a[1])),
+                    jax.tree_util.tree_leaves((b[0].params, b[0].opt_state, b[1]))):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize("method", ["plr", "accel"])
+def test_plr_and_accel_train_under_jit_and_vmap(method):
+    config = IPPOConfig(**SMALL, ued=dict(method=method, buffer_size=16, min_fill=0.25, replay_prob=0.5))
+    env = lake_env(ENV, pool_lakes=config.pool_lakes)
+    trainer = build(config, env)  # no held-out evaluation: the UED loop alone
+    runner, chunks = jax.jit(jax.vmap(trainer.train))(jax.random.split(jax.random.PRNGKey(0), 2))
+    modes = np.asarray(chunks.updates.ued.mode).reshape(2, -1)  # [seed, update]
+    assert modes[:, 0].tolist() == [ued.NEW, ued.NEW]  # an empty buffer cannot replay
+    assert (modes == ued.REPLAY).any(), modes
+    if method == "accel":  # a mutation update follows every replay
+        for row in modes:
+            for u in range(len(row) - 1):
+                if row[u] == ued.REPLAY:
+                    assert row[u + 1] == ued.MUTATE
+    else:
+        assert not (modes == ued.MUTATE).any()
+    fill = np.asarray(runner.ued.buffer.filled)
+    assert fill.shape == (2, 16) and fill.sum(axis=1).min() > 0
+    for x in jax.tree_util.tree_leaves(runner.params):
+        assert np.isfinite(np.asarray(x)).all()
+    # robust: the policy is not updated on new or mutated levels (their loss terms are zeros)
+    loss = np.asarray(chunks.updates.loss.loss).reshape(2, -1)
+    assert (loss[modes != ued.REPLAY] == 0).all()
