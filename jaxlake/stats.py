@@ -80,7 +80,7 @@ def sign_test_p(wins: int, losses: int) -> float:
     k, m = min(wins, losses), wins + losses
     if m == 0:
         return 1.0
-    tail = sum(math.comb(m, i) for i in range(k + 1)) / 2.0 ** m
+    tail = sum(math.comb(m, i) for i in range(k + 1)) / 2 ** m  # exact integers: no float overflow past m = 1023
     return min(1.0, 2.0 * tail)
 
 

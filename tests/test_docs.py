@@ -36,7 +36,8 @@ PAGES = [README, *sorted(p for p in DOCS.rglob("*.md") if "runs" not in p.relati
 MAX_README_LINES = 250
 
 #: Hydra entry points and their primary configs
-HYDRA = {"jaxlake.run": "config", "jaxlake.pretrain": "pretrain", "jaxlake.bench": "bench", "jaxlake.ippo": "ippo"}
+HYDRA = {"jaxlake.run": "config", "jaxlake.pretrain": "pretrain", "jaxlake.bench": "bench", "jaxlake.ippo": "ippo",
+         "jaxlake.students.study": "ued_study"}
 #: argparse commands (the module run as ``python -m``; llm.benchmark's first word picks a mode)
 ARGPARSE = {"jaxlake.study", "jaxlake.pipeline.study", "jaxlake.report", "jaxlake.pipeline.report",
             "jaxlake.launch", "jaxlake.baselines", "jaxlake.peers.setup", "jaxlake.students.bench", "llm.evaluate", "llm.training.evaluate",

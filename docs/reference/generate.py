@@ -32,6 +32,8 @@ HYDRA_COMMANDS = {
     "python -m jaxlake.pretrain": ("pretrain", "pretrains the embedded tiny planner (the run's config, warm start only)"),
     "python -m jaxlake.bench": ("bench", "simulator throughput on whatever devices JAX sees, beside the peers"),
     "python -m jaxlake.ippo": ("ippo", "trains the IPPO student on a mixture of lakes, greedy held-out success per chunk"),
+    "python -m jaxlake.students.study": ("ued_study", "the UED study of the IPPO student: every method over seeds on a "
+                                                      "held-out suite, paired with DR, and its page"),
 }
 
 #: argparse commands: command -> module whose ``main`` parses it (``--help`` is asked of each)

@@ -13,7 +13,9 @@ which the simulator does not, and never imports ``llm`` (tests/test_layering.py)
 * :mod:`~jaxlake.students.checkpoint`, :mod:`~jaxlake.students.plots`,
   :mod:`~jaxlake.students.run` -- the command ``python -m jaxlake.ippo`` and its run folder;
 * :mod:`~jaxlake.students.bench` -- training throughput against JaxMARL's IPPO
-  (``python -m jaxlake.students.bench``).
+  (``python -m jaxlake.students.bench``);
+* :mod:`~jaxlake.students.study` -- the UED study: every method over seeds on a held-out
+  suite, paired with domain randomisation (``python -m jaxlake.students.study``).
 
 Nothing is imported here: ``import jaxlake.students`` stays cheap.
 """
