@@ -20,9 +20,9 @@ every batch size ``B`` (capped by device memory):
   random actions drawn inside the scan (``[B, max_agents]`` per step); env-steps/s and
   agent-steps/s (``num_agents`` agents per env-step). ``bench.rng="bits"`` (default) draws
   actions and slip noise from one ``random.bits`` word per agent slot and steps with
-  ``env.step_from_uniforms`` (:func:`random_actions`); ``bench.rng="keys"`` uses ``randint``
-  and one split key per instance with the keyed ``env.step`` (threefry then costs about as
-  much as the step itself on CPU).
+  ``env.step_from_uniforms`` (:func:`jaxlake.bench_rollouts.random_actions`);
+  ``bench.rng="keys"`` uses ``randint`` and one split key per instance with the keyed
+  ``env.step`` (threefry then costs about as much as the step itself on CPU).
   Episodes that end keep being stepped (a done episode does not change), as in a raw step
   benchmark.
 * ``rollout_autoreset``: the same with :mod:`jaxlake.autoreset` over a pool of
@@ -46,9 +46,14 @@ compiled *single* batched step (``jit(...).lower(...).compile().cost_analysis()`
 ``scan`` body would be counted once, so the step is analysed alone) gives flops and bytes per
 instance-step, shown next to the achieved rate as achieved GFLOP/s and GB/s.
 
-Peers (``bench.peers``, see :mod:`jaxlake.peers`) run in subprocesses on the same map size,
-agent count and hole density (``bench.peer.envs``); ``ratios`` holds ours / theirs in
-agent-steps/s.
+Peers (``bench.peers``, see :mod:`jaxlake.peers`; :mod:`jaxlake.bench_peers` runs them) run in
+subprocesses on the same map size, agent count and hole density (``bench.peer.envs``); ``ratios``
+holds ours / theirs in agent-steps/s.
+
+The rollout programs (``bench.rng``, ``bench.observations``) are in :mod:`jaxlake.bench_rollouts`,
+the peers' plumbing in :mod:`jaxlake.bench_peers` and the report (ratios, tables, files) in
+:mod:`jaxlake.bench_report`; the rollouts' and the peers' functions are importable from here as
+well (``jaxlake.bench.make_rollout``, ``jaxlake.bench.measure_peers``, ...).
 
 Outputs, in ``bench.out_dir`` or else the Hydra run dir: ``bench.json``, ``bench.csv`` (all
 measurement rows, peers included), ``bench.png`` (throughput against batch size per env), and
@@ -101,7 +106,6 @@ JSON fields (``schema == "jaxlake.bench/1"``):
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import os
 import platform
 import socket
@@ -114,11 +118,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlake import autoreset, env, observations
+from jaxlake import autoreset, env
+from jaxlake.bench_peers import measure_peers
 from jaxlake.bench_report import autoreset_overheads, format_report, peer_ratios, write_outputs
+# RNG_MODES, keyed_actions, random_actions: re-exported (jaxlake.bench's names before the split)
+from jaxlake.bench_rollouts import (OBSERVATION_DTYPES, RNG_MODES, keyed_actions, make_autoreset_rollout, make_rollout,
+                                    observation_dtype, random_actions, rng_mode)
 from jaxlake.config import LakeConfig, repeat_config
-from jaxlake.sharding import constrain_batch, mesh_for_batch, replicated, shard_batch
-from jaxlake.types import NUM_ACTIONS, Lake
+from jaxlake.sharding import mesh_for_batch, replicated, shard_batch
+from jaxlake.types import Lake
 from jaxlake.conf import CONF_DIR
 
 SCHEMA = "jaxlake.bench/1"
@@ -264,145 +272,10 @@ def _per(value: Optional[float], n: float) -> Optional[float]:
 
 
 # ============================================================================ jitted programs
+# The rollouts (bench.rng, bench.observations) are in jaxlake.bench_rollouts.
 def make_generator(generate_fn: Callable) -> Callable:
     """``jit(vmap(generate))`` over keys ``[B]`` and a stacked config ``[B]``."""
     return jax.jit(jax.vmap(generate_fn))
-
-
-#: How random actions (and slip noise) are drawn inside the rollout (``bench.rng``).
-RNG_MODES = ("bits", "keys")  # see _RNG below
-
-
-def random_actions(key: jax.Array, batch: int, num_slots: int, mesh=None) -> tuple[jax.Array, jax.Array]:
-    """``[B, A]`` uniform actions in ``0..4`` and slip uniforms from one ``random.bits`` draw.
-
-    Each 32-bit word gives an action from its low 16 bits (multiply-shift, bias < 1e-4) and a
-    uniform in ``[0, 1)`` with 16-bit resolution from its high 16 bits: one threefry block per
-    two agent slots, several times cheaper than ``randint`` + a split key per instance.
-    """
-    bits = jax.random.bits(key, (batch, num_slots), jnp.uint32)
-    actions = (((bits & 0xFFFF) * NUM_ACTIONS) >> 16).astype(jnp.int32)
-    u = (bits >> 16).astype(jnp.float32) * (1.0 / 65536.0)
-    return constrain_batch(actions, mesh), constrain_batch(u, mesh)
-
-
-def keyed_actions(key: jax.Array, batch: int, num_slots: int, mesh=None) -> tuple[jax.Array, jax.Array]:
-    """``[B, A]`` ``randint`` actions and one split key per instance (for the keyed ``env.step``)."""
-    k_act, k_step = jax.random.split(key)
-    actions = jax.random.randint(k_act, (batch, num_slots), 0, NUM_ACTIONS, dtype=jnp.int32)
-    return constrain_batch(actions, mesh), constrain_batch(jax.random.split(k_step, batch), mesh)
-
-
-def _keyed_env_step(lakes: Lake, state, actions, keys):
-    return jax.vmap(env.step)(keys, lakes, state, actions)
-
-
-def _keyed_autoreset_step(pool: Lake, ar, actions, keys):
-    return autoreset.step_batch(keys, pool, ar, actions)
-
-
-#: ``bench.rng`` -> (draw actions and noise, batched env step, batched auto-reset step); the
-#: steps take the noise (uniforms or per-instance keys) last: ``step(lakes, state, actions, noise)``.
-_RNG = {
-    "bits": (random_actions, jax.vmap(env.step_from_uniforms), autoreset.step_batch_from_uniforms),
-    "keys": (keyed_actions, _keyed_env_step, _keyed_autoreset_step),
-}
-
-
-def rng_mode(rng: str) -> tuple[Callable, Callable, Callable]:
-    """``(draw, env_step, autoreset_step)`` of ``bench.rng``; a clear error for unknown modes."""
-    if rng not in _RNG:
-        raise ValueError(f"bench.rng={rng!r} not in {RNG_MODES}")
-    return _RNG[rng]
-
-
-#: ``bench.observation_dtype``: the grids' dtype (one byte a cell, as an environment keeps a
-#: frame buffer; ``float32`` is what a network reads, four times the bytes)
-OBSERVATION_DTYPES = {"uint8": jnp.uint8, "bool": jnp.bool_, "float32": jnp.float32}
-
-
-def _obs_dtype(observe: bool | str) -> str:
-    """``observe`` is ``False``, ``True`` (uint8 grids) or the grids' dtype name."""
-    return observe if isinstance(observe, str) else "uint8"
-
-
-def _observe_batch(lakes, state, dtype: str = "uint8"):
-    return jax.vmap(functools.partial(observations.observe, dtype=OBSERVATION_DTYPES[dtype]))(lakes, state)
-
-
-def _scan(body: Callable, init: tuple, keys: jax.Array, observe_fn: Optional[Callable], mesh) -> tuple:
-    """``lax.scan`` of a rollout ``body`` (carry ``(state, reward_sum)``) over ``keys``; returns
-    the final ``(state, reward_sum)``.
-
-    With ``observe_fn`` (``bench.observations``) each step first builds the observations of
-    the state it starts from, ``observe_fn(state)``, and keeps them in the carry; the reward
-    sums then get ``min(sum of the last grids, 0)`` added (exactly 0, as grids are >= 0, but
-    not provably so), so XLA builds and writes the observations of every step.
-    """
-    if observe_fn is None:
-        return jax.lax.scan(body, init, keys)[0]
-
-    def with_obs(carry, k):
-        inner, _ = carry
-        obs = constrain_batch(observe_fn(inner[0]), mesh)
-        inner, _ = body(inner, k)
-        return (inner, obs), None
-
-    obs0 = jax.tree_util.tree_map(lambda s: constrain_batch(jnp.zeros(s.shape, s.dtype), mesh),
-                                  jax.eval_shape(observe_fn, init[0]))
-    ((state, total), obs), _ = jax.lax.scan(with_obs, (init, obs0), keys)
-    return state, total + jnp.minimum(jnp.sum(obs.grid, axis=tuple(range(1, obs.grid.ndim))), 0.0)
-
-
-def make_rollout(steps: int, mesh=None, rng: str = "bits", observe: bool | str = False) -> Callable:
-    """``(lakes, state, key) -> (state, reward_sum)``: ``steps`` random-action steps in a scan.
-
-    ``rng="bits"``: actions and slip noise from :func:`random_actions`, stepped with
-    ``env.step_from_uniforms``; ``rng="keys"``: ``randint`` actions and one split key per
-    instance, stepped with ``env.step`` (the keyed public API; its RNG costs about as much as
-    the step on CPU). ``observe``: build every agent's observation of each state before it
-    is stepped (``bench.observations``).
-    """
-    draw, step_fn, _ = rng_mode(rng)
-
-    def rollout(lakes: Lake, state, key):
-        batch = state.t.shape[0]
-
-        def body(carry, k):
-            state, total = carry
-            actions, noise = draw(k, batch, lakes.max_agents, mesh)
-            state, info = step_fn(lakes, state, actions, noise)
-            return (constrain_batch(state, mesh), total + jnp.sum(info.reward, axis=-1)), None
-
-        init = (state, constrain_batch(jnp.zeros((batch,), jnp.float32), mesh))
-        observe_fn = (lambda s: _observe_batch(lakes, s, _obs_dtype(observe))) if observe else None
-        return _scan(body, init, jax.random.split(key, steps), observe_fn, mesh)
-
-    return jax.jit(rollout)
-
-
-def make_autoreset_rollout(steps: int, mesh=None, rng: str = "bits", observe: bool | str = False) -> Callable:
-    """``(pool, ar, key) -> (ar, reward_sum)``: ``steps`` auto-reset steps in a scan
-    (``observe``: with the observations of :func:`jaxlake.autoreset.observe`'s state, the one
-    each step starts from, on the lake it plays)."""
-    draw, _, step_fn = rng_mode(rng)
-
-    def rollout(pool: Lake, ar, key):
-        batch = ar.pool_idx.shape[0]
-
-        def body(carry, k):
-            ar, total = carry
-            actions, noise = draw(k, batch, pool.max_agents, mesh)
-            ar, info = step_fn(pool, ar, actions, noise)
-            return (constrain_batch(ar, mesh), total + jnp.sum(info.reward, axis=-1)), None
-
-        init = (ar, constrain_batch(jnp.zeros((batch,), jnp.float32), mesh))
-        observe_fn = (lambda a: _observe_batch(autoreset.current_lakes(pool, a), autoreset.observe(pool, a),
-                                                     _obs_dtype(observe))
-                      ) if observe else None
-        return _scan(body, init, jax.random.split(key, steps), observe_fn, mesh)
-
-    return jax.jit(rollout)
 
 
 # ============================================================================ measurements
@@ -499,106 +372,77 @@ def measure_generator(gen, name: str, config: LakeConfig, batch: int, key: jax.A
     return row, lakes
 
 
+def _rollout_row(kind: str, name: str, config: LakeConfig, batch: int, mesh, steps: int, rng: str,
+                 observe: bool | str) -> dict:
+    row = _env_row(kind, name, config, batch, mesh.size)
+    row.update(steps=steps, rng=rng, observations=bool(observe),
+               observation_dtype=observation_dtype(observe) if observe else None)
+    return row
+
+
+def _time_rollout(row: dict, make_program: Callable[[], Callable], args: tuple, key: jax.Array, repeats: int,
+                  cap: _Cap, mesh, config: LakeConfig, extra: Optional[Callable[[Any, float], dict]] = None) -> dict:
+    """Compile the rollout ``make_program()`` on ``args`` and a key, then time it (``repeats``
+    calls after one warm-up) into ``row``; ``extra(final output, median seconds)``: more fields,
+    from one more call."""
+    kind, batch, steps = row["kind"], row["batch_size"], row["steps"]
+    keys = list(jax.random.split(key, repeats + 1))
+    start = time.perf_counter()
+    compiled = make_program().lower(*args, keys[0]).compile()
+    row["compile_s"] = time.perf_counter() - start
+    row["memory_bytes"] = memory_of(compiled)
+    why = cap.check_compiled(kind, batch, mesh.size, row["memory_bytes"])
+    if why:
+        return _skip(row, why)
+    cost = cost_of(compiled)
+    times, cpu = time_calls(compiled, [(*args, k) for k in keys[1:]], warmup=1)
+    median = float(np.median(times))
+    more = {} if extra is None else extra(compiled(*args, keys[-1]), median)
+    env_rate = batch * steps / median
+    row.update(times_s=times, cpu_times_s=cpu, median_s=median, env_steps_per_s=env_rate,
+               agent_steps_per_s=env_rate * config.num_agents,
+               agent_steps_per_cpu_s=batch * steps * config.num_agents / max(float(np.median(cpu)), 1e-12),
+               **more,
+               flops_per_instance_step=_per(cost["flops"], batch / mesh.size),
+               bytes_per_instance_step=_per(cost["bytes"], batch / mesh.size))
+    _achieved(row, row["flops_per_instance_step"], row["bytes_per_instance_step"], env_rate)
+    return row
+
+
 def measure_rollout(name: str, config: LakeConfig, lakes: Lake, steps: int, key: jax.Array,
                     repeats: int, cap: _Cap, rng: str = "bits", observe: bool | str = False) -> dict:
     """Plain rollout row: ``steps`` random-action steps of ``vmap(env.step)`` per call
     (``observe``: building the observations every step, ``bench.observations``)."""
     batch = int(lakes.num_agents.shape[0])
     mesh = mesh_for_batch(batch)
-    row = _env_row("rollout", name, config, batch, mesh.size)
-    row.update(steps=steps, rng=rng, observations=bool(observe),
-               observation_dtype=_obs_dtype(observe) if observe else None)
+    row = _rollout_row("rollout", name, config, batch, mesh, steps, rng, observe)
     why = cap.reason("rollout", batch, mesh.size)
     if why:
         return _skip(row, why)
     lakes = shard_batch(lakes, mesh)
     state = shard_batch(env.reset(lakes), mesh)
-    keys = list(jax.random.split(key, repeats + 1))
-    start = time.perf_counter()
-    compiled = make_rollout(steps, mesh, rng, observe).lower(lakes, state, keys[0]).compile()
-    row["compile_s"] = time.perf_counter() - start
-    row["memory_bytes"] = memory_of(compiled)
-    why = cap.check_compiled("rollout", batch, mesh.size, row["memory_bytes"])
-    if why:
-        return _skip(row, why)
-    cost = cost_of(compiled)
-    times, cpu = time_calls(compiled, [(lakes, state, k) for k in keys[1:]], warmup=1)
-    median = float(np.median(times))
-    env_rate = batch * steps / median
-    row.update(times_s=times, cpu_times_s=cpu, median_s=median, env_steps_per_s=env_rate,
-               agent_steps_per_s=env_rate * config.num_agents,
-               agent_steps_per_cpu_s=batch * steps * config.num_agents / max(float(np.median(cpu)), 1e-12),
-               flops_per_instance_step=_per(cost["flops"], batch / mesh.size),
-               bytes_per_instance_step=_per(cost["bytes"], batch / mesh.size))
-    _achieved(row, row["flops_per_instance_step"], row["bytes_per_instance_step"], env_rate)
-    return row
+    return _time_rollout(row, lambda: make_rollout(steps, mesh, rng, observe), (lakes, state), key, repeats, cap,
+                         mesh, config)
 
 
 def measure_autoreset(name: str, config: LakeConfig, pool: Lake, batch: int, steps: int,
                       key: jax.Array, repeats: int, cap: _Cap, rng: str = "bits", observe: bool | str = False) -> dict:
     """Auto-reset rollout row over a replicated pool of pre-generated lakes."""
     mesh = mesh_for_batch(batch)
-    row = _env_row("rollout_autoreset", name, config, batch, mesh.size)
-    row.update(steps=steps, rng=rng, observations=bool(observe),
-               observation_dtype=_obs_dtype(observe) if observe else None, pool_size=int(pool.num_agents.shape[0]))
+    row = _rollout_row("rollout_autoreset", name, config, batch, mesh, steps, rng, observe)
+    row["pool_size"] = int(pool.num_agents.shape[0])
     why = cap.reason("rollout_autoreset", batch, mesh.size)
     if why:
         return _skip(row, why)
     pool = jax.device_put(pool, replicated(mesh))
     ar = shard_batch(autoreset.init(pool, batch), mesh)
-    keys = list(jax.random.split(key, repeats + 1))
-    start = time.perf_counter()
-    compiled = make_autoreset_rollout(steps, mesh, rng, observe).lower(pool, ar, keys[0]).compile()
-    row["compile_s"] = time.perf_counter() - start
-    row["memory_bytes"] = memory_of(compiled)
-    why = cap.check_compiled("rollout_autoreset", batch, mesh.size, row["memory_bytes"])
-    if why:
-        return _skip(row, why)
-    cost = cost_of(compiled)
-    times, cpu = time_calls(compiled, [(pool, ar, k) for k in keys[1:]], warmup=1)
-    median = float(np.median(times))
-    final, _ = compiled(pool, ar, keys[-1])
-    episodes = float(jnp.sum(final.episodes))
-    env_rate = batch * steps / median
-    row.update(times_s=times, cpu_times_s=cpu, median_s=median, env_steps_per_s=env_rate,
-               agent_steps_per_s=env_rate * config.num_agents,
-               agent_steps_per_cpu_s=batch * steps * config.num_agents / max(float(np.median(cpu)), 1e-12),
-               episodes_per_s=episodes / median,
-               flops_per_instance_step=_per(cost["flops"], batch / mesh.size),
-               bytes_per_instance_step=_per(cost["bytes"], batch / mesh.size))
-    _achieved(row, row["flops_per_instance_step"], row["bytes_per_instance_step"], env_rate)
-    return row
 
+    def episodes_per_s(out, median: float) -> dict:
+        final, _ = out
+        return {"episodes_per_s": float(jnp.sum(final.episodes)) / median}
 
-def measure_peers(peers: Sequence[str], envs: Mapping[str, LakeConfig], settings: Mapping[str, Any],
-                  steps: int, seed: int) -> list[dict]:
-    """Peer rows for every peer on every env named in ``settings["envs"]``."""
-    from jaxlake.peers import measure_peer
-
-    rows = []
-    for env_name in settings.get("envs") or list(envs)[:1]:
-        if env_name not in envs:
-            rows.append({"peer": "*", "status": "skipped", "env": env_name,
-                         "note": f"bench.peer.envs names {env_name!r}, not in bench.envs {sorted(envs)}"})
-            continue
-        config = envs[env_name]
-        spec = {
-            "height": config.height, "width": config.width, "num_agents": config.num_agents,
-            "hole_density": config.hole_density, "slip_prob": config.slip_prob,
-            "max_steps": config.max_steps, "num_envs": int(settings.get("batch_size", 16384)),
-            "steps": steps, "seconds": float(settings.get("seconds", 2.0)),
-            "repeats": int(settings.get("repeats", 3)), "seed": seed,
-            "vector_num_envs": int(settings.get("vector_num_envs", 256)),
-            "connector_default": bool(settings.get("jumanji_default", False)),
-            "observations": bool(settings.get("observations", False)),
-        }
-        for peer in peers:
-            print(f"[bench] peer {peer} on {env_name} ...", flush=True)
-            for row in measure_peer(peer, spec, root=settings.get("root"),
-                                    timeout=float(settings.get("timeout_s", 900))):
-                row["env"] = env_name
-                rows.append(row)
-    return rows
+    return _time_rollout(row, lambda: make_autoreset_rollout(steps, mesh, rng, observe), (pool, ar), key, repeats,
+                         cap, mesh, config, episodes_per_s)
 
 
 # ============================================================================ driver

@@ -57,6 +57,30 @@ def reject_unknown(section: str, given: Iterable[Any], allowed: Iterable[Any],
         raise error(unknown_message(section, unknown, allowed))
 
 
+def check_int(where: str, value: Any, low: int = 0, *, error: type[Exception] = ConfigError) -> int:
+    """``value`` as an ``int`` when it is an integer (a bool is not) of at least ``low``; else
+    ``error``, one line naming the field and its range: ``<where>=<value> must be an integer in
+    [<low>, inf)`` (``where`` is the config path a user would edit, ``ippo.num_envs``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise error(f"{where}={value!r} must be an integer in [{low}, inf)")
+    return int(value)
+
+
+def check_number(where: str, value: Any, low: float, high: float, *, low_open: bool = False,
+                 error: type[Exception] = ConfigError) -> float:
+    """``value`` as a ``float`` when it is a real number (a bool is not) in ``[low, high]``
+    (``(low, high]`` with ``low_open``); else ``error``, one line naming the field and its range:
+    ``<where>=<value> must be a number in [<low>, <high>]`` (a number shown as a float)."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if ok:
+        value = float(value)
+        ok = (low < value if low_open else low <= value) and value <= high
+    if not ok:
+        bracket = "(" if low_open else "["
+        raise error(f"{where}={value!r} must be a number in {bracket}{low:g}, {high:g}]")
+    return value
+
+
 #: Hard limits of the static canvas.
 MAX_CANVAS = 64
 

@@ -9,6 +9,8 @@ next write.
 * :func:`write_bytes`, :func:`write_text` -- atomic writes;
 * :func:`write_json` -- atomic JSON (arrays and numpy scalars converted by :func:`jsonable`);
 * :func:`read_json`;
+* :func:`write_marked` -- a page's generated block, between two marker lines, rewritten in
+  place (the text around it kept);
 * :func:`jsonable` -- numpy / JAX values as plain Python, non-finite floats as ``None``
   (strict JSON has no NaN);
 * :class:`FolderLock` -- one process at a time in a folder (a run folder, the shared stage-1
@@ -55,7 +57,7 @@ import numpy as np
 
 __all__ = [
     "FolderLock", "FolderLockError", "is_writer", "jsonable", "read_json", "set_writer", "write_bytes", "write_json",
-    "write_text",
+    "write_marked", "write_text",
 ]
 
 _WRITER = True
@@ -117,6 +119,29 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: Optional[int] = 1) 
 def read_json(path: str | os.PathLike) -> Any:
     """The JSON value in ``path``."""
     return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def write_marked(page: str | os.PathLike, content: str, *, begin: str, end: str, title: str) -> str:
+    """(Re)write the generated block of the page ``page`` atomically and return it: ``content``
+    between the marker lines ``begin`` and ``end``.
+
+    The block replaces the one already between the markers, the text around it kept (what a
+    person wrote on the page); a page without the markers gets the block appended, and a
+    missing page (its folder made too) is ``# <title>`` and the block.
+    """
+    page = Path(page)
+    block = f"{begin}\n{content}\n{end}"
+    if page.is_file():
+        text = page.read_text(encoding="utf-8")
+        if begin in text and end in text:
+            text = text[: text.index(begin)] + block + text[text.index(end) + len(end):]
+        else:
+            text = text.rstrip("\n") + "\n\n" + block + "\n"
+    else:
+        text = f"# {title}\n\n{block}\n"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    write_text(page, text)
+    return block
 
 
 # ============================================================================ folder locks

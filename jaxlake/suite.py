@@ -282,6 +282,66 @@ def _build_suite_cached(spec: SuiteSpec, solve: bool) -> Suite:
     return Suite(spec=spec, cells=cells, skipped=skipped, lakes=lakes, cell_of=cell_of, grids=grids, opt_soc=opt)
 
 
+def lake_keys(lakes: Lake) -> list[bytes]:
+    """One key per lake of a batch: equal keys are the same game (holes, region, starts, goals,
+    agents, slip, horizon and goal rule; the generator's report left out)."""
+    leaves = [np.asarray(x) for x in (lakes.holes, lakes.region, lakes.starts, lakes.goals, lakes.num_agents,
+                                      lakes.slip_prob, lakes.max_steps, lakes.on_goal)]
+    n = int(leaves[0].shape[0])
+    rows = [x.reshape(n, -1) for x in leaves]
+    return [b"".join(r[i].tobytes() for r in rows) for i in range(n)]
+
+
+#: How many lakes per cell :func:`validation_suite` draws for each one it keeps: the spare
+#: replaces the held-out suite's own lakes (the small cells hold few distinct lakes).
+VALIDATION_DRAWS = 4
+
+
+def validation_suite(held_out: SuiteSpec | Mapping[str, Any], seed: int, lakes_per_cell: int,
+                     solve: bool = True) -> tuple[Suite, dict]:
+    """A suite of the held-out suite's cells whose lakes are **none of the held-out suite's**:
+    what a method may tune on (the oracle engineer's probes) without reading the test.
+
+    Each cell draws ``VALIDATION_DRAWS * lakes_per_cell`` lakes from ``seed`` (as
+    :func:`cell_lakes` draws), drops every lake equal to one of the held-out suite's
+    (:func:`lake_keys`) and repeats of its own, and keeps the first ``lakes_per_cell`` left (fewer
+    where a cell has too few distinct lakes). Returns ``(suite, report)``: the report counts
+    the dropped lakes and the cells cut short. Deterministic in its arguments.
+    """
+    if not isinstance(held_out, SuiteSpec):
+        held_out = SuiteSpec.from_conf(held_out)
+    if int(seed) == held_out.seed:
+        raise SuiteError(f"validation seed={seed} equals the held-out suite's seed; choose another")
+    n = int(lakes_per_cell)
+    if n < 1:
+        raise SuiteError(f"validation lakes_per_cell={lakes_per_cell!r} must be an integer in [1, inf)")
+    test = set(lake_keys(build_suite(held_out, solve=False).lakes))
+    spec = dataclasses.replace(held_out, name=f"{held_out.name}-validation", seed=int(seed), lakes_per_cell=n)
+    cells, skipped = split_cells(spec)
+    drawn, cell_of = cell_lakes(spec.seed, cells, VALIDATION_DRAWS * n)
+    keys = lake_keys(drawn)
+    keep, seen, short, dropped = [], set(), [], 0
+    for c in range(len(cells)):
+        kept = 0
+        for i in np.flatnonzero(cell_of == c):
+            key = keys[i]
+            if key in test or key in seen:
+                dropped += int(key in test)
+                continue
+            seen.add(key)
+            if kept < n:
+                keep.append(int(i))
+                kept += 1
+        if kept < n:
+            short.append({"id": cells[c]["id"], "lakes": kept})
+    index = np.asarray(keep)
+    lakes = take_lakes(drawn, index)
+    suite = Suite(spec=spec, cells=cells, skipped=skipped, lakes=lakes, cell_of=cell_of[index],
+                  grids=render_grids(lakes), opt_soc=reference_soc(lakes) if solve else None)
+    return suite, {"seed": int(seed), "lakes": int(index.size), "held_out_lakes_dropped": dropped,
+                   "cells_cut_short": short}
+
+
 def cell_lakes(seed: int, cells: Sequence[Mapping[str, Any]], lakes_per_cell: int) -> tuple[Lake, np.ndarray]:
     """The suite's lakes, cell-major, and ``cell_of``: cell ``c`` (``{"id", "config"}``)
     draws ``lakes_per_cell`` lakes from ``split(fold_in(PRNGKey(seed), c["id"]))``."""

@@ -19,7 +19,9 @@ configs, the decision and a record saved as ``engineer.json``. The house:
   - ``plr``       -- Prioritized Level Replay: a buffer of the levels it proposed, scored by
     learnability on the policy's own rollouts on each level, rank + staleness replay, the
     replay-or-new-level decision;
-  - ``accel``     -- PLR whose new levels are one-step edits of replayed levels.
+  - ``accel``     -- PLR whose new levels are one-step edits of replayed levels;
+  - ``oracle``    -- the engineers' ceiling: short probe stages of a few candidates from the
+    current policy, scored on a validation suite, the best proposed.
 
 The LLM backends (``policy``, ``base``, ``external``) live in :mod:`llm.engineer.local` and use
 this package's space, interface and protocol. Every backend is built from its Hydra node
@@ -45,6 +47,7 @@ from jaxlake.engineers.base import (
 from jaxlake.engineers.fixed import FixedEngineer
 from jaxlake.engineers.heuristic import HeuristicEngineer
 from jaxlake.engineers.manual import ManualEngineer
+from jaxlake.engineers.oracle import OracleEngineer
 from jaxlake.engineers.plr import PLREngineer
 from jaxlake.engineers.protocol import (
     FatalEngineerError,
@@ -65,7 +68,7 @@ from jaxlake.engineers.space import (
 
 __all__ = [
     "ACCELEngineer", "ConfigSpace", "DEFAULT_EDITABLE", "EVAL_MODES", "Engineer", "EngineerContext",
-    "FIELD_ORDER", "FatalEngineerError", "FixedEngineer", "HeuristicEngineer", "ManualEngineer", "PLREngineer",
+    "FIELD_ORDER", "FatalEngineerError", "FixedEngineer", "HeuristicEngineer", "ManualEngineer", "OracleEngineer", "PLREngineer",
     "Proposal", "ProposalError", "RandomEngineer", "answer_text", "build_engineer", "check_in_space", "check_mode",
     "extract_json", "format_value", "propose_with_retries", "retry_prompt", "space_from_conf", "stage_success",
 ]

@@ -59,6 +59,10 @@ class EngineerContext:
       load_model: ``load_model(which) -> (model, tokenizer)`` with ``which`` ``"policy"``
         (this stage's checkpoint) or ``"base"`` (the stage-0 model); given by the pipeline
         for the LLM backends.
+      probe: ``probe(mixture, name, steps) -> record``: a short training stage of ``steps``
+        from this stage's policy on ``mixture``, scored on a validation suite disjoint from
+        the held-out one (:mod:`jaxlake.pipeline.probe`; the record's ``score`` is its greedy
+        success); given by the pipeline, for the oracle engineer.
     """
 
     stage: int
@@ -74,6 +78,7 @@ class EngineerContext:
     base_checkpoint: Optional[Path] = None
     run_cfg: Any = None
     load_model: Optional[Callable[[str], Any]] = None
+    probe: Optional[Callable[..., dict]] = None
 
     def __post_init__(self) -> None:
         self.current, self.initial = Mixture.of(self.current), Mixture.of(self.initial)

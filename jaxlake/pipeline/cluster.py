@@ -161,7 +161,7 @@ def run(settings: Any, main: Callable[[], Any]) -> Any:
 
 # ============================================================================ collective steps
 def evaluate_suite(settings: Any, k: int, policy_path: Optional[str | os.PathLike], mixture: Any,
-                   checkpoint: Optional[str] = None) -> dict:
+                   checkpoint: Optional[str] = None, suite: Any = None) -> dict:
     """The held-out suite evaluation of stage ``k``'s policy (``eval.json``'s dict); with
     ``policy_path`` ``None``, the starting policy's (``model``: ``model.path`` or the shipped
     planner; ``k`` 0).
@@ -170,7 +170,8 @@ def evaluate_suite(settings: Any, k: int, policy_path: Optional[str | os.PathLik
     ``train.mesh`` and every generation batch is split over all processes' devices (the
     batch size rounded up to a multiple of the device count). With one process it is the
     single-device evaluation of the pipeline. ``checkpoint`` is the name the record gives the
-    policy (the run folder's relative path; ``policy_path`` by default).
+    policy (the run folder's relative path; ``policy_path`` by default); ``suite``: a built
+    :class:`jaxlake.suite.Suite` in place of the held-out one (a probe's validation suite).
     """
     import jax
 
@@ -191,7 +192,7 @@ def evaluate_suite(settings: Any, k: int, policy_path: Optional[str | os.PathLik
         policy = load_policy(settings.model, Path(policy_path), mesh=mesh)
     return evaluate_policy(policy, node, settings.prompt, current=mixture, stage=k,
                            checkpoint=checkpoint or str(policy_path),
-                           mesh=mesh)
+                           mesh=mesh, suite=suite)
 
 
 # ============================================================================ Hydra, per process

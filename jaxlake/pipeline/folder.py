@@ -142,21 +142,24 @@ def check_model(s: RunSettings) -> None:
 
 
 def planner_prompt_warning(s: RunSettings) -> Optional[str]:
-    """A line when the run starts from the shipped planner (``model.pretrained`` and no
+    """A line when the run starts from a shipped policy (``model.pretrained`` and no
     ``model.path``) with a prompt other than the one its ``pretrain.json`` records, else None."""
-    from llm.game.default import PLANNER_DIR, planner_dir
+    from llm.game.default import SHIPPED_DIRS, shipped_dir
     from llm.game.prompts import PromptConfig
 
-    if not s.model.pretrained or planner_dir() is None:
+    if s.model.path is not None or not s.model.pretrained or shipped_dir(s.model.shipped) is None:
         return None
-    record = read_json(PLANNER_DIR / "pretrain.json")
+    folder = SHIPPED_DIRS[s.model.shipped]
+    if not (folder / "pretrain.json").is_file():
+        return None
+    record = read_json(folder / "pretrain.json")
     trained = (record.get("settings") or {}).get("prompt")
     trained = None if trained is None else PromptConfig.from_dict(trained)
     if trained is None or trained == s.prompt:
         return None
     fields = [f.name for f in dataclasses.fields(PromptConfig) if getattr(trained, f.name) != getattr(s.prompt, f.name)]
-    return (f"the shipped planner was trained on another prompt (it differs in prompt.{', prompt.'.join(fields)}); "
-            f"its prompt is settings.prompt of {PLANNER_DIR / 'pretrain.json'}")
+    return (f"the shipped {s.model.shipped} was trained on another prompt (it differs in prompt."
+            f"{', prompt.'.join(fields)}); its prompt is settings.prompt of {folder / 'pretrain.json'}")
 
 
 def check_run_info(cfg: Any, engineer: Any) -> dict:

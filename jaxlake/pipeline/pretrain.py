@@ -25,8 +25,9 @@ resumes from the last checkpoint, and a finished folder is only re-read)::
     pretrain.json   the record: command, settings, mixture size, curve, final suite score
 
 ``pretrain.ship=true`` then copies ``stage/policy`` and ``pretrain.json`` into the package
-(:data:`llm.game.default.PLANNER_DIR`), atomically: the starting point of every later run
-without ``model.path`` (``model.pretrained=false`` trains from scratch instead).
+(the folder of :data:`llm.game.default.SHIPPED_DIRS` that ``model.shipped`` names: ``novice``,
+the default, or ``planner``, the expert), atomically: the starting point of every later run
+without ``model.path`` that names it (``model.pretrained=false`` trains from scratch instead).
 
 ``model.pretrained=true`` continues the shipped planner instead of starting fresh (its own
 schedule from its own weights); the record then holds the shipped one's as ``started_from``,
@@ -61,7 +62,8 @@ class PretrainSettings:
 
     Attributes:
       curve: score every kept checkpoint on the suite (else only the last).
-      ship: copy the result into the package (:data:`llm.game.default.PLANNER_DIR`).
+      ship: copy the result into the package, as the shipped policy ``model.shipped`` names
+        (:data:`llm.game.default.SHIPPED_DIRS`).
       ship_to: another folder to ship to (tests; ``None``: the package's).
     """
 
@@ -148,11 +150,11 @@ def score_curve(s: RunSettings, stage_dir: Path, every: bool = True) -> list[dic
 
 def ship(source: Path, record: Mapping[str, Any], target: Optional[Path] = None) -> Path:
     """Copy the Hugging Face folder ``source`` and ``record`` (as ``pretrain.json``) to
-    ``target`` (default :data:`llm.game.default.PLANNER_DIR`): written in full beside it,
-    then renamed into place, so a reader sees the old planner or the new one."""
-    from llm.game.default import PLANNER_DIR
+    ``target`` (default :data:`llm.game.default.DEFAULT_SHIPPED`'s folder): written in full beside
+    it, then renamed into place, so a reader sees the old policy or the new one."""
+    from llm.game.default import DEFAULT_SHIPPED, SHIPPED_DIRS
 
-    target = Path(target or PLANNER_DIR)
+    target = Path(target or SHIPPED_DIRS[DEFAULT_SHIPPED])
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.ship-"))
     try:
@@ -172,11 +174,11 @@ def started_from(s: RunSettings) -> Optional[dict]:
     """The shipped planner's record when this run continues it (``model.pretrained=true`` and
     no ``model.path``: the run starts from the package's planner), else None. Read when the
     record is written, before any shipping replaces it."""
-    from llm.game.default import PLANNER_DIR, planner_dir
+    from llm.game.default import SHIPPED_DIRS, shipped_dir
 
-    if s.model.path is not None or not s.model.pretrained or planner_dir() is None:
+    if s.model.path is not None or not s.model.pretrained or shipped_dir(s.model.shipped) is None:
         return None
-    path = PLANNER_DIR / "pretrain.json"
+    path = SHIPPED_DIRS[s.model.shipped] / "pretrain.json"
     return read_json(path) if path.is_file() else None
 
 
@@ -227,7 +229,9 @@ def _pretrain(s: RunSettings, p: PretrainSettings) -> dict:
             record["total_train_minutes"] = round(float(before) + float(record["train_minutes"]), 3)
     write_json(s.run_dir / "pretrain.json", record)
     if p.ship:
-        target = ship(Path(res.policy_dir), record, p.ship_to)
+        from llm.game.default import SHIPPED_DIRS
+
+        target = ship(Path(res.policy_dir), record, p.ship_to or SHIPPED_DIRS[s.model.shipped])
         log(f"pretrain: shipped to {target}")
     print(f"\n{s.run_dir}: {res.warmstart_steps} steps, suite success (greedy) "
           f"{record['success']}", flush=True)

@@ -409,10 +409,10 @@ def _run_settings(cfg: Any, warmstart: str, warmstart_env: str = "stage", ippo: 
         out[group] = node
     out["pipeline.warmstart"] = warmstart
     model = out.get("model") if isinstance(out.get("model"), dict) else {}
-    if model.get("pretrained", True) and not model.get("path"):  # starts from the shipped planner: which one
-        from llm.game.default import planner_fingerprint
+    if model.get("pretrained", True) and not model.get("path"):  # starts from a shipped policy: which one
+        from llm.game.default import shipped_fingerprint
 
-        out["model.planner"] = planner_fingerprint()
+        out["model.shipped"] = shipped_fingerprint(str(model.get("shipped", "novice")))
     if warmstart_env != "stage":  # (absent in the default: folders of earlier versions stay comparable)
         out["pipeline.warmstart_env"] = warmstart_env
     if ippo is not None:  # (absent for the LLM, the default, likewise)

@@ -265,8 +265,8 @@ def step_summary(s: RunSettings, k: int, d: Path, mixture: Mixture, ev: dict) ->
 def engineer_context(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summary: dict, train: dict,
                      engineer: Any) -> EngineerContext:
     """What the engineer of stage ``k`` gets: the stage's environment, evaluation, summary and
-    history, the previous decision's state, and a loader for the trained (``"policy"``) or
-    stage-0 (``"base"``) model. Notebook 03 calls it to replay a decision. ``cfg``: the
+    history, the previous decision's state, a loader for the trained (``"policy"``) or
+    stage-0 (``"base"``) model, and ``probe`` (:mod:`jaxlake.pipeline.probe`) for the oracle. Notebook 03 calls it to replay a decision. ``cfg``: the
     :class:`RunSettings` or a raw config (the context's ``run_cfg`` is the settings)."""
     s = RunSettings.of(cfg)
     prev_state = {}
@@ -277,6 +277,11 @@ def engineer_context(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summ
 
     def load_model(which: str):
         return student.engineer_model(s, d, train, which)
+
+    def probe(mixture: Any, name: str, **settings: Any) -> dict:
+        from jaxlake.pipeline.probe import make_probe
+
+        return make_probe(s, k, d, policy_of(student, s, d, train))(mixture, name, **settings)
 
     return EngineerContext(
         stage=k,
@@ -292,6 +297,7 @@ def engineer_context(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summ
         base_checkpoint=None,
         run_cfg=s,
         load_model=load_model,
+        probe=probe,
     )
 
 

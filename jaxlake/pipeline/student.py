@@ -51,7 +51,10 @@ class Student(Protocol):
 
     def train(self, s: RunSettings, k: int, d: Path, mixture: Mixture, init: Optional[Path]) -> dict: ...
 
-    def evaluate(self, s: RunSettings, k: int, policy: Optional[Path], mixture: Mixture, checkpoint: str) -> dict: ...
+    def evaluate(self, s: RunSettings, k: int, policy: Optional[Path], mixture: Mixture, checkpoint: str,
+                 suite: Any = None) -> dict: ...
+
+    def probe_settings(self, s: RunSettings, steps: int) -> RunSettings: ...
 
     def start_name(self, s: RunSettings) -> str: ...
 
@@ -118,15 +121,32 @@ class LLMStudent:
             "wall_s": round(res.wall_s, 2),
         }
 
-    def evaluate(self, s: RunSettings, k: int, policy: Optional[Path], mixture: Mixture, checkpoint: str) -> dict:
+    def evaluate(self, s: RunSettings, k: int, policy: Optional[Path], mixture: Mixture, checkpoint: str,
+                 suite: Any = None) -> dict:
         return cluster.collective(cluster.evaluate_suite, s, k, policy, mixture,  # every process
-                                  checkpoint=checkpoint)
+                                  checkpoint=checkpoint, suite=suite)
+
+    def probe_settings(self, s: RunSettings, steps: int) -> RunSettings:
+        """``steps`` GRPO steps, no warm start, no held-out evaluation, export or plot, metrics
+        to ``metrics.jsonl`` only (a probe of :mod:`jaxlake.pipeline.probe`)."""
+        import dataclasses
+
+        tc = s.train.train
+        grpo = dataclasses.replace(tc.grpo, steps=int(steps), eval_every=0, checkpoint_every=int(steps),
+                                   keep_checkpoints=1)
+        train = dataclasses.replace(tc, warmstart=dataclasses.replace(tc.warmstart, enabled=False), grpo=grpo,
+                                    eval=dataclasses.replace(tc.eval, num_lakes=0), export_hf=False, plot=False,
+                                    progress=False)
+        logger = dataclasses.replace(s.train.logger, backends=("jsonl",))
+        return dataclasses.replace(s, train=dataclasses.replace(s.train, train=train, logger=logger))
 
     def start_name(self, s: RunSettings) -> str:
         from llm.training.policy import start_source
 
         source = start_source(s.model)
-        return str(s.model.path) if source == "path" else "the shipped planner" if source == "planner" else "fresh weights"
+        if source == "shipped":
+            return f"the shipped {'expert planner' if s.model.shipped == 'planner' else s.model.shipped}"
+        return str(s.model.path) if source == "path" else "fresh weights"
 
     def history(self, train: dict) -> dict:
         after = train.get("eval_after") or {}
@@ -167,8 +187,15 @@ class IPPOStudent:
             return init_params(s.ippo, mixture, stage_key(s, 1))
         return load_params(policy, s.ippo, mixture)
 
-    def evaluate(self, s: RunSettings, k: int, policy: Optional[Path], mixture: Mixture, checkpoint: str) -> dict:
-        return suite_eval(s, k, self.params(s, policy, mixture), mixture, checkpoint)
+    def evaluate(self, s: RunSettings, k: int, policy: Optional[Path], mixture: Mixture, checkpoint: str,
+                 suite: Any = None) -> dict:
+        return suite_eval(s, k, self.params(s, policy, mixture), mixture, checkpoint, suite=suite)
+
+    def probe_settings(self, s: RunSettings, steps: int) -> RunSettings:
+        """``steps`` IPPO updates, one chunk (a probe of :mod:`jaxlake.pipeline.probe`)."""
+        import dataclasses
+
+        return dataclasses.replace(s, ippo=dataclasses.replace(s.ippo, num_updates=int(steps), eval_every=int(steps)))
 
     def start_name(self, s: RunSettings) -> str:
         return "the initial IPPO parameters"
@@ -239,30 +266,22 @@ def _episodes(s: RunSettings, params: Any, lakes: Any, *, modes: list, cells_of:
     return episodes
 
 
-def _by_component(agg: dict, weights: Any) -> dict:
-    out = {key: v for key, v in agg.items() if key not in ("by_dim", "by_cell")}
-    out["by_component"] = [{"weight": float(w), "config": c["config"],
-                            **{key: v for key, v in c.items() if key not in ("id", "values", "config")}}
-                           for w, c in zip(weights, agg["by_cell"])]
-    return out
-
-
-def suite_eval(s: RunSettings, k: int, params: Any, mixture: Mixture, checkpoint: str) -> dict:
-    """The ``eval.json`` dict of IPPO parameters on the held-out suite (and on
-    ``eval.current_env_lakes`` lakes of ``mixture``, drawn as the LLM's evaluation draws them)."""
+def suite_eval(s: RunSettings, k: int, params: Any, mixture: Mixture, checkpoint: str, suite: Any = None) -> dict:
+    """The ``eval.json`` dict of IPPO parameters on the held-out suite (or ``suite``, a built
+    :class:`jaxlake.suite.Suite`) and on ``eval.current_env_lakes`` lakes of ``mixture``, drawn
+    as the LLM's evaluation draws them."""
     import time
 
     import jax
 
-    from jaxlake.generator import mixture_components
-    from jaxlake.suite import aggregate, build_suite, reference_soc, render_grids
+    from jaxlake.suite import aggregate, build_suite
     from llm.game.lakes import env_horizon, sample_lakes
-    from llm.training.evaluate import EVAL_FORMAT
+    from llm.training.evaluate import EVAL_FORMAT, current_env_eval
 
     t0 = time.perf_counter()
     node = dict(s.eval.node)
     solve = bool(node.get("planner", True))
-    suite = build_suite(s.eval.suite, solve=solve)
+    suite = suite or build_suite(s.eval.suite, solve=solve)
     modes = _modes(node)
     seed = int(node.get("rollout_seed", 7))
     lakes = suite.lakes
@@ -289,18 +308,10 @@ def suite_eval(s: RunSettings, k: int, params: Any, mixture: Mixture, checkpoint
     }
     result["score"] = result["modes"][modes[0][0]]["score"]
     if current_lakes is not None:
-        cur_opt = reference_soc(current_lakes) if solve else None
-        cur_cells = [{"id": i, "values": {}, "config": c} for i, c in enumerate(mixture.configs)]
-        cur_eps = _episodes(s, params, current_lakes, modes=modes,
-                            cells_of=mixture_components(mixture, n_current).astype(np.int64), opt_soc=cur_opt,
-                            horizon=horizon, seed=seed + 1)
-        result["current_env"] = {
-            "env": [{"weight": float(w), "config": c.to_dict()} for w, c in mixture],
-            "grids": render_grids(current_lakes),
-            "modes": {mode: _by_component(aggregate([e for e in cur_eps if e["mode"] == mode], cur_cells, []),
-                                          mixture.weights) for mode, _ in modes},
-            "episodes": cur_eps,
-        }
+        result["current_env"] = current_env_eval(
+            mixture, current_lakes, n_current, modes, solve,
+            lambda lakes, cells_of, opt_soc: _episodes(s, params, lakes, modes=modes, cells_of=cells_of,
+                                                       opt_soc=opt_soc, horizon=horizon, seed=seed + 1))
     result["settings"] = {
         "student": "ippo",
         "modes": {m: {"num_samples": n, "actions": "greedy" if m == "greedy" else "sampled from the policy"}

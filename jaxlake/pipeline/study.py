@@ -40,7 +40,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from jaxlake.io import FolderLock, FolderLockError, read_json, write_json, write_text
+from jaxlake.io import FolderLock, FolderLockError, read_json, write_json, write_marked
 from jaxlake.mixture import load_mixture, mixture_to_obj
 from jaxlake.pipeline.archive import (STUDY_FILE, archive_study_record, default_archive, episode_rows, git_ignores,
                                       restore_runs, restore_study_record)
@@ -423,17 +423,7 @@ def write_results(root: Path, page: Path, command: str) -> dict:
     rows = collect_rows(root)
     assets = page.parent / page.stem
     section, payload = results_section(Path(root), rows, command, assets)
-    block = f"{BEGIN}\n{section}\n{END}"
-    if page.is_file():
-        text = page.read_text(encoding="utf-8")
-        if BEGIN in text and END in text:
-            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-        else:
-            text = text.rstrip("\n") + "\n\n" + block + "\n"
-    else:
-        text = f"# Study results\n\n{block}\n"
-    page.parent.mkdir(parents=True, exist_ok=True)
-    write_text(page, text)
+    write_marked(page, section, begin=BEGIN, end=END, title="Study results")
     write_json(page.with_suffix(".json"), payload)
     return payload
 

@@ -12,7 +12,7 @@ import dataclasses
 import numbers
 from typing import Any, Mapping, Optional
 
-from jaxlake.config import ConfigError, LakeConfig, reject_unknown, to_plain
+from jaxlake.config import ConfigError, LakeConfig, check_int, check_number, reject_unknown, to_plain
 
 __all__ = ["IPPOConfig", "StudentConfigError", "UEDConfig"]
 
@@ -22,20 +22,11 @@ class StudentConfigError(ConfigError):
 
 
 def _int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise StudentConfigError(f"ippo.{name}={value!r} must be an integer in [{low}, inf)")
-    return int(value)
+    return check_int(f"ippo.{name}", value, low, error=StudentConfigError)
 
 
 def _float(name: str, value: Any, low: float, high: float, *, low_open: bool = False) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if ok:
-        value = float(value)
-        ok = (low < value if low_open else low <= value) and value <= high
-    if not ok:
-        bracket = "(" if low_open else "["
-        raise StudentConfigError(f"ippo.{name}={value!r} must be a number in {bracket}{low:g}, {high:g}]")
-    return value
+    return check_number(f"ippo.{name}", value, low, high, low_open=low_open, error=StudentConfigError)
 
 
 #: UED methods (:mod:`jaxlake.students.ued`) and their regret scores.

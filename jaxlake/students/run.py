@@ -40,12 +40,13 @@ import jax
 import numpy as np
 from omegaconf import DictConfig
 
-from jaxlake.config import ConfigError, cfg_get, to_plain
+from jaxlake.config import cfg_get, to_plain
 from jaxlake.conf import CONF_DIR
-from jaxlake.io import FolderLock, FolderLockError, read_json, write_json
+from jaxlake.io import FolderLock, read_json, write_json
 from jaxlake.metrics import JsonlWriter
 from jaxlake.mixture import mixture_from_node, mixture_to_obj
 from jaxlake.students import checkpoint
+from jaxlake.students.command import run_guarded
 from jaxlake.students.config import IPPOConfig, StudentConfigError
 from jaxlake.students.ippo import ChunkMetrics, lake_student
 from jaxlake.students.plots import learning_curve
@@ -236,19 +237,7 @@ def _show(bar, row: dict, total: int) -> None:
 
 
 def _guarded(cfg: DictConfig) -> Optional[dict]:
-    import logging
-
-    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
-    try:
-        return train_run(cfg)
-    except (ConfigError, FolderLockError, OSError) as err:
-        if os.environ.get("HYDRA_FULL_ERROR", "") not in ("", "0"):
-            raise
-        text = str(err)
-        if isinstance(err, OSError) and err.filename and err.strerror:
-            text = f"{err.filename}: {err.strerror}"
-        print(f"error: {' '.join(text.split()) or type(err).__name__}", file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
+    return run_guarded(train_run, cfg)
 
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="ippo")

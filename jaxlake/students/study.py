@@ -48,9 +48,10 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from jaxlake.config import ConfigError, cfg_get, reject_unknown, to_plain
-from jaxlake.io import FolderLock, FolderLockError, read_json, write_json, write_text
+from jaxlake.io import FolderLock, read_json, write_json, write_marked
 from jaxlake.mixture import Mixture, mixture_from_node, mixture_to_obj
 from jaxlake.stats import mean_ci, paired_difference
+from jaxlake.students.command import run_guarded
 from jaxlake.students.config import IPPOConfig, UEDConfig
 
 __all__ = ["BEGIN", "END", "Study", "StudyError", "decode", "encode", "load_records", "main", "paired", "render",
@@ -594,17 +595,7 @@ def curve_columns(n: int, most: int = 8) -> list[int]:
 def write_page(page: Path, payload: Mapping[str, Any]) -> str:
     """(Re)write the generated block of ``page`` and ``<page stem>.json``; returns the block."""
     page = Path(page)
-    block = f"{BEGIN}\n{render(payload)}\n{END}"
-    if page.is_file():
-        text = page.read_text(encoding="utf-8")
-        if BEGIN in text and END in text:
-            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-        else:
-            text = text.rstrip("\n") + "\n\n" + block + "\n"
-    else:
-        text = f"# The UED study of the IPPO student\n\n{block}\n"
-    page.parent.mkdir(parents=True, exist_ok=True)
-    write_text(page, text)
+    block = write_marked(page, render(payload), begin=BEGIN, end=END, title="The UED study of the IPPO student")
     write_json(page.with_suffix(".json"), payload)
     return block
 
@@ -661,19 +652,7 @@ def study_main(cfg: Any) -> dict:
 
 
 def _guarded(cfg: Any) -> Optional[dict]:
-    import logging
-
-    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
-    try:
-        return study_main(cfg)
-    except (ConfigError, FolderLockError, OSError) as err:
-        if os.environ.get("HYDRA_FULL_ERROR", "") not in ("", "0"):
-            raise
-        text = str(err)
-        if isinstance(err, OSError) and err.filename and err.strerror:
-            text = f"{err.filename}: {err.strerror}"
-        print(f"error: {' '.join(text.split()) or type(err).__name__}", file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
+    return run_guarded(study_main, cfg)
 
 
 def main() -> None:

@@ -158,28 +158,54 @@ def default_model_dir(cache_dir: str | os.PathLike | None = None, seed: int = DE
     return str(target)
 
 
-#: The pretrained tiny planner shipped in the package: a Hugging Face folder of the default
-#: architecture and tokenizer, trained by ``python -m jaxlake.pretrain`` (its ``pretrain.json``
-#: records the command, the settings and the suite curve).
-PLANNER_DIR = Path(str(importlib.resources.files("llm.game") / "planner"))
+#: The pretrained tiny policies shipped in the package, by name (``model.shipped``): Hugging Face
+#: folders of the default architecture and tokenizer, each trained by ``python -m jaxlake.pretrain``
+#: (its ``pretrain.json`` records the command, the settings and the suite curve).
+#:
+#: * ``novice`` -- the default start: a plan-only policy (``prompt=compact``, no think block)
+#:   pretrained briefly, so that its suite score leaves room to learn and GRPO stages improve it;
+#: * ``planner`` -- the expert: the reference planner imitated to its optimum with a traced
+#:   think block (``prompt=planner``), the imitation ceiling of the tables (``start=planner``).
+SHIPPED_DIRS = {name: Path(str(importlib.resources.files("llm.game") / name)) for name in ("novice", "planner")}
+#: The expert planner's folder (``model.shipped=planner``).
+PLANNER_DIR = SHIPPED_DIRS["planner"]
+#: What a run without ``model.path`` starts from (``conf/start/novice.yaml``).
+DEFAULT_SHIPPED = "novice"
+
+
+def check_shipped(name: str) -> str:
+    """``name`` if it names a shipped policy, else a ``ValueError`` naming the field."""
+    if name not in SHIPPED_DIRS:
+        raise ValueError(f"model.shipped={name!r} not in {sorted(SHIPPED_DIRS)}")
+    return name
+
+
+def shipped_dir(name: str = DEFAULT_SHIPPED) -> str | None:
+    """The shipped policy ``name``'s folder (:data:`SHIPPED_DIRS`), or ``None`` when this
+    installation lacks it (a checkout before its ``python -m jaxlake.pretrain pretrain.ship=true``)."""
+    path = SHIPPED_DIRS[check_shipped(name)]
+    return str(path) if _is_complete(path) else None
+
+
+def shipped_fingerprint(name: str = DEFAULT_SHIPPED) -> str | None:
+    """A shipped policy's identity: the first 16 hex digits of its weights' SHA-256, or
+    ``None`` without it. A run records it, so a folder made from one policy is never resumed
+    from another."""
+    import hashlib
+
+    if shipped_dir(name) is None:
+        return None
+    return hashlib.sha256((SHIPPED_DIRS[name] / "model.safetensors").read_bytes()).hexdigest()[:16]
 
 
 def planner_dir() -> str | None:
-    """The shipped pretrained planner's folder (:data:`PLANNER_DIR`), or ``None`` when this
-    installation has none (a checkout before the first ``python -m jaxlake.pretrain
-    pretrain.ship=true``)."""
-    return str(PLANNER_DIR) if _is_complete(PLANNER_DIR) else None
+    """The expert planner's folder (``shipped_dir("planner")``), or ``None``."""
+    return shipped_dir("planner")
 
 
 def planner_fingerprint() -> str | None:
-    """The shipped planner's identity: the first 16 hex digits of its weights' SHA-256, or
-    ``None`` without a planner. A run records it, so a folder made from one planner is never
-    resumed from another."""
-    import hashlib
-
-    if planner_dir() is None:
-        return None
-    return hashlib.sha256((PLANNER_DIR / "model.safetensors").read_bytes()).hexdigest()[:16]
+    """The expert planner's fingerprint (``shipped_fingerprint("planner")``)."""
+    return shipped_fingerprint("planner")
 
 
 def load_default(*, dtype: str | None = None, cache_dir: str | os.PathLike | None = None,

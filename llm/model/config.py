@@ -41,8 +41,8 @@ _INT_FIELDS = (
 
 
 #: Keys of a ``conf/model`` preset that say where a stage's weights come from
-#: (``llm.training.config.ModelConfig``: ``path``, ``pretrained``), not the architecture.
-WEIGHT_SOURCE_KEYS = ("path", "pretrained")
+#: (``llm.training.config.ModelConfig``: ``path``, ``pretrained``, ``shipped``), not the architecture.
+WEIGHT_SOURCE_KEYS = ("path", "pretrained", "shipped")
 
 
 @dataclasses.dataclass(frozen=True)

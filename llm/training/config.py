@@ -357,9 +357,11 @@ class ModelConfig:
     Attributes:
       path: a Hugging Face Qwen3 folder (weights and tokenizer); ``None``: the embedded
         default model (:mod:`llm.game.default`).
-      pretrained: without ``path``, start from the pretrained tiny planner shipped in the
-        package (``True``, :func:`llm.game.default.planner_dir`; ``python -m jaxlake.pretrain``
-        made it) or from fresh weights (``False``: training from scratch).
+      pretrained: without ``path``, start from a pretrained tiny policy shipped in the
+        package (``True``: the one ``shipped`` names, :func:`llm.game.default.shipped_dir`;
+        ``python -m jaxlake.pretrain`` made it) or from fresh weights (``False``: training from scratch).
+      shipped: which shipped policy (:data:`llm.game.default.SHIPPED_DIRS`): ``novice`` (the
+        default start, ``conf/start/novice.yaml``) or ``planner`` (the expert, ``start=planner``).
       dtype / param_dtype: compute and storage (master) dtype (names of
         :data:`llm.model.config.DTYPES`); the AdamW moments follow ``param_dtype``. ``None`` keeps
         the checkpoint's ``config.json``. The ``qwen3_*`` presets train bfloat16 compute on
@@ -375,10 +377,14 @@ class ModelConfig:
     param_dtype: Optional[str] = None
     architecture: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     pretrained: bool = True
+    shipped: str = "novice"
 
     def __post_init__(self) -> None:
+        from llm.game.default import check_shipped
+
         if not isinstance(self.pretrained, bool):
             raise ValueError(f"model.pretrained={self.pretrained!r} must be true or false")
+        check_shipped(self.shipped)
         for name in ("dtype", "param_dtype"):
             value = getattr(self, name)
             if value is not None and value not in DTYPES:
@@ -395,9 +401,11 @@ class ModelConfig:
         reject_unknown("model", values, known, ValueError)
         path = values.pop("path", None)
         pretrained = values.pop("pretrained", True)
+        shipped = values.pop("shipped", "novice")
         dtype, param_dtype = values.pop("dtype", None), values.pop("param_dtype", None)
         return cls(path=str(path) if path else None, dtype=str(dtype) if dtype else None,
-                   param_dtype=str(param_dtype) if param_dtype else None, architecture=values, pretrained=pretrained)
+                   param_dtype=str(param_dtype) if param_dtype else None, architecture=values, pretrained=pretrained,
+                   shipped=str(shipped))
 
     def precision(self) -> dict[str, str]:
         """The ``dtype`` / ``param_dtype`` overrides of a Hugging Face load (only those set)."""

@@ -51,7 +51,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import jax
 import numpy as np
@@ -198,21 +198,11 @@ def evaluate_policy(
     result["score"] = result["modes"][modes[0][0]]["score"]
 
     if current_lakes is not None:
-        mixture = Mixture.of(list(current))
-        cur_opt = reference_soc(current_lakes) if solve else None
-        # one cell per mixture component: the lakes come in component blocks (generate_mixture)
-        cur_cells = [{"id": i, "values": {}, "config": c} for i, c in enumerate(mixture.configs)]
-        cur_eps = run_modes(policy, prompter, current_lakes, modes=modes,
-                            cells_of=mixture_components(mixture, n_current).astype(np.int64), opt_soc=cur_opt,
-                            max_new_tokens=int(max_new), batch_size=batch_size, horizon=horizon, seed=seed + 1,
-                            mesh=mesh)
-        result["current_env"] = {
-            "env": [{"weight": float(w), "config": c.to_dict()} for w, c in mixture],
-            "grids": render_grids(current_lakes),
-            "modes": {mode: _by_component(aggregate([e for e in cur_eps if e["mode"] == mode], cur_cells, []),
-                                          mixture.weights) for mode, _ in modes},
-            "episodes": cur_eps,
-        }
+        result["current_env"] = current_env_eval(
+            Mixture.of(list(current)), current_lakes, n_current, modes, solve,
+            lambda lakes, cells_of, opt_soc: run_modes(
+                policy, prompter, lakes, modes=modes, cells_of=cells_of, opt_soc=opt_soc, max_new_tokens=int(max_new),
+                batch_size=batch_size, horizon=horizon, seed=seed + 1, mesh=mesh))
     result["settings"] = {
         "modes": {m: s for m, s in modes},
         "max_new_tokens": int(max_new),
@@ -223,6 +213,29 @@ def evaluate_policy(
     }
     result["wall_s"] = round(time.perf_counter() - t0, 2)
     return result
+
+
+def current_env_eval(mixture: Mixture, lakes: Any, n: int, modes: Sequence[tuple[str, int]], solve: bool,
+                     play: Callable[..., list]) -> dict:
+    """``eval.json["current_env"]``: a student on ``n`` lakes drawn from its training mixture.
+
+    ``lakes`` come in ``mixture``'s component blocks (:func:`jaxlake.generator.generate_mixture`),
+    so each component is one cell; ``play(lakes, cells_of=..., opt_soc=...)`` plays them in every
+    mode of ``modes`` and returns the episodes (the student's own rollouts: the LLM's
+    :func:`run_modes`, the IPPO student's in :mod:`jaxlake.pipeline.student`); ``solve``: the
+    reference planner's sums of costs for the optimality gap. Each mode's metrics are pooled
+    and per component (:func:`_by_component`).
+    """
+    opt_soc = reference_soc(lakes) if solve else None
+    cells = [{"id": i, "values": {}, "config": c} for i, c in enumerate(mixture.configs)]
+    episodes = play(lakes, cells_of=mixture_components(mixture, n).astype(np.int64), opt_soc=opt_soc)
+    return {
+        "env": [{"weight": float(w), "config": c.to_dict()} for w, c in mixture],
+        "grids": render_grids(lakes),
+        "modes": {mode: _by_component(aggregate([e for e in episodes if e["mode"] == mode], cells, []),
+                                      mixture.weights) for mode, _ in modes},
+        "episodes": episodes,
+    }
 
 
 def _by_component(agg: Mapping[str, Any], weights: Sequence[float]) -> dict:

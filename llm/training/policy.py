@@ -79,8 +79,8 @@ def load_policy(model: Optional[ModelConfig] = None, init_from: Optional[str | o
       directory of a previous stage (``llm.model.checkpoint`` format; the tokenizer then comes from
       ``model``);
     * else ``model.path``: a Hugging Face Qwen3 folder (model and tokenizer);
-    * else the pretrained tiny planner shipped in the package (``model.pretrained``, the
-      default; :func:`llm.game.default.planner_dir`), or the embedded default's fresh weights
+    * else the pretrained tiny policy shipped in the package that ``model.shipped`` names
+      (``model.pretrained``, the default; :func:`llm.game.default.shipped_dir`), or the embedded default's fresh weights
       (``model.pretrained=false``: from scratch; ``llm.game.default.load_default()``), or fresh
       weights (``seed``) when ``model.architecture`` differs from the default's.
 
@@ -126,11 +126,11 @@ def load_policy(model: Optional[ModelConfig] = None, init_from: Optional[str | o
         tokenizer = model_tokenizer(model)
         config = dataclasses.replace(base, **{**arch, "vocab_size": max(int(arch.get("vocab_size", 0)), len(tokenizer))})
         return Policy.from_model(Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed)), tokenizer)
-    if source == "planner":
-        # the default architecture: the pretrained tiny planner shipped in the package
+    if source == "shipped":
+        # the default architecture: a pretrained tiny policy shipped in the package
         from llm.model.hf_io import from_pretrained
 
-        module, tokenizer = from_pretrained(default_model.planner_dir(), **model.precision(), mesh=mesh)
+        module, tokenizer = from_pretrained(default_model.shipped_dir(model.shipped), **model.precision(), mesh=mesh)
     else:
         module, tokenizer = default_model.load_default()
     return Policy.from_model(module, tokenizer)
@@ -139,7 +139,7 @@ def load_policy(model: Optional[ModelConfig] = None, init_from: Optional[str | o
 def start_source(model: ModelConfig) -> str:
     """Where :func:`load_policy` without ``init_from`` takes the weights: ``"path"``
     (``model.path``), ``"fresh"`` (an architecture other than the embedded default's: fresh
-    weights), ``"planner"`` (the pretrained tiny planner shipped in the package) or
+    weights), ``"shipped"`` (the pretrained tiny policy ``model.shipped`` of the package) or
     ``"default"`` (the embedded default's fresh weights, ``model.pretrained=false``)."""
     from llm.game import default as default_model
 
@@ -149,7 +149,7 @@ def start_source(model: ModelConfig) -> str:
     base = default_model.default_config()  # the embedded default's architecture (conf/model/tiny.yaml)
     if any(getattr(base, k) != v for k, v in arch.items() if k != "vocab_size") or arch.get("vocab_size", 0) > base.vocab_size:
         return "fresh"
-    return "planner" if model.pretrained and default_model.planner_dir() is not None else "default"
+    return "shipped" if model.pretrained and default_model.shipped_dir(model.shipped) is not None else "default"
 
 
 def model_tokenizer(model: ModelConfig):

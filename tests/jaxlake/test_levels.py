@@ -27,6 +27,7 @@ from jaxlake.distances import lake_stats
 from jaxlake.generator import generate, generate_many
 from jaxlake.text import parse_lake
 from jaxlake.types import ABSENT, ACTIVE, ARRIVED, FELL, RIGHT, STAY, TIMED_OUT
+from tests.jaxlake.support import lake_configs
 from tests.jaxlake.test_autoreset import assert_tree_equal, random_pool, take
 from tests.jaxlake.test_generator import check_lake, to_numpy
 
@@ -44,19 +45,8 @@ def generate_lakes(seed: int, config: LakeConfig, n: int = N):
     return generate_many(jax.random.split(jax.random.key(seed), n), repeat_config(config, n))
 
 
-@st.composite
-def configs(draw):
-    height, width = draw(st.integers(2, H)), draw(st.integers(2, W))
-    cells = height * width
-    n = draw(st.integers(1, min(A, cells // 2)))
-    hole_density = draw(st.sampled_from([0.0, 0.15, 0.3, 0.5]))
-    if 2 * n > cells - round(hole_density * cells):
-        hole_density = 0.0
-    min_dist = draw(st.integers(1, min(4, cells - 1)))
-    max_dist = draw(st.one_of(st.none(), st.integers(min_dist, cells - 1)))
-    return LakeConfig(height=height, width=width, num_agents=n, hole_density=hole_density,
-                      conflict_density=draw(st.sampled_from([0.0, 0.5, 1.0])), min_dist=min_dist,
-                      max_dist=max_dist, on_goal=draw(st.sampled_from(["vanish", "stay"])), max_steps=9, **CANVAS)
+def configs():
+    return lake_configs(CANVAS, holes=[0.0, 0.15, 0.3, 0.5], conflicts=[0.0, 0.5, 1.0], dists=True, max_steps=9)
 
 
 def bounds(config: LakeConfig):

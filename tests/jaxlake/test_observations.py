@@ -34,6 +34,7 @@ from jaxlake.types import (
     STAY,
     State,
 )
+from tests.jaxlake.support import lake_configs
 from tests.jaxlake.test_step_rules import lake_from_rows
 
 H, W, A = 5, 6, 3
@@ -131,18 +132,9 @@ def at(tree, k):
 
 
 # ------------------------------------------------------------------------------ strategies
-@st.composite
-def configs(draw):
-    height, width = draw(st.integers(2, H)), draw(st.integers(2, W))
-    cells = height * width
-    n = draw(st.integers(1, min(A, cells // 2)))
-    hole_density = draw(st.sampled_from([0.0, 0.1, 0.25, 0.4]))
-    if 2 * n > cells - round(hole_density * cells):
-        hole_density = 0.0
-    return LakeConfig(height=height, width=width, num_agents=n, hole_density=hole_density,
-                      conflict_density=draw(st.sampled_from([0.0, 1.0])),
-                      slip_prob=draw(st.sampled_from([0.0, 0.3])), max_steps=draw(st.integers(1, T + 1)),
-                      on_goal=draw(st.sampled_from(["vanish", "stay"])), **CANVAS)
+def configs():
+    return lake_configs(CANVAS, holes=[0.0, 0.1, 0.25, 0.4], conflicts=[0.0, 1.0],
+                        slip_prob=st.sampled_from([0.0, 0.3]), max_steps=st.integers(1, T + 1))
 
 
 def check_views(lake, states, views):

@@ -44,12 +44,24 @@ cases = st.tuples(st.integers(0, POOL_SIZE - 1), st.integers(0, 2**31 - 1),
 @pytest.fixture(scope="module")
 def envs():
     lakes = pool()
-    return lakes, marl.MAPFFrozenLake(lakes), jum.MAPFFrozenLake(lakes), ued.MAPFFrozenLake()
+    return lakes, {"jaxmarl": marl.MAPFFrozenLake(lakes), "jumanji": jum.MAPFFrozenLake(lakes),
+                   "jaxued": ued.MAPFFrozenLake()}
 
 
-def _case(case):
+def _case(envs, case, client):
+    """``(env, i, key, plan, lake)`` of a drawn ``case``: ``client``'s environment, the pool's lake
+    ``i``, the key and the ``[3, T]`` plan."""
+    lakes, clients = envs
     i, seed, flat = case
-    return i, jax.random.PRNGKey(seed), jnp.asarray(flat, jnp.int32).reshape(3, T)
+    return clients[client], i, jax.random.PRNGKey(seed), jnp.asarray(flat, jnp.int32).reshape(3, T), take(lakes, i)
+
+
+def _client_scan(env, name, start, body):
+    """``run(lake, level, key, xs)``: the outputs of ``lax.scan(body, start(lake, level, key), xs)``,
+    the client's trajectory, jitted once per client (kept on ``env`` as ``name``)."""
+    if not hasattr(env, name):
+        setattr(env, name, jax.jit(lambda lake, level, key, xs: jax.lax.scan(body, start(lake, level, key), xs)[1]))
+    return getattr(env, name)
 
 
 @jax.jit
@@ -91,36 +103,26 @@ def test_one_step_rollout_key_is_the_first_split():
 @SETTINGS
 @given(case=cases)
 def test_jaxued_step_equals_rollout(envs, case):
-    lakes, _, _, env = envs
-    i, key, plan = _case(case)
-    lake = take(lakes, i)
+    env, i, key, plan, lake = _case(envs, case, "jaxued")
     got = _ued_run(env, lake, jax.random.split(key, T), plan)
     _assert_equal(got, _rollout(key, lake, plan))
 
 
 def _ued_run(env, lake, keys, plan):
-    @jax.jit
-    def run(lake, keys, plan):
-        _, state = env.reset_to_level(keys[0], lake, env.default_params)
+    def body(state, xs):
+        k, a = xs
+        _, state, reward, done, _ = env.step(k, state, a, env.default_params)
+        return state, (reward, state.state.status, state.state.pos, done)
 
-        def body(state, xs):
-            k, a = xs
-            _, state, reward, done, _ = env.step(k, state, a, env.default_params)
-            return state, (reward, state.state.status, state.state.pos, done)
-
-        return jax.lax.scan(body, state, (keys, plan.T))[1]
-
-    if not hasattr(env, "_test_run"):
-        env._test_run = run
-    return env._test_run(lake, keys, plan)
+    run = _client_scan(env, "_test_run", lambda lake, level, key: env.reset_to_level(key, lake, env.default_params)[1],
+                       body)
+    return run(lake, 0, keys[0], (keys, plan.T))
 
 
 @SETTINGS
 @given(case=cases)
 def test_jaxmarl_step_env_equals_rollout(envs, case):
-    lakes, env, _, _ = envs
-    i, key, plan = _case(case)
-    lake = take(lakes, i)
+    env, i, key, plan, lake = _case(envs, case, "jaxmarl")
     got = _marl_run(env, lake, i, jax.random.split(key, T), plan, public=False)
     _assert_equal(got[:4], _rollout(key, lake, plan))
 
@@ -128,9 +130,7 @@ def test_jaxmarl_step_env_equals_rollout(envs, case):
 @SETTINGS
 @given(case=cases)
 def test_jaxmarl_step_with_auto_reset_equals_rollout(envs, case):
-    lakes, env, _, _ = envs
-    i, key, plan = _case(case)
-    lake = take(lakes, i)
+    env, i, key, plan, lake = _case(envs, case, "jaxmarl")
     keys = jax.random.split(key, T)
     reward, status, pos, done, all_done = (np.asarray(x) for x in _marl_run(env, lake, i, keys, plan, public=True))
     ref = [np.asarray(x) for x in _one_step_chain(keys, lake, plan)]
@@ -149,24 +149,19 @@ def test_jaxmarl_step_with_auto_reset_equals_rollout(envs, case):
 
 
 def _marl_run(env, lake, level, keys, plan, public):
-    name = f"_test_run_{public}"
-    if not hasattr(env, name):
-        @jax.jit
-        def run(lake, level, keys, plan):
-            state = marl.LakeEnvState(lake=lake, state=core.reset(lake), level=jnp.int32(level))
+    step = env.step if public else env.step_env
 
-            def body(state, xs):
-                k, a = xs
-                actions = {agent: a[j] for j, agent in enumerate(env.agents)}
-                step = env.step if public else env.step_env
-                _, state, rewards, dones, _ = step(k, state, actions)
-                return state, (jnp.stack([rewards[x] for x in env.agents]), state.state.status, state.state.pos,
-                               jnp.stack([dones[x] for x in env.agents]), dones["__all__"])
+    def body(state, xs):
+        k, a = xs
+        actions = {agent: a[j] for j, agent in enumerate(env.agents)}
+        _, state, rewards, dones, _ = step(k, state, actions)
+        return state, (jnp.stack([rewards[x] for x in env.agents]), state.state.status, state.state.pos,
+                       jnp.stack([dones[x] for x in env.agents]), dones["__all__"])
 
-            return jax.lax.scan(body, state, (keys, plan.T))[1]
+    def start(lake, level, key):
+        return marl.LakeEnvState(lake=lake, state=core.reset(lake), level=jnp.int32(level))
 
-        setattr(env, name, run)
-    out = getattr(env, name)(lake, level, keys, plan)
+    out = _client_scan(env, f"_test_run_{public}", start, body)(lake, level, keys[0], (keys, plan.T))
     if public:
         return out
     reward, status, pos, done, all_done = out
@@ -177,23 +172,17 @@ def _marl_run(env, lake, level, keys, plan, public):
 @SETTINGS
 @given(case=cases)
 def test_jumanji_step_equals_rollout(envs, case):
-    lakes, _, env, _ = envs
-    i, key, plan = _case(case)
-    lake = take(lakes, i)
-    if not hasattr(env, "_test_run"):
-        @jax.jit
-        def run(lake, level, key, plan):
-            state = jum.JumanjiState(lake=lake, state=core.reset(lake), level=jnp.int32(level), key=key)
+    env, i, key, plan, lake = _case(envs, case, "jumanji")
 
-            def body(state, a):
-                before = state.key
-                state, ts = env.step(state, a)
-                return state, (before, ts.reward, state.state.status, state.state.pos, ts.last(), ts.discount)
+    def body(state, a):
+        before = state.key
+        state, ts = env.step(state, a)
+        return state, (before, ts.reward, state.state.status, state.state.pos, ts.last(), ts.discount)
 
-            return jax.lax.scan(body, state, plan.T)[1]
+    def start(lake, level, key):
+        return jum.JumanjiState(lake=lake, state=core.reset(lake), level=jnp.int32(level), key=key)
 
-        env._test_run = run
-    keys, reward, status, pos, last, discount = env._test_run(lake, i, key, plan)
+    keys, reward, status, pos, last, discount = _client_scan(env, "_test_run", start, body)(lake, i, key, plan.T)
     _assert_equal((reward, status, pos, last), _one_step_chain(keys, lake, plan))
     status = np.asarray(status)
     np.testing.assert_array_equal(np.asarray(discount), ((status == ACTIVE) | (status == TIMED_OUT)).astype(np.float32))
