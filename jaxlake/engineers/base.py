@@ -63,6 +63,8 @@ class EngineerContext:
         from this stage's policy on ``mixture``, scored on a validation suite disjoint from
         the held-out one (:mod:`jaxlake.pipeline.probe`; the record's ``score`` is its greedy
         success); given by the pipeline, for the oracle engineer.
+      final: no later stage of this run will train on the proposal (the run's last stage; its
+        ``next_env.yaml`` is for a run that goes on): an engineer may save its effort.
     """
 
     stage: int
@@ -79,6 +81,7 @@ class EngineerContext:
     run_cfg: Any = None
     load_model: Optional[Callable[[str], Any]] = None
     probe: Optional[Callable[..., dict]] = None
+    final: bool = False
 
     def __post_init__(self) -> None:
         self.current, self.initial = Mixture.of(self.current), Mixture.of(self.initial)

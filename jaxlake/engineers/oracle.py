@@ -6,7 +6,8 @@ short **probe stages** from the current policy (the pipeline's ``ctx.probe``,
 validation suite of the held-out suite's cells whose lakes are none of the held-out suite's.
 It proposes the candidate whose probe scored best. It sees what no other engineer sees (what
 training on an environment does), which is what makes it a ceiling, and costs ``candidates``
-short stages per decision.
+short stages per decision (none after the run's last stage, ``ctx.final``: it keeps the
+environment).
 
 The candidates are the current environment (with ``keep_current``) and environments drawn from
 the space, reproducibly from ``(seed, stage)``: each a mixture of 1 to ``max_components``
@@ -73,6 +74,9 @@ class OracleEngineer(Engineer):
         if ctx.probe is None:
             raise ConfigError("engineer=oracle needs the pipeline's probe stages (python -m jaxlake.run); this "
                               "context has none")
+        if ctx.final:  # no stage of this run trains on the answer: no probes
+            return Proposal(ctx.current, "kept", "the run's last stage: no later stage to probe for",
+                            record={"probes": [], "best": None})
         mixtures = self.candidate_mixtures(ctx)
         probes = []
         for i, mixture in enumerate(mixtures):

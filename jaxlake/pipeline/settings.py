@@ -409,10 +409,12 @@ def _run_settings(cfg: Any, warmstart: str, warmstart_env: str = "stage", ippo: 
         out[group] = node
     out["pipeline.warmstart"] = warmstart
     model = out.get("model") if isinstance(out.get("model"), dict) else {}
+    name = str(model.pop("shipped", "novice"))  # said by the key below (or moot with model.path / fresh weights)
     if model.get("pretrained", True) and not model.get("path"):  # starts from a shipped policy: which one
         from llm.game.default import shipped_fingerprint
 
-        out["model.shipped"] = shipped_fingerprint(str(model.get("shipped", "novice")))
+        # model.<name>: that policy's fingerprint (model.planner, as runs of the expert always recorded it)
+        out[f"model.{name}"] = shipped_fingerprint(name)
     if warmstart_env != "stage":  # (absent in the default: folders of earlier versions stay comparable)
         out["pipeline.warmstart_env"] = warmstart_env
     if ippo is not None:  # (absent for the LLM, the default, likewise)

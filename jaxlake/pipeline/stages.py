@@ -298,6 +298,7 @@ def engineer_context(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summ
         run_cfg=s,
         load_model=load_model,
         probe=probe,
+        final=k >= s.stages,
     )
 
 

@@ -120,14 +120,23 @@ def _check_template(name: str, template: str, allowed: Sequence[str]) -> None:
 
 
 def default_prompt_name() -> str:
-    """The ``prompt`` choice of the run config's defaults list (``conf/config.yaml``): what
-    ``python -m jaxlake.run`` prompts with unless told otherwise."""
+    """The prompt ``python -m jaxlake.run`` uses unless told otherwise: the one the default
+    ``start`` of ``conf/config.yaml`` sets (``conf/start/<name>.yaml``: ``override /prompt``),
+    else the ``prompt`` choice of that defaults list."""
     from omegaconf import OmegaConf
 
-    for entry in OmegaConf.to_container(OmegaConf.load(PROMPT_DIR.parent / "config.yaml")).get("defaults", []):
+    def defaults(path: Path) -> list:
+        return list(OmegaConf.to_container(OmegaConf.load(path)).get("defaults", []))
+
+    chosen = "default"
+    for entry in defaults(PROMPT_DIR.parent / "config.yaml"):
         if isinstance(entry, dict) and "prompt" in entry:
-            return str(entry["prompt"])
-    return "default"
+            chosen = str(entry["prompt"])
+        if isinstance(entry, dict) and "start" in entry:
+            for inner in defaults(PROMPT_DIR.parent / "start" / f"{entry['start']}.yaml"):
+                if isinstance(inner, dict) and "override /prompt" in inner:
+                    return str(inner["override /prompt"])
+    return chosen
 
 
 def load_prompt_config(name_or_path: str | os.PathLike = "default") -> PromptConfig:

@@ -301,12 +301,30 @@ def paired_against(result: Mapping[str, Any], other: Mapping[str, Any], mode: Op
     return mode, paired_difference([a[k] for k in keys], [b[k] for k in keys])
 
 
+def checkpoint_prompt(checkpoint: str, prompt: Optional[str] = None) -> Any:
+    """The prompt a policy is evaluated with: ``prompt`` (a ``conf/prompt`` name or a YAML path)
+    when given; else the one a pretrained folder's ``pretrain.json`` records (a shipped policy:
+    ``llm/game/novice`` reads the compact prompt, ``llm/game/planner`` its traced one); else the
+    run config's (:func:`llm.game.prompts.default_prompt_name`)."""
+    from llm.game.prompts import PromptConfig, default_prompt_name, load_prompt_config
+
+    if prompt:
+        return load_prompt_config(prompt)
+    record = Path(checkpoint) / "pretrain.json"
+    if checkpoint != "default" and record.is_file():
+        trained = (json.loads(record.read_text()).get("settings") or {}).get("prompt")
+        if trained:
+            return PromptConfig.from_dict(trained)
+    return load_prompt_config(default_prompt_name())
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llm.evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="HF folder, orbax checkpoint dir, or 'default' (embedded model)")
     parser.add_argument("--eval", default="default", help="conf/eval/<name>.yaml or a YAML path (default: default)")
     parser.add_argument("--prompt", default=None,
-                        help="conf/prompt/<name>.yaml or a YAML path (default: the run config's, conf/config.yaml)")
+                        help="conf/prompt/<name>.yaml or a YAML path (default: the one the checkpoint's pretrain.json "
+                             "records, else the run config's, conf/config.yaml)")
     parser.add_argument("--model", default=None, help="conf/model/<name>.yaml for an orbax checkpoint's tokenizer")
     parser.add_argument("--out", type=Path, default=Path("eval.json"))
     parser.add_argument("--against", type=Path, default=None,
@@ -321,8 +339,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"error: --against {args.against}: {err}", file=sys.stderr)
             return 2
     from omegaconf import OmegaConf
-
-    from llm.game.prompts import default_prompt_name, load_prompt_config
 
     from llm.training.policy import load_policy
     from llm.training.config import ModelConfig
@@ -339,7 +355,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
     policy = load_policy(model, None if args.checkpoint == "default" else args.checkpoint)
-    result = evaluate_policy(policy, eval_cfg, load_prompt_config(args.prompt or default_prompt_name()),
+    result = evaluate_policy(policy, eval_cfg, checkpoint_prompt(args.checkpoint, args.prompt),
                              checkpoint=args.checkpoint)
     paired = None
     if other is not None:

@@ -399,3 +399,19 @@ def test_heuristic_never_raises_a_field_while_failing_from_an_off_grid_start(sta
     assert _harder_fields(new, start) == [], (prop.decision, prop.reason, new)
     raised = eng.propose(ctx(current=[(1.0, start)], eval_result=eval_with(p_current=0.9, current=[(1.0, start)])))
     assert _harder_fields(raised.mixture[0][1], start) in (["height", "width"], ["num_agents"]), raised.reason
+
+
+def test_fixed_broad_trains_every_stage_on_env_broad():
+    """engineer=fixed_broad is the fixed baseline from the broad start: stage 1 and every later
+    stage on conf/env/broad.yaml's mixture, whatever the run's env."""
+    import yaml
+
+    from jaxlake.conf import CONF_DIR
+    from jaxlake.engineers import EngineerContext, build_engineer
+    from jaxlake.mixture import Mixture, load_mixture, same_mixture
+
+    broad, tiny = load_mixture(CONF_DIR / "env" / "broad.yaml"), load_mixture(CONF_DIR / "env" / "tiny.yaml")
+    eng = build_engineer(yaml.safe_load((CONF_DIR / "engineer" / "fixed_broad.yaml").read_text()))
+    assert eng.name == "fixed_broad" and same_mixture(eng.initial_mixture(tiny), broad)
+    ctx = EngineerContext(stage=2, current=broad, initial=broad, eval_result={}, summary={}, history=[], state={})
+    assert same_mixture(eng.propose(ctx).mixture, broad) and len(broad) == 8

@@ -147,3 +147,11 @@ def test_an_oracle_run_probes_scores_and_proposes_the_best(tmp_path, monkeypatch
 
     assert mixture_to_obj(load_mixture(d / "next_env.yaml")) == probes[best]["mixture"]
     assert mixture_to_obj(load_mixture(tmp_path / "oracle" / "stage_2" / "env.yaml")) == probes[best]["mixture"]
+
+
+def test_after_the_runs_last_stage_the_oracle_probes_nothing():
+    probe, calls = scripted(area)
+    ctx = context(probe)
+    ctx.final = True
+    p = OracleEngineer(candidates=3, space=SPACE).propose(ctx)
+    assert not calls and p.decision == "kept" and same_mixture(p.mixture, Mixture.of(TINY))

@@ -19,6 +19,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from jaxlake.io import read_json
 
@@ -32,39 +33,56 @@ def _leaves(policy):
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(policy.state)]
 
 
-def test_the_default_starts_from_the_shipped_planner_at_its_recorded_level(tmp_path):
-    """The shipped folder is what a run without model.path loads, and ``python -m
-    llm.evaluate llm/game/planner`` (no --prompt: the run config's prompt, the one its record
-    says it was trained on, recorded in eval.json) scores on the record's suite, greedy, what
-    the record says (greedy decoding is deterministic)."""
-    from omegaconf import OmegaConf
+def start_prompt(name):
+    """The prompt ``start=<name>`` gives a run (conf/start/<name>.yaml with conf/config.yaml)."""
+    from hydra import compose, initialize_config_dir
 
+    from jaxlake.conf import CONF_DIR
+    from llm.game.prompts import PromptConfig
+
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=[f"start={name}"])
+    return PromptConfig.from_dict(OmegaConf.to_container(cfg.prompt, resolve=True))
+
+
+@pytest.mark.parametrize("name", ["novice", "planner"])
+def test_each_shipped_policy_loads_and_scores_its_recorded_level(tmp_path, name):
+    """The shipped folder is what a run without model.path and with ``start=<name>`` loads (the
+    novice by default), ``start=<name>`` prompts it as its record says it was trained, and
+    ``python -m llm.evaluate llm/game/<name>`` (no --prompt: the prompt its pretrain.json
+    records, kept in eval.json) scores on the record's suite, greedy, what the record says
+    (greedy decoding is deterministic)."""
     from jaxlake.pipeline.pretrain import _greedy_only
     from jaxlake.suite import load_eval_conf
-    from llm.game.default import PLANNER_DIR, planner_dir
+    from llm.game.default import DEFAULT_SHIPPED, SHIPPED_DIRS, shipped_dir
     from llm.game.prompts import PromptConfig, default_prompt_name, load_prompt_config
     from llm.model.hf_io import from_pretrained
     from llm.training.config import ModelConfig
     from llm.training.evaluate import main
     from llm.training.policy import Policy, load_policy
 
-    assert planner_dir() == str(PLANNER_DIR), "the package ships no pretrained planner (llm/game/planner)"
-    record = read_json(PLANNER_DIR / "pretrain.json")
+    folder = SHIPPED_DIRS[name]
+    assert shipped_dir(name) == str(folder), f"the package ships no {name} (llm/game/{name})"
+    record = read_json(folder / "pretrain.json")
     assert record["format"] == "jaxlake.pretrain/1" and record["command"].startswith("python -m jaxlake.pretrain")
     assert record.get("total_steps", record["steps"]) >= 1000 and record["space_configs"] >= 1000
-    policy = load_policy(ModelConfig())  # no model.path: the shipped planner
-    module, _ = from_pretrained(PLANNER_DIR)
+    policy = load_policy(ModelConfig(shipped=name))  # no model.path: the shipped policy
+    module, _ = from_pretrained(folder)
     for a, b in zip(_leaves(policy), _leaves(Policy.from_model(module, policy.tokenizer))):
         np.testing.assert_array_equal(a, b)
+    if name == DEFAULT_SHIPPED:
+        for a, b in zip(_leaves(load_policy(ModelConfig())), _leaves(policy)):
+            np.testing.assert_array_equal(a, b)
+        assert load_prompt_config(default_prompt_name()) == start_prompt(name)
     fresh = load_policy(ModelConfig(pretrained=False))  # from scratch: the embedded default's fresh weights
     assert any(a.shape == b.shape and not np.array_equal(a, b) for a, b in zip(_leaves(fresh), _leaves(policy)))
 
-    prompt = load_prompt_config(default_prompt_name())
+    prompt = start_prompt(name)
     assert prompt == PromptConfig.from_dict(record["settings"]["prompt"])
     suite = tmp_path / "suite.yaml"
     OmegaConf.save(OmegaConf.create(_greedy_only(load_eval_conf(record["suite"]))), suite)
     out = tmp_path / "eval.json"
-    assert main([str(PLANNER_DIR), "--eval", str(suite), "--out", str(out)]) == 0
+    assert main([str(folder), "--eval", str(suite), "--out", str(out)]) == 0
     result = read_json(out)
     assert PromptConfig.from_dict(result["settings"]["prompt"]) == prompt
     n = result["modes"]["greedy"]["n"]
@@ -72,56 +90,78 @@ def test_the_default_starts_from_the_shipped_planner_at_its_recorded_level(tmp_p
     assert abs(result["score"] - record["success"]) <= 1.0 / n + 1e-9, (result["score"], record["success"])
 
 
-def test_a_continuation_of_the_shipped_planner_records_it():
-    """model.pretrained=true without model.path continues the shipped planner: its record is
-    the new one's started_from; a run from scratch or from a folder has none."""
+def test_the_novice_leaves_room_to_learn_below_the_expert():
+    """The default start is the weaker one: its recorded suite score is below the expert's by a
+    wide margin (the stages have something to teach)."""
+    from llm.game.default import SHIPPED_DIRS
+
+    novice, expert = (read_json(SHIPPED_DIRS[n] / "pretrain.json")["success"] for n in ("novice", "planner"))
+    assert novice + 0.3 < expert and novice > 0.1
+
+
+@pytest.mark.parametrize("name", ["novice", "planner"])
+def test_a_continuation_of_a_shipped_policy_records_it(name):
+    """model.pretrained=true without model.path continues the shipped policy model.shipped
+    names: its record is the new one's started_from; a run from scratch or from a folder has none."""
     from types import SimpleNamespace
 
     from jaxlake.pipeline.pretrain import started_from
-    from llm.game.default import PLANNER_DIR
+    from llm.game.default import SHIPPED_DIRS
     from llm.training.config import ModelConfig
 
-    shipped = read_json(PLANNER_DIR / "pretrain.json")
-    assert started_from(SimpleNamespace(model=ModelConfig(pretrained=True))) == shipped
-    assert started_from(SimpleNamespace(model=ModelConfig(pretrained=False))) is None
-    assert started_from(SimpleNamespace(model=ModelConfig(path=str(PLANNER_DIR)))) is None
+    shipped = read_json(SHIPPED_DIRS[name] / "pretrain.json")
+    assert started_from(SimpleNamespace(model=ModelConfig(pretrained=True, shipped=name))) == shipped
+    assert started_from(SimpleNamespace(model=ModelConfig(pretrained=False, shipped=name))) is None
+    assert started_from(SimpleNamespace(model=ModelConfig(path=str(SHIPPED_DIRS[name]), shipped=name))) is None
 
 
-def test_a_run_from_the_shipped_planner_with_another_prompt_is_warned():
-    """The shipped planner reads the prompt it was trained on (its pretrain.json records it);
-    a run that starts from it with another prompt gets one line naming the fields that differ,
-    and a run from scratch or with the planner's own prompt gets none."""
+def test_a_run_from_a_shipped_policy_with_another_prompt_is_warned():
+    """A shipped policy reads the prompt it was trained on (its pretrain.json records it); a
+    run that starts from it with another prompt gets one line naming the fields that differ,
+    and a run from scratch or with the policy's own prompt gets none."""
     from types import SimpleNamespace
 
     from jaxlake.pipeline.folder import planner_prompt_warning
-    from llm.game.default import PLANNER_DIR
+    from llm.game.default import SHIPPED_DIRS
     from llm.game.prompts import PromptConfig, load_prompt_config
     from llm.training.config import ModelConfig
 
-    trained = PromptConfig.from_dict(read_json(PLANNER_DIR / "pretrain.json")["settings"]["prompt"])
+    trained = PromptConfig.from_dict(read_json(SHIPPED_DIRS["planner"] / "pretrain.json")["settings"]["prompt"])
     run = lambda prompt, **model: SimpleNamespace(model=ModelConfig(**model), prompt=prompt)  # noqa: E731
-    assert planner_prompt_warning(run(trained)) is None
+    assert planner_prompt_warning(run(trained, shipped="planner")) is None
     other = load_prompt_config("default")
-    assert planner_prompt_warning(run(other, pretrained=False)) is None
-    line = planner_prompt_warning(run(other))
+    assert planner_prompt_warning(run(other, pretrained=False, shipped="planner")) is None
+    line = planner_prompt_warning(run(other, shipped="planner"))
     assert line.startswith("the shipped planner was trained on another prompt") and "prompt.user" in line
     assert "\n" not in line and "prompt.chat_template_kwargs" in line
+    assert planner_prompt_warning(run(load_prompt_config("compact"))) is None  # the novice's own
+    assert planner_prompt_warning(run(trained)).startswith("the shipped novice was trained on another prompt")
 
 
-def test_a_run_from_the_shipped_planner_records_which_planner():
-    """run.json's settings name the shipped planner by its weights' hash, so a folder started
-    from one planner is refused (settings differ) after the package ships another; a run from
-    a folder or from scratch records none."""
+def test_a_run_from_a_shipped_policy_records_which_one():
+    """run.json's settings name the shipped policy by its weights' hash, so a folder started
+    from one is refused (settings differ) after the package ships another, or with the other
+    start; a run from a folder or from scratch records none."""
     import hashlib
 
     from jaxlake.pipeline.settings import _run_settings
-    from llm.game.default import PLANNER_DIR, planner_fingerprint
+    from llm.game.default import SHIPPED_DIRS, planner_fingerprint, shipped_fingerprint
 
-    want = hashlib.sha256((PLANNER_DIR / "model.safetensors").read_bytes()).hexdigest()[:16]
-    assert planner_fingerprint() == want
-    assert _run_settings({"model": {"pretrained": True}}, "first")["model.planner"] == want
-    assert "model.planner" not in _run_settings({"model": {"pretrained": False}}, "first")
-    assert "model.planner" not in _run_settings({"model": {"pretrained": True, "path": "/x"}}, "first")
+    want = {n: hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest()[:16] for n, d in SHIPPED_DIRS.items()}
+    assert planner_fingerprint() == want["planner"] and shipped_fingerprint("novice") == want["novice"]
+    assert want["planner"] != want["novice"]
+    assert _run_settings({"model": {"pretrained": True}}, "first")["model.novice"] == want["novice"]
+    # the expert's key is the one its runs always recorded: their folders (the study's archive) resume
+    assert _run_settings({"model": {"pretrained": True, "shipped": "planner"}}, "first")["model.planner"] == want["planner"]
+    for model in ({"pretrained": False}, {"pretrained": True, "path": "/x"}):
+        assert not [k for k in _run_settings({"model": model}, "first") if k in ("model.novice", "model.planner")]
+
+
+def test_a_bad_shipped_name_is_one_line():
+    from llm.training.config import ModelConfig
+
+    with pytest.raises(ValueError, match=r"model.shipped='expert' not in \['novice', 'planner'\]"):
+        ModelConfig.from_dict({"shipped": "expert"})
 
 
 def test_pretrain_settings_are_checked():
@@ -144,7 +184,7 @@ def _pretrain(tmp_path, *extra, timeout=900):
             "train.warmstart.batch_size=8", "train.warmstart.checkpoint_every=2", "train.warmstart.log_every=2",
             "train.warmstart.pack_rows=4",  # conf/pretrain.yaml packs (16 rows of a batch of 32): the same code path
             "train.progress=false", "train.plot=false",
-            "prompt.reasoning.thinking_tokens=8",  # the planner prompt thinks first: a short budget
+            "start=planner", "prompt.reasoning.thinking_tokens=8",  # the expert's prompt thinks first: a short budget
             *extra]
     return subprocess.run([sys.executable, "-m", "jaxlake.pretrain", *args], cwd=str(ROOT), env=env,
                           capture_output=True, text=True, timeout=timeout)

@@ -54,8 +54,8 @@ def test_run_json_settings_are_the_plain_groups():
     cfg = _cfg()
     s = RunSettings.from_cfg(cfg)
     rec = s.record()
-    # model.planner: the default starts from the shipped planner, named by its weights' hash
-    assert set(rec) == {"env", "model", "train", "reward", "prompt", "eval", "pipeline.warmstart", "model.planner"}
+    # model.novice: the default starts from the shipped novice, named by its weights' hash
+    assert set(rec) == {"env", "model", "train", "reward", "prompt", "eval", "pipeline.warmstart", "model.novice"}
     assert "progress" not in rec["train"] and rec["pipeline.warmstart"] == "first"
     rec["train"]["grpo"]["steps"] = -1
     assert s.record()["train"]["grpo"]["steps"] == 30  # a fresh copy each time

@@ -176,7 +176,7 @@ def test_the_llm_default_settings_are_unchanged():
     cfg = _compose()
     s = resolve(cfg)
     assert s.student == "llm" and s.ippo is None and "ippo" not in cfg
-    assert set(s.settings) == set(SETTINGS) | {"pipeline.warmstart", "model.planner"}
+    assert set(s.settings) == set(SETTINGS) | {"pipeline.warmstart", "model.novice"}
     with open_dict(cfg):  # a config without the group (run folders made before it) resolves the same
         del cfg["student"]
     assert resolve(cfg) == s and resolve(cfg).settings == s.settings

@@ -53,11 +53,11 @@ def test_screen_config_errors_name_the_field():
 
 @pytest.fixture(scope="module")
 def planner():
-    from llm.game.prompts import default_prompt_name, load_prompt_config
+    from llm.game.prompts import load_prompt_config
     from llm.training.config import ModelConfig
     from llm.training.policy import load_policy
 
-    return load_policy(ModelConfig()), load_prompt_config(default_prompt_name())
+    return load_policy(ModelConfig(shipped="planner")), load_prompt_config("planner")  # the expert planner
 
 
 def _greedy_success(policy, prompter, lakes, max_new_tokens):
