@@ -98,8 +98,8 @@ def run_probe(s: RunSettings, k: int, d: Path, init: Path, mixture: Mixture, nam
     short = student.probe_settings(s, probe.steps)
     if folder.exists():  # a probe cut short: its weights are not worth resuming
         shutil.rmtree(folder)
-    log(f"stage {k}: probe {name}: {probe.steps} steps on {len(mixture)} config(s)")
-    train = student.train(short, k + 1, folder, mixture, init)
+    log(f"stage {k}: probe {name}: {probe.steps} steps on {len(mixture)} config(s) from this stage's policy")
+    train = student.train(short, k + 1, folder, mixture, init, quiet=True)
     key = next(key for key in student.policy_keys if train.get(key))
     policy = stage_path(s, folder, train[key])
     ev = student.evaluate(_greedy_only(s), k, policy, mixture, f"probe {name}", suite=suite)

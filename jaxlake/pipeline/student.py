@@ -49,7 +49,8 @@ class Student(Protocol):
     #: ``train.json`` keys that may name the trained policy, in order of preference.
     policy_keys: tuple[str, ...]
 
-    def train(self, s: RunSettings, k: int, d: Path, mixture: Mixture, init: Optional[Path]) -> dict: ...
+    def train(self, s: RunSettings, k: int, d: Path, mixture: Mixture, init: Optional[Path],
+              quiet: bool = False) -> dict: ...
 
     def evaluate(self, s: RunSettings, k: int, policy: Optional[Path], mixture: Mixture, checkpoint: str,
                  suite: Any = None) -> dict: ...
@@ -86,10 +87,12 @@ class LLMStudent:
     name = "llm"
     policy_keys = ("policy_dir", "checkpoint_dir")
 
-    def train(self, s: RunSettings, k: int, d: Path, mixture: Mixture, init: Optional[Path]) -> dict:
+    def train(self, s: RunSettings, k: int, d: Path, mixture: Mixture, init: Optional[Path],
+              quiet: bool = False) -> dict:
         from llm.training.stage import train_stage
 
-        log(f"stage {k}: training" + (f" from {init}" if init else ""))
+        if not quiet:  # (a probe says what it is itself)
+            log(f"stage {k}: training" + (f" from {init}" if init else ""))
         warmstart_env = None
         tc = s.stage_config(k).train
         if s.warmstart_env != "stage" and (tc.warmstart.enabled or tc.grpo.anchor.enabled):
@@ -172,10 +175,12 @@ class IPPOStudent:
     name = "ippo"
     policy_keys = ("policy",)
 
-    def train(self, s: RunSettings, k: int, d: Path, mixture: Mixture, init: Optional[Path]) -> dict:
+    def train(self, s: RunSettings, k: int, d: Path, mixture: Mixture, init: Optional[Path],
+              quiet: bool = False) -> dict:
         from jaxlake.students.stage import train_stage
 
-        log(f"stage {k}: IPPO, {s.ippo.num_updates} updates" + (f" from {init}" if init else ""))
+        if not quiet:
+            log(f"stage {k}: IPPO, {s.ippo.num_updates} updates" + (f" from {init}" if init else ""))
         out = train_stage(s.ippo, mixture, d, key=stage_key(s, k), init_from=init)
         return {"policy": out["policy"], "checkpoint": out["checkpoint"], "init_from": relative(init, d),
                 **{key: out[key] for key in ("updates", "env_steps", "resumed", "eval_before", "eval_after", "wall_s")}}
