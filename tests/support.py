@@ -37,7 +37,7 @@ def tiny_run_overrides(micro):
     one or two optimisation steps, lake counts equal to the trainer's (2) and the suite's (16)
     so that no extra generator compiles happen."""
     return [
-        "eval=tiny", f"+model.path={micro}",
+        "eval=tiny", "env=tiny", f"+model.path={micro}",
         "train.warmstart.steps=1", "train.warmstart.batch_size=4", "train.warmstart.checkpoint_every=1",
         "train.grpo.steps=2", "train.grpo.lakes_per_step=2", "train.grpo.group_size=2",
         "train.grpo.max_new_tokens=16", "train.grpo.checkpoint_every=1", "train.eval.num_lakes=2",

@@ -77,9 +77,29 @@ def start_record(run_dir: Path) -> Optional[dict]:
             **_scores(ev), "decision": None, "reason": None, "next_env": None}
 
 
+#: Mixtures of more components than this are summarised by each field's range.
+SHORT_ENV_COMPONENTS = 3
+
+
+def _span(values: list) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
+
+
 def short_env(mixture_obj: list) -> str:
-    """A mixture in one line: ``5x5 n=2 holes=0.1 conflict=0.5``, ``0.50*(...) + 0.50*(...)``."""
+    """A mixture in one line: ``5x5 n=2 holes=0.1 conflict=0.5``, ``0.50*(...) + 0.50*(...)``;
+    beyond :data:`SHORT_ENV_COMPONENTS` components each field's range, ``8 configs, equal
+    weights: 4x4-6x6 n=1-2 holes=0-0.2 conflict=0-1``."""
     keys = ("height", "width", "num_agents", "hole_density", "conflict_density")
+    if len(mixture_obj) > SHORT_ENV_COMPONENTS:
+        cs = [comp["config"] for comp in mixture_obj]
+        hs, ws = [c["height"] for c in cs], [c["width"] for c in cs]
+        size = (f"{min(hs)}x{min(hs)}-{max(hs)}x{max(hs)}" if hs == ws and min(hs) != max(hs)
+                else f"{_span(hs)}x{_span(ws)}")
+        weights = [float(comp["weight"]) for comp in mixture_obj]
+        said = "equal weights" if max(weights) - min(weights) < 1e-6 else f"weights {min(weights):.2f}-{max(weights):.2f}"
+        return (f"{len(cs)} configs, {said}: {size} n={_span([c['num_agents'] for c in cs])} "
+                f"holes={_span([c['hole_density'] for c in cs])} conflict={_span([c['conflict_density'] for c in cs])}")
     parts = []
     for comp in mixture_obj:
         c = comp["config"]

@@ -126,7 +126,7 @@ def test_an_oracle_run_probes_scores_and_proposes_the_best(tmp_path, monkeypatch
     """Two IPPO stages (``student=ippo ippo=smoke``) with the oracle: stage 1's engineer trains two
     probes from stage 1's policy, scores them on the validation suite, keeps their records and
     proposes the better one as stage 2's environment; the probes' weights are gone."""
-    args = [f"runs_dir={tmp_path}", "experiment=oracle", "stages=2", "student=ippo", "ippo=smoke", "eval=tiny",
+    args = [f"runs_dir={tmp_path}", "experiment=oracle", "stages=2", "student=ippo", "ippo=smoke", "eval=tiny", "env=tiny",
             "engineer=oracle", "engineer.candidates=2", "engineer.probe_steps=2",
             "engineer.validation_lakes_per_cell=2", "eval.sampled.num_samples=0", "eval.current_env_lakes=4",
             "eval.summary.env_stats_lakes=4"]
@@ -155,3 +155,27 @@ def test_after_the_runs_last_stage_the_oracle_probes_nothing():
     ctx.final = True
     p = OracleEngineer(candidates=3, space=SPACE).propose(ctx)
     assert not calls and p.decision == "kept" and same_mixture(p.mixture, Mixture.of(TINY))
+
+
+def test_a_probe_trains_the_steps_asked_and_nothing_else():
+    """The students' probe settings: the LLM's are `steps` GRPO steps, no warm start, no held-out
+    evaluation, export, plot or back end but jsonl; IPPO's are `steps` updates in one chunk; the
+    rest of the run's settings as they were."""
+    from hydra import compose, initialize_config_dir
+
+    from jaxlake.conf import CONF_DIR
+    from jaxlake.pipeline.settings import RunSettings
+    from jaxlake.pipeline.student import IPPOStudent, LLMStudent
+
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        llm = RunSettings.from_cfg(compose("config", overrides=["logger=[jsonl,tensorboard]"]))
+        ippo = RunSettings.from_cfg(compose("config", overrides=["student=ippo", "ippo=smoke"]))
+    short = LLMStudent().probe_settings(llm, 5)
+    t, before = short.train.train, llm.train.train
+    assert t.grpo.steps == 5 and t.grpo.checkpoint_every == 5 and t.grpo.eval_every == 0
+    assert not t.warmstart.enabled and t.eval.num_lakes == 0 and not t.export_hf and not t.plot
+    assert short.train.logger.backends == ("jsonl",) and llm.train.logger.backends == ("jsonl", "tensorboard")
+    assert t.grpo.optim == before.grpo.optim and t.grpo.loss == before.grpo.loss and short.model == llm.model
+    assert short.stage_config(2).train.seed == llm.stage_config(2).train.seed  # the next stage's seeds
+    s = IPPOStudent().probe_settings(ippo, 3)
+    assert s.ippo.num_updates == 3 and s.ippo.num_chunks == 1 and s.ippo.lr == ippo.ippo.lr

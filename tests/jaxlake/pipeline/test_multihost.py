@@ -41,7 +41,7 @@ import pytest
 from tests.support import xla_flags
 
 ROOT = Path(__file__).resolve().parents[3]
-WARMSTART_STEPS, GRPO_STEPS = 40, 2
+WARMSTART_STEPS, GRPO_STEPS = 12, 2
 TINY = [
     "stages=1", "engineer=heuristic", "eval=tiny",
     "model=tiny", "model.hidden_size=32", "model.intermediate_size=64", "model.num_hidden_layers=1",

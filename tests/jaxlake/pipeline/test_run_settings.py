@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def _write(tmp_path, *overrides):
     with initialize_config_dir(str(CONF_DIR), version_base=None):
-        cfg = compose("config", overrides=[f"runs_dir={tmp_path}", "experiment=x", "engineer=fixed", *overrides])
+        cfg = compose("config", overrides=[f"runs_dir={tmp_path}", "experiment=x", "engineer=fixed", "env=tiny", *overrides])
     write_run_info(cfg, build_engineer(cfg.engineer))
     return read_json(tmp_path / "x" / "run.json")
 

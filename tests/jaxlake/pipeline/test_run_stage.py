@@ -33,7 +33,7 @@ def test_a_sweep_reports_each_job_s_mistake_in_one_line(monkeypatch, capsys, tmp
     (model / "model.safetensors").write_bytes(b"\x10\x00")  # cut short inside its header
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     sweep = tmp_path / "sweep"
-    code = run_cli(monkeypatch, ["-m", f"hydra.sweep.dir={sweep}", "env.conflict_density=1.5,0.5",
+    code = run_cli(monkeypatch, ["-m", f"hydra.sweep.dir={sweep}", "env=tiny", "env.conflict_density=1.5,0.5",
                                  f"+model.path={model}", "stages=1"])
     assert code == 1
     err = capsys.readouterr().err

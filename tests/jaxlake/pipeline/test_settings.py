@@ -23,7 +23,7 @@ def test_settings_are_typed_pieces_of_the_config(tmp_path):
     from llm.game.prompts import PromptConfig
     from llm.training.config import ModelConfig, StageConfig
 
-    cfg = _cfg(f"runs_dir={tmp_path}", "experiment=x", "seed=2", "stages=4", "eval=tiny", "+stage=3")
+    cfg = _cfg(f"runs_dir={tmp_path}", "experiment=x", "seed=2", "stages=4", "eval=tiny", "engineer=policy", "+stage=3")
     s = RunSettings.from_cfg(cfg)
     assert (s.experiment, s.runs_dir, s.run_dir, s.stages, s.stage, s.seed) == ("x", tmp_path, tmp_path / "x", 4, 3, 2)
     assert isinstance(s.env, Mixture) and s.env == mixture_from_node(cfg.env)
@@ -67,17 +67,17 @@ def test_run_json_settings_are_the_plain_groups():
     ("pipeline.warmstart=some", "pipeline.warmstart='some' not in ['first', 'all']"),
     ("eval.summary.k_failures=-1", "eval.summary.k_failures=-1 must be an integer in [0, inf)"),
     ("train.grpo.group_size=1", "train.grpo.group_size=1 must be an integer >= 2"),
-    ("+env.colour=1", "env: unknown LakeConfig field(s) ['colour']"),
-    ("env.hole_density=1.5", "env.hole_density=1.5 not in [0.0, 0.9]"),
+    ("env=tiny +env.colour=1", "env: unknown LakeConfig field(s) ['colour']"),
+    ("env=tiny env.hole_density=1.5", "env.hole_density=1.5 not in [0.0, 0.9]"),
     # read only by the evaluation after training: checked before anything is written
     ("eval.batch_size=0", "eval.batch_size=0 must be an integer in [1, inf)"),
-    ("eval.sampled.top_p=0", "eval.sampled.top_p=0 must be a number in (0, 1]"),
+    ("eval=small eval.sampled.top_p=0", "eval.sampled.top_p=0 must be a number in (0, 1]"),
     ("eval.lakes_per_cell=0", "eval.lakes_per_cell=0 must be an integer"),
     ("logger=[tensorbord]", "logger: unknown back end 'tensorbord'"),
 ])
 def test_errors_name_the_field(override, message):
     with pytest.raises((ValueError, PipelineError)) as err:  # the layers' own errors, or the pipeline's
-        RunSettings.from_cfg(_cfg(override))
+        RunSettings.from_cfg(_cfg(*override.split()))
     assert message in str(err.value)
 
 

@@ -78,3 +78,17 @@ def test_the_archive_keeps_start_eval_slim_and_restores_it(tmp_path):
     restore_runs(tmp_path / "archive", back)
     again = json.loads((back / "a_seed0" / START_EVAL).read_text())
     assert [e["success"] for e in again["episodes"]] == [True, False, False, True]
+
+
+def test_short_env_names_a_config_a_few_components_or_a_broad_mixture_by_its_ranges():
+    from jaxlake.conf import CONF_DIR
+    from jaxlake.mixture import load_mixture, mixture_to_obj
+    from jaxlake.pipeline.records import short_env
+
+    tiny, broad = (mixture_to_obj(load_mixture(CONF_DIR / "env" / f"{n}.yaml")) for n in ("tiny", "broad"))
+    assert short_env(tiny) == "5x5 n=2 holes=0.1 conflict=0.5"
+    half = [dict(c, weight=0.5) for c in tiny]
+    assert short_env(half + half) == "0.50*(5x5 n=2 holes=0.1 conflict=0.5) + 0.50*(5x5 n=2 holes=0.1 conflict=0.5)"
+    assert short_env(broad) == "8 configs, equal weights: 4x4-6x6 n=1-2 holes=0-0.2 conflict=0-1"
+    skewed = [dict(c, weight=w) for c, w in zip(broad, [0.3] + [0.1] * 7)]
+    assert short_env(skewed).startswith("8 configs, weights 0.10-0.30: ")

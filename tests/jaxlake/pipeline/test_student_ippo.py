@@ -23,7 +23,7 @@ from jaxlake.io import read_json
 pytestmark = pytest.mark.slow
 
 #: The smallest pipeline: IPPO's smoke settings, the tiny suite greedy only, few lakes around it.
-SMOKE = ["student=ippo", "ippo=smoke", "eval=tiny", "stages=2", "eval.sampled.num_samples=0",
+SMOKE = ["student=ippo", "ippo=smoke", "eval=tiny", "env=tiny", "stages=2", "eval.sampled.num_samples=0",
          "eval.current_env_lakes=2", "eval.summary.env_stats_lakes=2"]
 STAGE_FILES = {"env.yaml", "train.json", "checkpoint.npz", "policy.npz", "metrics.jsonl", "eval.json",
                "summary.json", "summary.txt", "engineer.json", "next_env.yaml"}

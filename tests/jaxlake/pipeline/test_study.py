@@ -3,13 +3,16 @@
 micro model), shares stage 1 per seed, and writes the results page, its plots and
 ``results.json``; a rewrite keeps the hand-written text around the generated block. The
 sweep is the suite's multirun (``python -m jaxlake.run -m``), and ``python -m jaxlake.report``
-runs over its folder."""
+runs over its folder. The sweep that trains runs that command line in this process (the
+programs the runs before it compiled are reused: a subprocess would trace and compile them
+all again); the resumed sweep runs it as the subprocess the study starts."""
 
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -141,8 +144,24 @@ def test_unknown_study_is_a_clear_error(capsys):
     assert "conf/study/nope.yaml" in capsys.readouterr().err
 
 
+def _sweeps_in_this_process(monkeypatch):
+    """``study.run_sweep`` runs its command (``python -m jaxlake.run -m +study=...``) in this
+    process: the same argument list to the same entry point (``tests.support.run_cli``), its
+    exit status returned as the subprocess's would be. Returns the commands run so."""
+    commands = []
+
+    def call(cmd):
+        assert cmd[:3] == [sys.executable, "-m", "jaxlake.run"], cmd
+        commands.append(cmd)
+        code = run_cli(monkeypatch, cmd[3:])
+        return 0 if code is None else int(code)
+
+    monkeypatch.setattr(study, "subprocess", SimpleNamespace(call=call))
+    return commands
+
+
 @pytest.mark.slow
-def test_study_end_to_end(tmp_path, micro_model, capfd):
+def test_study_end_to_end(tmp_path, micro_model, capfd, monkeypatch):
     runs = tmp_path / "runs"
     page = tmp_path / "docs" / "results.md"
     page.parent.mkdir()
@@ -150,7 +169,10 @@ def test_study_end_to_end(tmp_path, micro_model, capfd):
     # (the tiny suite at its own 2 lakes per cell: the study's 12 would only cost time here)
     extra = [f"runs_dir={runs}", "engineer=heuristic,fixed,policy_no_history", "seed=0", "stages=2",
              *tiny_run_overrides(micro_model), "eval.lakes_per_cell=2"]
-    assert study.main(["--results", str(page), "--", *extra]) == 0
+    with monkeypatch.context() as here:
+        commands = _sweeps_in_this_process(here)
+        assert study.main(["--results", str(page), "--", *extra]) == 0
+    assert len(commands) == 1 and commands[0][3:5] == ["-m", "+study=cpu"]
 
     root = runs / "study_cpu"
     log = json.loads((root / "study.json").read_text())
@@ -196,7 +218,7 @@ def test_study_end_to_end(tmp_path, micro_model, capfd):
     assert again.count(study.BEGIN) == 1
     assert len(json.loads((root / "study.json").read_text())["invocations"]) == 1
 
-    # a resumed sweep finds every stage complete and trains nothing
+    # a resumed sweep (the study's own subprocess) finds every stage complete and trains nothing
     capfd.readouterr()
     assert study.main(["--results", str(page), "--", *extra]) == 0
     err = capfd.readouterr().err
@@ -222,8 +244,10 @@ def test_study_end_to_end(tmp_path, micro_model, capfd):
     # ... from which a fresh checkout (another runs folder) resumes: nothing trains, same table
     fresh = tmp_path / "fresh_runs"
     capfd.readouterr()
-    assert study.main(["--results", str(page), "--", *[e for e in extra if not e.startswith("runs_dir=")],
-                       f"runs_dir={fresh}"]) == 0
+    with monkeypatch.context() as here:
+        _sweeps_in_this_process(here)
+        assert study.main(["--results", str(page), "--", *[e for e in extra if not e.startswith("runs_dir=")],
+                           f"runs_dir={fresh}"]) == 0
     err = capfd.readouterr().err
     assert "restored 3 finished runs" in err and "training" not in err
     again = json.loads(page.with_suffix(".json").read_text())
