@@ -127,6 +127,33 @@ def paired_with_previous(record: dict) -> Optional[Any]:
         return None
 
 
+def paired_with_start(record: dict) -> Optional[Any]:
+    """Stage ``k``'s greedy suite score against the starting policy's (the run folder's
+    ``start_eval.json``) on the same lakes: what the run has gained so far. ``None`` as
+    :func:`paired_with_previous` says."""
+    from llm.training.evaluate import paired_against
+
+    here = Path(record["dir"])
+    start = here.parent / START_EVAL
+    if int(record["stage"]) < 1 or not start.is_file():
+        return None
+    try:
+        return paired_against(read_json(here / "eval.json"), read_json(start), mode="greedy")[1]
+    except (ValueError, KeyError, OSError):
+        return None
+
+
+def run_gain_line(records: list) -> Optional[str]:
+    """One line under the stage table: the last stage against the start, paired (``None``
+    without a start evaluation)."""
+    if not records:
+        return None
+    d = paired_with_start(records[-1])
+    if d is None:
+        return None
+    return f"stage {records[-1]['stage']} vs the start (stage 0), paired on the suite: {_paired_cell(d)}"
+
+
 def _paired_cell(d: Optional[Any]) -> str:
     return "–" if d is None else f"{d.diff:+.3f} ± {d.half_width:.3f} ({d.wins} won, {d.losses} lost)"
 

@@ -92,7 +92,7 @@ from jaxlake.pipeline.folder import (
     stage_path,
     write_run_info,
 )
-from jaxlake.pipeline.records import START_EVAL, log_stage, stage_record, stage_table
+from jaxlake.pipeline.records import START_EVAL, log_stage, run_gain_line, stage_record, stage_table
 from jaxlake.pipeline.settings import SETTINGS, PipelineError, RunSettings, resolve, user_error  # noqa: F401 (re-exported)
 from jaxlake.pipeline.archive import archive_run
 from jaxlake.pipeline.share import restore_shared_stage, store_shared_stage
@@ -412,6 +412,9 @@ def _run_pipeline(s: RunSettings, engineer: Any) -> list:
     if s.archive is not None and archive_run(s.run_dir, s.archive) is not None:
         log(f"archived the run's records in {s.archive / s.run_dir.name} (pipeline.archive)")
     table = stage_table(records)
+    gain = run_gain_line(records)
+    if gain:
+        table += f"\n\n{gain}"
     try:
         from jaxlake.pipeline.report import build_report
 

@@ -11,7 +11,7 @@ import pytest
 
 from jaxlake.io import write_json
 from jaxlake.pipeline.archive import archive_run, restore_runs
-from jaxlake.pipeline.records import START_EVAL, paired_with_previous, stage_table
+from jaxlake.pipeline.records import START_EVAL, paired_with_previous, run_gain_line, stage_table
 from jaxlake.pipeline.settings import PipelineError, RunSettings
 from jaxlake.stats import paired_difference
 
@@ -52,6 +52,11 @@ def test_row_0_is_the_start_and_stage_1_is_paired_with_it(tmp_path):
     assert paired_with_previous(records[1]) == paired_difference(one, two)  # stage 2 still against stage 1
     # a table that does not start at stage 1 (+stage=2 alone) has no row 0
     assert "| 0 |" not in stage_table(records[1:])
+    # the line under the table: the last stage against the start, on the same lakes
+    gain = paired_difference(start, two)
+    assert run_gain_line(records) == (f"stage 2 vs the start (stage 0), paired on the suite: {gain.diff:+.3f} ± "
+                                      f"{gain.half_width:.3f} ({gain.wins} won, {gain.losses} lost)")
+    assert (gain.wins, gain.losses) == (2, 1) and run_gain_line([]) is None
 
 
 def test_start_eval_setting_is_checked():
