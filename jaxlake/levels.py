@@ -156,8 +156,8 @@ def mutate(key: jax.Array, lake: Lake, num_edits: Union[int, jax.Array], *, min_
       lake: an unbatched lake that meets the guarantees (e.g. from :func:`~jaxlake.generate`).
       num_edits: edits to try (an int or an int scalar array; 0 returns the lake with its
         stats recomputed).
-      min_dist, max_dist: the distance bounds of ``stats.dist_ok`` (``max_dist=None``: none);
-        those of the config that made the lake.
+      min_dist: the lower distance bound of ``stats.dist_ok``, the config's that made the lake.
+      max_dist: its upper bound (``None``: none), likewise.
 
     Returns:
       The mutated :class:`Lake` (same capacity, region, agents, slip, horizon and goal rule)

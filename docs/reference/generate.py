@@ -196,7 +196,33 @@ def api_page() -> str:
             out += [f"### `{module}`", "", f"::: {module}", "    options:", "      members:"]
             out += [f"        - {n}" for n in sorted(names)]
             out.append("")
+    out += subsystems_section()
     return "\n".join(out).rstrip() + "\n"
+
+
+#: Subsystems documented beside the packages' public names, module by module (their ``__all__``):
+#: the array observations and levels of the MARL / UED side, the ecosystem adapters (the
+#: ``ecosystem`` extra), the IPPO student and the engineers.
+SUBSYSTEMS = (
+    ("Observations and levels", ("jaxlake.observations", "jaxlake.levels")),
+    ("Ecosystem adapters (`pip install 'jaxlake[ecosystem]'`)",
+     ("jaxlake.adapters.pools", "jaxlake.adapters.jaxmarl", "jaxlake.adapters.jumanji", "jaxlake.adapters.jaxued")),
+    ("The IPPO student", ("jaxlake.students.ippo",)),
+    ("Engineers", ("jaxlake.engineers",)),
+)
+
+
+def subsystems_section() -> list[str]:
+    out = ["## Subsystems", "", "Modules reached by their own path, each with its public names (`__all__`).", ""]
+    for title, modules in SUBSYSTEMS:
+        out += [f"### {title}", ""]
+        for module in modules:
+            names = sorted(getattr(importlib.import_module(module), "__all__"))
+            out += [f"#### `{module}`", "", f"::: {module}", "    options:", "      heading_level: 5",
+                    "      members:"]
+            out += [f"        - {n}" for n in names]
+            out.append("")
+    return out
 
 
 PAGES = {"config.md": config_page, "commands.md": commands_page, "api.md": api_page}

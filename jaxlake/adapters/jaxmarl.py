@@ -94,7 +94,8 @@ class MAPFFrozenLake(MultiAgentEnv):
       weights: ``[P]`` draw weights of the pool lakes (uniform when ``None``).
       radius: ``None`` for the whole canvas, else the egocentric crop radius.
       flatten: observations as vectors (``True``) or grids with scalar planes.
-      arrive_reward, fall_reward: as in :func:`jaxlake.env.step`.
+      arrive_reward: as in :func:`jaxlake.env.step`.
+      fall_reward: as in :func:`jaxlake.env.step`.
     """
 
     def __init__(self, pool: Optional[Lake] = None, *, env: Optional[EnvSource] = None, pool_size: int = 256,

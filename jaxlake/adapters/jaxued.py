@@ -84,7 +84,8 @@ class MAPFFrozenLake(UnderspecifiedEnv):
         ``None``); its distance bounds are the mutator's (for a mixture: the smallest
         ``min_dist`` and the largest ``max_dist``, none if any component has none).
       radius: ``None`` for the whole canvas, else the egocentric crop radius.
-      arrive_reward, fall_reward: as in :func:`jaxlake.env.step`.
+      arrive_reward: as in :func:`jaxlake.env.step`.
+      fall_reward: as in :func:`jaxlake.env.step`.
     """
 
     def __init__(self, env: Optional[EnvSource] = None, *, radius: Optional[int] = None,

@@ -85,7 +85,8 @@ class MAPFFrozenLake(Environment[JumanjiState, specs.MultiDiscreteArray, Observa
         from (seed ``seed``); ``LakeConfig()`` when neither is given.
       weights: ``[P]`` draw weights of the pool lakes (uniform when ``None``).
       radius: ``None`` for the whole canvas, else the egocentric crop radius.
-      arrive_reward, fall_reward: as in :func:`jaxlake.env.step`.
+      arrive_reward: as in :func:`jaxlake.env.step`.
+      fall_reward: as in :func:`jaxlake.env.step`.
     """
 
     def __init__(self, pool: Optional[Lake] = None, *, env: Optional[EnvSource] = None, pool_size: int = 256,
