@@ -292,6 +292,7 @@ def engineer_command(study: Study, engineer: str, seed: int, runs_dir: Path) -> 
     return [sys.executable, "-m", "jaxlake.run", "student=ippo", f"engineer={engineer}",
             f"stages={study.engineer_stages}", f"seed={int(seed)}", f"eval={study.engineer_eval}",
             f"runs_dir={runs_dir}", f"experiment={engineer}_seed{int(seed)}", "pipeline.start_eval=false",
+            "env=tiny",  # a one-config preset, every field of which is then set to the study's lake
             *[f"env.{k}={_override(v)}" for k, v in lake.items()],
             *[f"ippo.{k}={_override(v)}" for k, v in ippo.items()]]
 

@@ -92,7 +92,7 @@ def test_stage1_key_ignores_the_engineer_and_cosmetics_but_not_training():
     assert key("train.progress=false", "train.plot=false") == base
     assert key("train.grpo.steps=31") != base
     assert key("seed=1") != base
-    assert key("env.hole_density=0.2") != base
+    assert key("env=tiny") != base and key("env=tiny", "env.hole_density=0.2") != key("env=tiny")
     assert key("eval=tiny") != base
 
 
@@ -103,7 +103,7 @@ def test_a_later_stage_key_follows_the_environments_so_far():
 
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose("config")
-        other = compose("config", overrides=["env.hole_density=0.2"])
+        other = compose("config", overrides=["env=tiny"])
     a, b = mixture_from_node(cfg.env), mixture_from_node(other.env)
     assert stage_key(cfg, 2, [a, b]) != stage_key(cfg, 2, [b, b])  # another stage 1 before it
     assert stage_key(cfg, 2, [a, b]) != stage_key(cfg, 2, [a, a])  # another environment now

@@ -32,18 +32,23 @@ ANCHOR_ENV = LakeConfig(height=6, width=6, num_agents=2, hole_density=0.2, max_s
                         max_width=6, max_agents=2)
 
 
+#: Lakes per draw: the stage's GRPO rows and the prompter's fit draw GRPO_LAKES, every anchor
+#: batch ANCHOR_LAKES (one lake generator compiled per environment and count).
+GRPO_LAKES, ANCHOR_LAKES = 4, 6
+
+
 @pytest.fixture(scope="module")
 def setup():
     policy, tokenizer = small_policy()
     pcfg = load_prompt_config("planner")
-    prompter = Prompter.fit(tokenizer, pcfg, sample_lakes(jax.random.PRNGKey(0), STAGE_ENV, 8), None, 16)
+    prompter = Prompter.fit(tokenizer, pcfg, sample_lakes(jax.random.PRNGKey(0), STAGE_ENV, GRPO_LAKES), None, 16)
     return policy, tokenizer, pcfg, prompter
 
 
-def _batches(policy, prompter, lakes: int = 6):
+def _batches(policy, prompter, lakes: int = ANCHOR_LAKES):
     r = prompter.config.reasoning
     length = 24 + r.thinking_tokens
-    grpo_lakes = sample_lakes(jax.random.PRNGKey(3), STAGE_ENV, 4)
+    grpo_lakes = sample_lakes(jax.random.PRNGKey(3), STAGE_ENV, GRPO_LAKES)
     ids, pmask, tokens, mask, scale, solved = ws.reference_rows(grpo_lakes, policy.tokenizer, prompter, length,
                                                                 r.thinking_tokens, 1.0)
     assert solved.all()
@@ -111,7 +116,7 @@ def test_one_pass_of_the_layers_gives_each_row_set_its_own_forward(setup):
     from llm.rl.updates import completion_forward, joint_forward
 
     policy, tokenizer, pcfg, prompter = setup
-    grpo_batch, anchor = _batches(policy, prompter, lakes=3)
+    grpo_batch, anchor = _batches(policy, prompter)
     first = grpo_batch.sequences[:2] + (grpo_batch.tokens[:, :40], grpo_batch.mask[:, :40])  # a shorter completion
     (a, ea, ma), (b, eb, mb) = joint_forward(policy.graphdef, policy.state, first, anchor.sequences, entropy=True,
                                              temperature=0.7)
@@ -128,7 +133,7 @@ def test_one_pass_of_the_layers_gives_each_row_set_its_own_forward(setup):
 
 def test_token_nll_is_the_weighted_negative_log_likelihood(setup):
     policy, tokenizer, pcfg, prompter = setup
-    _, anchor = _batches(policy, prompter, lakes=3)
+    _, anchor = _batches(policy, prompter)
     from llm.rl.updates import completion_forward
 
     logp, _, _ = completion_forward(policy.graphdef, policy.state, *anchor.sequences)

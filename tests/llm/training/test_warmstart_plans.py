@@ -44,7 +44,8 @@ def test_a_warm_start_step_solves_its_lakes_once(shares, monkeypatch, tmp_path):
     policy, tokenizer = small_policy(num_layers=1)
     pcfg = PromptConfig(system="", user="{grid}\n{agents}", use_system=False,
                         reasoning={"enabled": True, "warmstart": True, "thinking_tokens": 48, "warmstart_style": "crowd"})
-    prompter = Prompter.fit(tokenizer, pcfg, sample_lakes(jax.random.PRNGKey(0), CROWD, 8), None, 16)
+    # fitted on a batch's count of lakes: the draw without shares reuses that lake program
+    prompter = Prompter.fit(tokenizer, pcfg, sample_lakes(jax.random.PRNGKey(0), CROWD, 4), None, 16)
     share = 0.25 if shares else 0.0
     wc = WarmStartConfig(steps=2, batch_size=4, blocked_share=share, detour_share=share, crowded_share=share,
                          optim=OptimConfig(lr=1e-3, warmup_steps=0))
