@@ -34,9 +34,23 @@ _OWN_XLA_CACHE = None
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ and os.environ.get("JAXLAKE_TEST_XLA_CACHE", "1") != "0":
     _OWN_XLA_CACHE = tempfile.mkdtemp(prefix="jaxlake-test-xla-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_XLA_CACHE
+    os.environ["JAXLAKE_TEST_XLA_CACHE_DIR"] = _OWN_XLA_CACHE  # the session's own (the workers see it)
     # the default keeps only compiles over 1 s; the micro model's are shorter on an idle machine
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+
+# The xdist workers read the cache but never write it: XLA's CPU executable serialisation (the
+# cache write, ``executable.serialize()``) segfaulted now and then inside a worker (in two CI runs
+# of 2026-12-05: test_analysis, test_guidance), taking the worker and its test down. The
+# subprocesses, notebook kernels and a run without xdist still write it (the environment above),
+# and the workers still load what those wrote.
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("JAXLAKE_TEST_XLA_CACHE_DIR") \
+        and os.environ.get("JAX_COMPILATION_CACHE_DIR") == os.environ["JAXLAKE_TEST_XLA_CACHE_DIR"] \
+        and os.environ.get("JAXLAKE_TEST_XLA_WORKER_WRITES", "0") != "1":
+    import jax
+
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1e9)
 
 
 def pytest_unconfigure(config):
