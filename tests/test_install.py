@@ -120,7 +120,7 @@ def check_own_configs(configs: list[dict], only: tuple[int, ...] = (0, 1, 2)) ->
         assert (cfg["env"]["height"], cfg["env"]["width"], cfg["env"]["max_width"]) == (3, 7, 8), cfg["env"]
         assert cfg["model"]["hidden_size"] > 0 and "grpo" in cfg["train"] and cfg["engineer"]["name"]
     assert [c["experiment"] for c in configs] == [["default", "wide3", "default"][i] for i in only]
-    assert [c["stages"] for c in configs] == [[2, 3, 2][i] for i in only]
+    assert [c["stages"] for c in configs] == [[3, 4, 3][i] for i in only]
 
 
 def test_own_config_folder_from_an_empty_folder(tmp_path):
