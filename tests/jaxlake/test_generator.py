@@ -31,7 +31,9 @@ from jaxlake.conf import CONF_DIR
 BATCH = 256
 CANVAS = dict(max_height=8, max_width=8, max_agents=4)
 OPTIONS = dict(chunk_size=100)  # 256 lakes -> 3 chunks, the last one padded
-PRESETS = sorted((CONF_DIR / "env").glob("*.yaml"))
+#: conf/env/'s one-config presets (every LakeConfig field listed); MIXTURE_PRESETS: its mixtures.
+PRESETS = sorted(p for p in (CONF_DIR / "env").glob("*.yaml") if "mixture" not in OmegaConf.load(p))
+MIXTURE_PRESETS = sorted(p for p in (CONF_DIR / "env").glob("*.yaml") if "mixture" in OmegaConf.load(p))
 INF = 10**9
 
 
@@ -281,6 +283,19 @@ def test_guarantees_property(configs, seed):
 
 
 # ============================================================================ presets and mixtures
+def test_mixture_presets_load_and_generate():
+    from jaxlake.mixture import load_mixture
+
+    assert {p.stem for p in MIXTURE_PRESETS} >= {"broad"}
+    for path in MIXTURE_PRESETS:
+        mixture = load_mixture(path)
+        lakes = to_numpy(generate_mixture(jax.random.key(4), mixture, 4 * len(mixture)))
+        ids = mixture_components(mixture, 4 * len(mixture))
+        assert set(ids.tolist()) == set(range(len(mixture)))  # every component drawn
+        for i in range(4 * len(mixture)):
+            assert int(lakes.num_agents[i]) == mixture.configs[ids[i]].num_agents
+
+
 def test_presets_load_validate_and_generate():
     assert {p.stem for p in PRESETS} >= {"tiny", "small", "medium", "slippery"}
     configs = []
