@@ -415,3 +415,19 @@ def test_fixed_broad_trains_every_stage_on_env_broad():
     assert eng.name == "fixed_broad" and same_mixture(eng.initial_mixture(tiny), broad)
     ctx = EngineerContext(stage=2, current=broad, initial=broad, eval_result={}, summary={}, history=[], state={})
     assert same_mixture(eng.propose(ctx).mixture, broad) and len(broad) == 8
+
+
+@pytest.mark.parametrize("overrides", [[], ["engineer=fixed_broad"], ["engineer=policy", "env=tiny"]])
+def test_every_default_engineer_space_is_the_3750_configs_around_the_run(overrides):
+    """The space a warm start or anchor draws from (pipeline.warmstart_env=space) is the standard
+    one for the default engineers too: a `fixed` without a space node would take every field's
+    default grid (millions of configs)."""
+    from hydra import compose, initialize_config_dir
+
+    from jaxlake.conf import CONF_DIR
+    from jaxlake.pipeline.pretrain import space_mixture
+    from jaxlake.pipeline.settings import RunSettings
+
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        s = RunSettings.from_cfg(compose("config", overrides=overrides))
+    assert len(space_mixture(s)) == 3750
