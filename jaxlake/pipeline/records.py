@@ -108,39 +108,37 @@ def short_env(mixture_obj: list) -> str:
     return " + ".join(parts)
 
 
+def _paired_against_file(record: dict, before: Path) -> Optional[Any]:
+    """Stage ``record``'s greedy suite episodes paired with those of the evaluation ``before``
+    (``None`` when it is missing, or not of the same suite)."""
+    from llm.training.evaluate import paired_against
+
+    if int(record["stage"]) < 1 or not before.is_file():
+        return None
+    try:
+        return paired_against(read_json(Path(record["dir"]) / "eval.json"), read_json(before), mode="greedy")[1]
+    except (ValueError, KeyError, OSError):
+        return None
+
+
 def paired_with_previous(record: dict) -> Optional[Any]:
     """Stage ``k``'s greedy suite score against stage ``k - 1``'s on the same lakes, a
     :class:`jaxlake.stats.PairedDifference` (``llm.training.evaluate.paired_against``), read
     from the two stage folders' ``eval.json`` (stage 1's against the run folder's
     ``start_eval.json``, the starting policy's); ``None`` when the previous evaluation is
     missing or the two are not of one suite (another ``eval=``)."""
-    from llm.training.evaluate import paired_against
+    k, here = int(record["stage"]), Path(record["dir"])
+    return _paired_against_file(record, here.parent / (START_EVAL if k == 1 else f"stage_{k - 1}/eval.json"))
 
-    k = int(record["stage"])
-    here = Path(record["dir"])
-    before = here.parent / (START_EVAL if k == 1 else f"stage_{k - 1}/eval.json")
-    if k < 1 or not before.is_file():
-        return None
-    try:
-        return paired_against(read_json(here / "eval.json"), read_json(before), mode="greedy")[1]
-    except (ValueError, KeyError, OSError):
-        return None
+
+def _paired_cell(d: Optional[Any]) -> str:
+    return "–" if d is None else f"{d.diff:+.3f} ± {d.half_width:.3f} ({d.wins} won, {d.losses} lost)"
 
 
 def paired_with_start(record: dict) -> Optional[Any]:
     """Stage ``k``'s greedy suite score against the starting policy's (the run folder's
-    ``start_eval.json``) on the same lakes: what the run has gained so far. ``None`` as
-    :func:`paired_with_previous` says."""
-    from llm.training.evaluate import paired_against
-
-    here = Path(record["dir"])
-    start = here.parent / START_EVAL
-    if int(record["stage"]) < 1 or not start.is_file():
-        return None
-    try:
-        return paired_against(read_json(here / "eval.json"), read_json(start), mode="greedy")[1]
-    except (ValueError, KeyError, OSError):
-        return None
+    ``start_eval.json``) on the same lakes: what the run has gained so far."""
+    return _paired_against_file(record, Path(record["dir"]).parent / START_EVAL)
 
 
 def run_gain_line(records: list) -> Optional[str]:
@@ -152,10 +150,6 @@ def run_gain_line(records: list) -> Optional[str]:
     if d is None:
         return None
     return f"stage {records[-1]['stage']} vs the start (stage 0), paired on the suite: {_paired_cell(d)}"
-
-
-def _paired_cell(d: Optional[Any]) -> str:
-    return "–" if d is None else f"{d.diff:+.3f} ± {d.half_width:.3f} ({d.wins} won, {d.losses} lost)"
 
 
 def stage_table(records: list) -> str:
