@@ -1,12 +1,12 @@
 """The oracle engineer (jaxlake/engineers/oracle.py) with a scripted probe, its validation suite
-(jaxlake.suite.validation_suite), and one real pipeline run of it with the IPPO student (its
-probes train and score for real: the records and the choice are checked against each other)."""
+(jaxlake.suite.validation_suite). One real pipeline run of it with the IPPO student (its probes
+train and score for real) is in tests/jaxlake/pipeline/test_student_ippo.py, beside the other
+IPPO runs whose compiled programs it shares."""
 
 import json
 
 import numpy as np
 import pytest
-from tests.support import run_cli
 
 from jaxlake import LakeConfig
 from jaxlake.config import ConfigError, to_plain
@@ -118,35 +118,6 @@ def test_the_validation_suite_holds_none_of_the_held_out_lakes():
     assert lake_keys(again.lakes) == keys
     with pytest.raises(ValueError, match="seed"):
         validation_suite(spec, spec.seed, 48)
-
-
-# ---------------------------------------------------------------------------- in the pipeline
-@pytest.mark.slow
-def test_an_oracle_run_probes_scores_and_proposes_the_best(tmp_path, monkeypatch):
-    """Two IPPO stages (``student=ippo ippo=smoke``) with the oracle: stage 1's engineer trains two
-    probes from stage 1's policy, scores them on the validation suite, keeps their records and
-    proposes the better one as stage 2's environment; the probes' weights are gone."""
-    args = [f"runs_dir={tmp_path}", "experiment=oracle", "stages=2", "student=ippo", "ippo=smoke", "eval=tiny", "env=tiny",
-            "engineer=oracle", "engineer.candidates=2", "engineer.probe_steps=2",
-            "engineer.validation_lakes_per_cell=2", "eval.sampled.num_samples=0", "eval.current_env_lakes=4",
-            "eval.summary.env_stats_lakes=4"]
-    assert run_cli(monkeypatch, args) is None
-    d = tmp_path / "oracle" / "stage_1"
-    record = json.loads((d / "engineer.json").read_text())
-    probes = record["probes"]
-    assert len(probes) == 2 and probes[0]["current"]
-    on_disk = [json.loads((d / "probes" / f"candidate_{i}" / "probe.json").read_text()) for i in range(2)]
-    assert [p["score"] for p in probes] == [p["score"] for p in on_disk]
-    for p in on_disk:
-        assert p["score"] == pytest.approx(np.mean(p["success"])) and p["n"] == len(p["success"])
-        assert p["validation"]["lakes"] == p["n"]
-        assert not [x for x in (d / "probes" / p["name"]).iterdir() if x.is_dir()]
-    best = record["best"]
-    assert probes[best]["score"] == max(p["score"] for p in probes)
-    from jaxlake.mixture import load_mixture, mixture_to_obj
-
-    assert mixture_to_obj(load_mixture(d / "next_env.yaml")) == probes[best]["mixture"]
-    assert mixture_to_obj(load_mixture(tmp_path / "oracle" / "stage_2" / "env.yaml")) == probes[best]["mixture"]
 
 
 def test_after_the_runs_last_stage_the_oracle_probes_nothing():

@@ -1,6 +1,6 @@
 """The staged pipeline with the IPPO student (``python -m jaxlake.run student=ippo``), end to end
-through Hydra at the smoke settings: two stages with ``engineer=heuristic`` and
-``engineer=random`` (the stage table printed, every stage file written, the suite's
+through Hydra at the smoke settings: two stages with ``engineer=heuristic`` and with
+``engineer=oracle`` (its probes train and score for real; the stage table printed, every stage file written, the suite's
 ``eval.json`` readable by the summaries and the records), resume after an interruption inside
 stage 2's training (the resumed run equals the uninterrupted one), the closed-loop suite play
 replayed exactly by the suite's scorer, one-line errors for settings IPPO cannot honour, and
@@ -79,13 +79,32 @@ def test_two_ippo_stages_with_the_heuristic_engineer(heuristic_run, capfd):
     assert len(table.splitlines()) == 5
 
 
-def test_two_ippo_stages_with_the_random_engineer(runs, monkeypatch, capsys):
-    assert run_cli(monkeypatch, [f"runs_dir={runs}", "experiment=random", "engineer=random", *SMOKE]) is None
-    out = capsys.readouterr().out
-    assert "engineer=random seed=0" in out and "| 2 |" in out
-    decision = read_json(runs / "random" / "stage_1" / "engineer.json")
-    assert decision["engineer"] == "random" and decision["proposal"]
-    assert (runs / "random" / "stage_2" / "env.yaml").read_text() != ""
+def test_two_ippo_stages_with_the_oracle_engineer(runs, monkeypatch):
+    """``engineer=oracle``: stage 1's engineer trains two probes from stage 1's policy (the
+    current environment first), scores them on the validation suite, keeps their records and
+    proposes the better one as stage 2's environment; the probes' weights are gone. (The
+    other engineers with this student: their unit tests, tests/jaxlake/engineers/; the
+    pipeline does not depend on which engineer decides.)"""
+    args = [f"runs_dir={runs}", "experiment=oracle", "engineer=oracle", "engineer.candidates=2",
+            "engineer.probe_steps=2", "engineer.validation_lakes_per_cell=2", *SMOKE]
+    assert run_cli(monkeypatch, args) is None
+    d = runs / "oracle" / "stage_1"
+    record = read_json(d / "engineer.json")
+    probes = record["probes"]
+    assert record["engineer"] == "oracle" and len(probes) == 2 and probes[0]["current"]
+    on_disk = [read_json(d / "probes" / f"candidate_{i}" / "probe.json") for i in range(2)]
+    assert [p["score"] for p in probes] == [p["score"] for p in on_disk]
+    for p in on_disk:
+        assert p["score"] == pytest.approx(np.mean(p["success"])) and p["n"] == len(p["success"])
+        assert p["validation"]["lakes"] == p["n"]
+        assert not [x for x in (d / "probes" / p["name"]).iterdir() if x.is_dir()]
+    best = record["best"]
+    assert probes[best]["score"] == max(p["score"] for p in probes)
+    from jaxlake.mixture import load_mixture, mixture_to_obj
+
+    assert mixture_to_obj(load_mixture(d / "next_env.yaml")) == probes[best]["mixture"]
+    assert mixture_to_obj(load_mixture(runs / "oracle" / "stage_2" / "env.yaml")) == probes[best]["mixture"]
+    assert read_json(runs / "oracle" / "stage_2" / "engineer.json")["probes"] == []  # the last stage: none
 
 
 def test_resume_after_an_interruption_in_training(heuristic_run, runs, monkeypatch):
