@@ -17,7 +17,9 @@ the stage when ``ippo.anneal_lr``). Files, in the stage folder:
 
 from __future__ import annotations
 
+import json
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -25,11 +27,12 @@ import jax
 import numpy as np
 
 from jaxlake.metrics import JsonlWriter
+from jaxlake.mixture import Mixture
 from jaxlake.students import checkpoint
 from jaxlake.students.config import IPPOConfig
 from jaxlake.students.ippo import lake_student
 
-__all__ = ["CHECKPOINT", "METRICS", "PHASE", "POLICY", "init_params", "load_params", "train_stage"]
+__all__ = ["CHECKPOINT", "METRICS", "PHASE", "POLICY", "compiled", "init_params", "load_params", "train_stage"]
 
 PHASE = "ippo"
 CHECKPOINT = "checkpoint.npz"
@@ -42,14 +45,37 @@ def _heldout(h: Any) -> dict:
     return {k: float(getattr(h, k)) for k in ("success", "arrived", "fell", "timed_out")}
 
 
+#: The jitted trainers built in this process, by (settings, mixture), most recent last.
+_BUILT: OrderedDict = OrderedDict()
+#: How many :func:`compiled` keeps.
+KEEP_BUILT = 8
+
+
+def compiled(config: IPPOConfig, mixture: Any) -> tuple[Any, Any, Any, Any]:
+    """``(student, jit(init), jit(chunk), jit(evaluate))`` of :func:`lake_student`, built once per
+    process for equal settings and mixture: the stages of a run (and the runs of a sweep in one
+    process) that train the same mixture with the same settings reuse its compiled programs
+    instead of tracing and compiling them again."""
+    mixture = Mixture.of(mixture)
+    key = (config, tuple((float(w), json.dumps(c.to_dict(), sort_keys=True)) for w, c in mixture))
+    if key in _BUILT:
+        _BUILT.move_to_end(key)
+        return _BUILT[key]
+    student = lake_student(config, mixture)
+    out = _BUILT[key] = (student, jax.jit(student.init), jax.jit(student.chunk), jax.jit(student.evaluate))
+    while len(_BUILT) > KEEP_BUILT:
+        _BUILT.popitem(last=False)
+    return out
+
+
 def init_params(config: IPPOConfig, mixture: Any, key: jax.Array) -> Any:
     """The network's initial parameters (what stage 1 starts from with ``key``)."""
-    return jax.jit(lake_student(config, mixture).init)(key).params
+    return compiled(config, mixture)[1](key).params
 
 
 def load_params(path: str | Path, config: IPPOConfig, mixture: Any) -> Any:
     """Parameters saved by :func:`train_stage` (``policy.npz``), shaped for ``config``'s network."""
-    student = lake_student(config, mixture)
+    student = compiled(config, mixture)[0]
     template = jax.eval_shape(student.init, jax.random.PRNGKey(0)).params
     return checkpoint.load(path, template)[0]
 
@@ -62,8 +88,7 @@ def train_stage(config: IPPOConfig, mixture: Any, folder: str | Path, *, key: ja
     t0 = time.perf_counter()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    student = lake_student(config, mixture)
-    init, chunk = jax.jit(student.init), jax.jit(student.chunk)
+    student, init, chunk, evaluate = compiled(config, mixture)
     ckpt = folder / CHECKPOINT
     start = 0
     if ckpt.is_file():
@@ -77,7 +102,7 @@ def train_stage(config: IPPOConfig, mixture: Any, folder: str | Path, *, key: ja
     writer.truncate(PHASE, start if start else -1)
     if not start:
         writer.append({"phase": PHASE, "step": 0, "update": 0, "env_steps": 0,
-                       "heldout": _heldout(jax.jit(student.evaluate)(runner.params))})
+                       "heldout": _heldout(evaluate(runner.params))})
     for c in range(start, config.num_chunks):
         runner, m = chunk(runner)
         u = jax.device_get(m.updates)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import optax
 
 from llm.model import sharding as shd
+from llm.rl.reuse import reused
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +125,7 @@ def decay_mask(params: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- optimizer
+@reused
 def make_optimizer(config: OptimConfig, total_updates: int) -> optax.GradientTransformation:
     """Global-norm clipping, then AdamW on :func:`lr_schedule` over ``total_updates``, with
     weight decay on :func:`decay_mask`'s parameters."""

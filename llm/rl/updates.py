@@ -33,6 +33,7 @@ from llm.generation.decode import left_pad_positions
 from llm.rl.grpo import GRPOLossConfig
 from llm.model.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
 from llm.rl.optim import apply_gradients
+from llm.rl.reuse import reused
 
 #: Traces of the GRPO update in this process. The one counter the trainer keeps: it is bumped
 #: in the update's Python body, which runs only while JAX traces it (once per compilation),
@@ -230,6 +231,7 @@ def weighted_nll(logp: jax.Array, match: jax.Array, weights: jax.Array) -> tuple
     return -jnp.sum(logp * weights), {"token_acc": jnp.sum(match * weights)}
 
 
+@reused
 def make_grpo_update(
     graphdef: Any,
     optimizer: optax.GradientTransformation,
@@ -378,6 +380,7 @@ class GRPOIterations:
         return state, opt_state, out
 
 
+@reused
 def make_logprob_fn(graphdef: Any, temperature: float = 1.0,
                     logprob_chunk: Optional[int] = DEFAULT_LOGPROB_CHUNK, *, micro_batches: int = 1,
                     mesh=None) -> Callable:

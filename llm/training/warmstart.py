@@ -58,6 +58,7 @@ from llm.rl.batches import TokenBatch
 from llm.rl.updates import accumulate_gradients, token_nll, weighted_nll
 from llm.training.experiments.detour import detour_lakes
 from llm.training.experiments.traces import path_lines, reasoning_lines
+from llm.rl.reuse import reused
 
 
 
@@ -339,6 +340,7 @@ def reference_rows(lakes, tokenizer: Any, prompter: Prompter, completion_len: in
     return ids, pmask, tokens, mask, token_weights(tokens, mask, tokenizer, mark_weight), solved
 
 
+@reused
 def make_sft_update(graphdef: Any, optimizer: optax.GradientTransformation, *, micro_batches: int = 1,
                     mesh=None) -> Callable:
     """Jitted ``(state, opt_state, batch) -> (state, opt_state, metrics)`` for the warm start.
