@@ -22,6 +22,19 @@ if os.environ.get("JAXLAKE_TEST_XLA_FAST", "1") != "0" and "xla_backend_optimiza
         "XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + FAST_XLA_FLAGS).strip()
 
+# ---------------------------------------------------------------------------- XLA CPU threads
+# Eigen's intra-op thread pool off in every test process (inherited like the flags above): the
+# suite's clean-clone runs of 2026-12-05 hung twice with an xdist worker parked for good while it
+# materialised a jitted vmap result (XLA's CPU client waiting on an execution that never finished:
+# test_ippo's vmap over seeds, then a broadcast in the UED study's smoke fixture), the wedge of
+# XLA CPU's Eigen pool on vmap graphs that others report gone with this flag. Two workers on two
+# cores gain nothing from intra-op threads: test_train.py took 55 s with the pool and 57 s without.
+# JAXLAKE_TEST_XLA_EIGEN_THREADS=1 keeps the pool; a setting of your own in XLA_FLAGS wins.
+STABLE_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
+if os.environ.get("JAXLAKE_TEST_XLA_EIGEN_THREADS", "0") != "1" and "xla_cpu_multi_thread_eigen" not in os.environ.get(
+        "XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + STABLE_XLA_FLAGS).strip()
+
 # ---------------------------------------------------------------------------- XLA compile cache
 # Many processes of one session compile the same programs: the two xdist workers, the notebook
 # kernels, the ``python -m jaxlake.run`` / ``jaxlake.study`` subprocesses and the wheel's venv
@@ -51,6 +64,65 @@ if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("JAXLAKE_TEST_XLA_CA
     import jax
 
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1e9)
+
+
+# ---------------------------------------------------------------------------- a hang ends, a crash reruns once
+# A test that runs longer than HANG_S (JAXLAKE_TEST_HANG_S; the longest takes about a minute on
+# the 2-core CI machine) is a hang, not a slow test: its process prints every thread's Python
+# stack and exits (faulthandler), so the run goes on without it and the stacks are in the log.
+#
+# Under xdist a worker that dies (that exit, or a segfault: XLA's CPU compiler and its executable
+# serialisation crashed a worker now and then in the CI runs of 2026-12-05, in a different test
+# each time) takes its test down, and xdist puts the test's file back in the queue. The test
+# gets CRASH_RERUNS more tries on a fresh worker (JAXLAKE_TEST_CRASH_RERUNS; the first crash is
+# reported as RERUN and listed at the end of the run); a test that crashes again fails and is
+# taken out of the queue, so a test that always crashes costs one rerun, not a worker restart
+# loop.
+HANG_S = float(os.environ.get("JAXLAKE_TEST_HANG_S", "300"))
+CRASH_RERUNS = int(os.environ.get("JAXLAKE_TEST_CRASH_RERUNS", "1"))
+_crashes: dict = {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem, report, sched):
+    """xdist, in the controlling process: ``crashitem``'s worker died running it."""
+    n = _crashes[crashitem] = _crashes.get(crashitem, 0) + 1
+    if n <= CRASH_RERUNS:
+        report.outcome = "rerun"  # xdist has queued its file's unfinished tests again: it runs once more
+        return
+    queue = getattr(sched, "workqueue", None)  # LoadScopeScheduling's (loadfile): file -> {test: done}
+    if isinstance(queue, dict):
+        for scope, unit in list(queue.items()):
+            if crashitem in unit:
+                unit[crashitem] = True
+                if all(unit.values()):
+                    del queue[scope]
+
+
+def pytest_report_teststatus(report):
+    if report.outcome == "rerun":
+        return "rerun", "R", ("RERUN", {"yellow": True})
+    return None
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _crashes:
+        terminalreporter.write_sep("=", "tests whose worker crashed (a rerun each; see the log for the crash)")
+        for nodeid, n in _crashes.items():
+            terminalreporter.write_line(f"{nodeid}: crashed {n} time(s)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    import faulthandler
+
+    if HANG_S > 0:
+        faulthandler.dump_traceback_later(HANG_S, exit=True)
+    try:
+        yield
+    finally:
+        if HANG_S > 0:
+            faulthandler.cancel_dump_traceback_later()
 
 
 def pytest_unconfigure(config):
