@@ -73,30 +73,53 @@ if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("JAXLAKE_TEST_XLA_CA
 #
 # Under xdist a worker that dies (that exit, or a segfault: XLA's CPU compiler and its executable
 # serialisation crashed a worker now and then in the CI runs of 2026-12-05, in a different test
-# each time) takes its test down, and xdist puts the test's file back in the queue. The test
-# gets CRASH_RERUNS more tries on a fresh worker (JAXLAKE_TEST_CRASH_RERUNS; the first crash is
-# reported as RERUN and listed at the end of the run); a test that crashes again fails and is
-# taken out of the queue, so a test that always crashes costs one rerun, not a worker restart
-# loop.
+# each time) takes its test down. The test gets CRASH_RERUNS more tries on a fresh worker
+# (JAXLAKE_TEST_CRASH_RERUNS; the crash is reported as RERUN and listed at the end of the run); a
+# test that crashes again fails, and the rest of its file still runs. This is the `loadfile`
+# scheduler with its crash handling replaced (_LoadFileRerunOnce, pytest-xdist 3.8's): xdist's own
+# queues the crashed worker's files again, those it had finished included, and a worker handed
+# a file with nothing left to run waited forever (a clean-clone run of 2026-12-05 hung so).
 HANG_S = float(os.environ.get("JAXLAKE_TEST_HANG_S", "300"))
 CRASH_RERUNS = int(os.environ.get("JAXLAKE_TEST_CRASH_RERUNS", "1"))
 _crashes: dict = {}
 
 
+def _rerun_once_scheduler(config, log):
+    """A ``--dist loadfile`` scheduler whose ``remove_node`` (a worker died) queues again only
+    the tests not yet run, the crashed one among them while it has reruns left."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class _LoadFileRerunOnce(LoadFileScheduling):
+        def remove_node(self, node):
+            workload = self.assigned_work.pop(node)
+            crashitem = next((t for unit in workload.values() for t, done in unit.items() if not done), None)
+            if crashitem is None:
+                return None
+            _crashes[crashitem] = _crashes.get(crashitem, 0) + 1
+            if _crashes[crashitem] > CRASH_RERUNS:  # no rerun left: the test is done (failed)
+                for unit in workload.values():
+                    if crashitem in unit:
+                        unit[crashitem] = True
+            self.workqueue.update({scope: unit for scope, unit in workload.items() if not all(unit.values())})
+            for other in self.assigned_work:
+                self._reschedule(other)
+            return crashitem
+
+    return _LoadFileRerunOnce(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if getattr(config.option, "dist", None) == "loadfile":
+        return _rerun_once_scheduler(config, log)
+    return None
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_handlecrashitem(crashitem, report, sched):
     """xdist, in the controlling process: ``crashitem``'s worker died running it."""
-    n = _crashes[crashitem] = _crashes.get(crashitem, 0) + 1
-    if n <= CRASH_RERUNS:
-        report.outcome = "rerun"  # xdist has queued its file's unfinished tests again: it runs once more
-        return
-    queue = getattr(sched, "workqueue", None)  # LoadScopeScheduling's (loadfile): file -> {test: done}
-    if isinstance(queue, dict):
-        for scope, unit in list(queue.items()):
-            if crashitem in unit:
-                unit[crashitem] = True
-                if all(unit.values()):
-                    del queue[scope]
+    if _crashes.get(crashitem, 0) <= CRASH_RERUNS:
+        report.outcome = "rerun"  # queued again by the scheduler above
 
 
 def pytest_report_teststatus(report):
