@@ -26,12 +26,13 @@ if os.environ.get("JAXLAKE_TEST_XLA_FAST", "1") != "0" and "xla_backend_optimiza
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + FAST_XLA_FLAGS).strip()
 
 # ---------------------------------------------------------------------------- XLA CPU threads
-# Eigen's intra-op thread pool off in every test process (inherited like the flags above): the
-# suite's clean-clone runs of 2026-12-05 hung twice with an xdist worker parked for good while it
-# materialised a jitted vmap result (XLA's CPU client waiting on an execution that never finished:
-# test_ippo's vmap over seeds, then a broadcast in the UED study's smoke fixture), the wedge of
-# XLA CPU's Eigen pool on vmap graphs that others report gone with this flag. Two workers on two
-# cores gain nothing from intra-op threads: test_train.py took 55 s with the pool and 57 s without.
+# Eigen's intra-op thread pool off in every test process (inherited like the flags above). Two
+# clean-clone runs of 2026-12-05 hung with an xdist worker parked for good while it materialised a
+# jitted vmap result (the vmapped IPPO training of test_ippo and of the UED study's smoke test);
+# others report that wedge of XLA CPU gone with this flag. It was not enough here (the next run
+# hung in the same two tests with it): what ended the hangs was dropping
+# --xla_llvm_disable_expensive_passes above. Kept because two workers on two cores gain nothing
+# from intra-op threads (test_train.py: 55 s with the pool, 57 s without).
 # JAXLAKE_TEST_XLA_EIGEN_THREADS=1 keeps the pool; a setting of your own in XLA_FLAGS wins.
 STABLE_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 if os.environ.get("JAXLAKE_TEST_XLA_EIGEN_THREADS", "0") != "1" and "xla_cpu_multi_thread_eigen" not in os.environ.get(
