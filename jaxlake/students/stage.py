@@ -17,15 +17,16 @@ the stage when ``ippo.anneal_lr``). Files, in the stage folder:
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Optional
 
 import jax
 import numpy as np
 
+from jaxlake.config import LakeConfig
 from jaxlake.metrics import JsonlWriter
 from jaxlake.mixture import Mixture
 from jaxlake.students import checkpoint
@@ -45,9 +46,7 @@ def _heldout(h: Any) -> dict:
     return {k: float(getattr(h, k)) for k in ("success", "arrived", "fell", "timed_out")}
 
 
-#: The jitted trainers built in this process, by (settings, mixture), most recent last.
-_BUILT: OrderedDict = OrderedDict()
-#: How many :func:`compiled` keeps.
+#: How many trainers :func:`compiled` keeps (least recently used dropped first).
 KEEP_BUILT = 8
 
 
@@ -56,16 +55,14 @@ def compiled(config: IPPOConfig, mixture: Any) -> tuple[Any, Any, Any, Any]:
     process for equal settings and mixture: the stages of a run (and the runs of a sweep in one
     process) that train the same mixture with the same settings reuse its compiled programs
     instead of tracing and compiling them again."""
-    mixture = Mixture.of(mixture)
-    key = (config, tuple((float(w), json.dumps(c.to_dict(), sort_keys=True)) for w, c in mixture))
-    if key in _BUILT:
-        _BUILT.move_to_end(key)
-        return _BUILT[key]
-    student = lake_student(config, mixture)
-    out = _BUILT[key] = (student, jax.jit(student.init), jax.jit(student.chunk), jax.jit(student.evaluate))
-    while len(_BUILT) > KEEP_BUILT:
-        _BUILT.popitem(last=False)
-    return out
+    return _compiled(config, tuple((float(w), json.dumps(c.to_dict(), sort_keys=True)) for w, c in Mixture.of(mixture)))
+
+
+@functools.lru_cache(maxsize=KEEP_BUILT)
+def _compiled(config: IPPOConfig, components: tuple) -> tuple[Any, Any, Any, Any]:
+    """:func:`compiled` by a hashable key: the mixture as ``(weight, config JSON)`` pairs."""
+    student = lake_student(config, Mixture([(w, LakeConfig(**json.loads(c))) for w, c in components]))
+    return student, jax.jit(student.init), jax.jit(student.chunk), jax.jit(student.evaluate)
 
 
 def init_params(config: IPPOConfig, mixture: Any, key: jax.Array) -> Any:
