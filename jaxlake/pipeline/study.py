@@ -46,7 +46,7 @@ from jaxlake.pipeline.archive import (STUDY_FILE, archive_study_record, default_
                                       restore_runs, restore_study_record)
 from jaxlake.pipeline.records import short_env
 from jaxlake.pipeline.report import find_runs, load_run, plot_breakdown, plot_scores
-from jaxlake.stats import mean_ci
+from jaxlake.stats import mean_ci, paired_difference
 from jaxlake.suite import lake_outcomes as suite_outcomes
 from jaxlake.conf import CONF_DIR
 
@@ -157,16 +157,20 @@ def noise_table(rows: Sequence[dict]) -> str:
     (greedy): the share of suite lakes where the two runs of a seed disagree (one solves the
     lake, the other does not; mean over seeds), the lake noise of one seed's difference that
     share allows (at most sqrt(share / lakes)), and the standard deviation of the paired
-    difference over seeds (what the interval is built from)."""
+    difference over seeds (what the interval is built from); then the difference pooled over
+    seeds, every (seed, lake) pair one paired lake (:func:`jaxlake.stats.paired_difference`:
+    mean ± 95 % interval, won and lost lakes, the sign test's p), which leaves the seed-to-seed
+    spread out and so is narrower than the interval over seeds."""
     stages = sorted({r["stage"] for r in rows})
     last = stages[-1]
     base = {r["seed"]: r for r in rows if r["variant"] == BASELINE and r["stage"] == last}
-    out = ["| engineer | seeds | lakes | disagreeing with fixed | lake noise, one seed (≤) | sd of the difference over seeds |",
-           "|---|---|---|---|---|---|"]
+    out = ["| engineer | seeds | lakes | disagreeing with fixed | lake noise, one seed (≤) | sd of the difference over seeds "
+           "| lakes pooled over seeds | won | lost | p |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for v in _variants(rows):
         if v == BASELINE:
             continue
-        shares, diffs, n = [], [], 0
+        shares, diffs, n, ours, theirs = [], [], 0, [], []
         for r in rows:
             b = base.get(r["seed"])
             if r["variant"] != v or r["stage"] != last or b is None or not r.get("lakes") or not b.get("lakes"):
@@ -177,11 +181,16 @@ def noise_table(rows: Sequence[dict]) -> str:
             n = len(both)
             shares.append(sum(r["lakes"][x] != b["lakes"][x] for x in both) / n)
             diffs.append(sum(r["lakes"][x] - b["lakes"][x] for x in both) / n)
+            keys = sorted(both)
+            theirs += [b["lakes"][x] for x in keys]
+            ours += [r["lakes"][x] for x in keys]
         if not shares:
             continue
         q = float(np.mean(shares))
         sd = f"{np.std(diffs, ddof=1):.3f}" if len(diffs) > 1 else "–"
-        out.append(f"| {v} | {len(shares)} | {n} | {q:.3f} | {np.sqrt(q / n):.3f} | {sd} |")
+        pd = paired_difference(theirs, ours)
+        out.append(f"| {v} | {len(shares)} | {n} | {q:.3f} | {np.sqrt(q / n):.3f} | {sd} "
+                   f"| {pd.diff:+.3f} ± {pd.half_width:.3f} | {pd.wins} | {pd.losses} | {pd.p_value:.2g} |")
     return "\n".join(out)
 
 
@@ -386,7 +395,10 @@ def results_section(root: Path, rows: Sequence[dict], command: str, assets: Path
                   "Per engineer against `fixed`, last stage, greedy: the share of suite lakes the two runs of a",
                   "seed disagree on, the lake noise of one seed's difference it allows (at most sqrt(share /",
                   "lakes)), and the seed-to-seed standard deviation of the paired difference, from which the",
-                  "interval above is built (t over seeds).", "", noise]
+                  "interval above is built (t over seeds). *Lakes pooled over seeds*: every (seed, lake) pair",
+                  "as one paired lake, with the lakes won and lost against `fixed` and the sign test's p; it",
+                  "leaves the seed-to-seed spread out, so it is the narrower of the two and speaks for these",
+                  "seeds' runs, not for a new seed.", "", noise]
     if any(r["score_sampled"] is not None for r in rows):
         parts += ["", "### Aggregate score (sampled decoding)", "", score_table(rows, "score_sampled")]
     if any(r["own_env_greedy"] is not None for r in rows):

@@ -331,6 +331,12 @@ def test_noise_table_measures_disagreement_with_fixed_lake_by_lake():
     assert cells[:4] == ["plr", "2", "4", "0.500"]
     assert cells[4] == f"{(0.5 / 4) ** 0.5:.3f}"
     assert cells[5] == f"{(2 * 0.25 ** 2) ** 0.5:.3f}"  # differences +0.25 and -0.25: sd 0.354
+    # pooled: 8 paired lakes, plr won 2 (seed 0 lakes 2, 3) and lost 2 (seed 0 lake 1, seed 1 lake 3)
+    from jaxlake.stats import paired_difference
+
+    pooled = paired_difference([1, 1, 0, 0, 1, 1, 1, 1], [1, 0, 1, 1, 1, 1, 1, 0])
+    assert pooled.wins == 2 and pooled.losses == 2 and pooled.diff == 0.0
+    assert cells[6:] == [f"+0.000 ± {pooled.half_width:.3f}", "2", "2", "1"]
 
 
 def test_archive_keeps_the_records_without_checkpoints_and_restores_only_missing_runs(tmp_path):
