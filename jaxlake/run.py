@@ -149,6 +149,48 @@ def serve(entry: Any) -> None:
         raise SystemExit(1)
 
 
+def _env_choice(argv: list[str]) -> Optional[str]:
+    """The ``env`` group option the command line picks (its last ``env=NAME``), else
+    conf/config.yaml's default."""
+    choice = None
+    for arg in argv:
+        key, eq, value = arg.lstrip("+").partition("=")
+        if eq and key == "env":
+            choice = value
+    if choice is None:
+        import yaml
+
+        defaults = yaml.safe_load((CONF_DIR / "config.yaml").read_text()).get("defaults", [])
+        choice = next((d["env"] for d in defaults if isinstance(d, dict) and "env" in d), None)
+    return choice
+
+
+def mixture_field_error(argv: list[str]) -> Optional[str]:
+    """The one line for ``env.<field>=...`` given while ``env`` is a mixture (the default
+    ``env=broad``): a mixture has no single field to set, and Hydra's own message (``Could not
+    override 'env.height'. To append to your config use +env.height=...``) suggests a key the
+    pipeline would reject. None when the override is fine, or when the environment is not one
+    of the shipped ones (a ``--config-dir`` of the user's own: Hydra and the pipeline check it)."""
+    import yaml
+
+    fields = [a.split("=", 1)[0] for a in argv if "=" in a and a.lstrip("+").startswith("env.")
+              and not a.lstrip("+").startswith("env.mixture")]
+    if not fields:
+        return None
+    choice = _env_choice(argv)
+    path = CONF_DIR / "env" / f"{choice}.yaml"
+    if choice is None or not path.is_file():
+        return None
+    node = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(node, dict) or "mixture" not in node:
+        return None
+    override = next(a for a in argv if a.split("=", 1)[0] == fields[0])
+    name = fields[0].lstrip("+").split(".", 1)[1]
+    return (f"{override}: env={choice} is a mixture of {len(node['mixture'])} configs, with no single {name!r} to set; "
+            f"pick a one-config environment and set it there (env=tiny env.{name}=...), or set it on one "
+            f"component (env.mixture.0.config.{name}=...)")
+
+
 def main() -> None:
     """``python -m jaxlake.run``: Hydra's entry point. A user's mistake (a bad value, a missing,
     corrupt or unwritable file, a locked run folder) ends with one line, ``error: <what>``,
@@ -157,6 +199,10 @@ def main() -> None:
     if any job stopped so. SIGTERM (a cluster's preemption, ``kill``) removes the run folder's
     lock before the process ends as it would have, so a requeued job on another host is not
     refused."""
+    line = None if debug() else mixture_field_error(sys.argv[1:])
+    if line is not None:
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        raise SystemExit(1)
     serve(_hydra_main)
 
 

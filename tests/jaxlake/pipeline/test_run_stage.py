@@ -72,3 +72,24 @@ def test_what_counts_as_a_user_s_mistake(tmp_path):
     assert user_error(PipelineError("z")) == "z"
     for bug in (ValueError("a bug"), KeyError("k"), KeyboardInterrupt()):
         assert user_error(bug) is None  # keeps its traceback
+
+
+def test_a_field_set_on_the_default_mixture_is_one_line_naming_both_ways_out(monkeypatch, capsys, tmp_path):
+    from jaxlake.run import mixture_field_error
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(monkeypatch, ["env.height=5"]) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line == ("error: env.height=5: env=broad is a mixture of 8 configs, with no single 'height' to set; pick a "
+                    "one-config environment and set it there (env=tiny env.height=...), or set it on one component "
+                    "(env.mixture.0.config.height=...)")
+    assert list(tmp_path.iterdir()) == []  # refused before Hydra or the pipeline wrote anything
+    # a one-config environment, the mixture's own keys, and a mixture picked on the command line
+    assert mixture_field_error(["env=tiny", "env.height=5"]) is None
+    assert mixture_field_error(["env.mixture.0.config.height=5"]) is None
+    assert mixture_field_error(["env=tiny", "env=broad", "++env.num_agents=2"]).startswith("++env.num_agents=2: env=broad")
+    # both ways out compose
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        assert compose("config", overrides=["env=tiny", "env.height=5"]).env.height == 5
+        assert compose("config", overrides=["env.mixture.0.config.height=5"]).env.mixture[0].config.height == 5
