@@ -53,7 +53,7 @@ OWN_CONFIGS = REPO / "docs" / "guides" / "configs.md"
 #: Modules allowed to use ``__file__``, and why.
 FILE_USERS = {
     "jaxlake/__init__.py": "an uninstalled source checkout finds conf/ beside the package",
-    "jaxlake/bench.py": "git commit of the benchmarked code, only when it is a checkout",
+    "jaxlake/bench/throughput.py": "git commit of the benchmarked code, only when it is a checkout",
     "jaxlake/peers/gymnasium_frozenlake.py": "runs its own peer script",
     "jaxlake/peers/gymnasium_frozenlake_vector.py": "runs its own peer script",
     "jaxlake/peers/jumanji_connector.py": "runs its own peer script",
@@ -330,7 +330,7 @@ def test_wheel_in_a_venv_runs_from_an_empty_folder(tmp_path):
     files = {p.relative_to(src).as_posix() for name in ("jaxlake", "llm") for p in (src / name).rglob("*")
              if p.is_file() and not p.name.startswith(".")}
     assert files <= names, f"files of the packages missing from the wheel (pyproject package-data): {sorted(files - names)}"
-    assert {"jaxlake/run.py", "jaxlake/bench.py", "llm/benchmark/cli.py", "jaxlake/conf/config.yaml"} <= names
+    assert {"jaxlake/run.py", "jaxlake/bench/__main__.py", "llm/benchmark/cli.py", "jaxlake/conf/config.yaml"} <= names
     assert not [n for n in names if n.startswith(("tests/", "notebooks/", "docs/", "conf/"))]
     lap("build wheel")
 

@@ -17,6 +17,11 @@ including the ones inside functions, so no rule can hide behind a lazy import.
     ``flax.linen`` (they are built on it): the LM rule above is about what our modules name and
     about ``flax.nnx``, so the adapters stay under it unchanged.
 
+``jaxlake.bench``, the simulator's benchmark (``python -m jaxlake.bench``, :data:`BENCH`)
+  * a leaf of the simulator: it imports the simulator (and is part of it for the rules above:
+    no ``llm``, no orchestration room, no students, no client at import time), and no other
+    module of either package imports it, so the simulator, the rooms and ``llm`` load without it.
+
 ``jaxlake.students``, the room of the neural students (IPPO, :data:`STUDENTS`)
   * a learner needs an optimiser and a network library, so this room, unlike the simulator, may
     import ``optax`` and ``flax.linen`` / ``flax.nnx``; it is still not the policy stack: it
@@ -73,6 +78,8 @@ LLM_TOP = {"llm", "llm.memory", "llm.evaluate"}
 FORBIDDEN = {"llm", "transformers", "torch", "tokenizers", "optax", "orbax"}
 #: flax is used for ``flax.struct`` pytree dataclasses only (and its version string).
 FORBIDDEN_FLAX = {"flax.nnx", "flax.linen"}
+#: The simulator's benchmark: a leaf that imports the simulator; nothing outside it imports it.
+BENCH = "jaxlake.bench"
 #: The room of the neural students: may import optax and flax linen/nnx, never llm (docstring).
 STUDENTS = "jaxlake.students"
 #: Its command-line name (``python -m jaxlake.ippo``), which imports the room inside a function.
@@ -169,6 +176,10 @@ def in_room(name: str) -> bool:
     return name == ROOM or name.startswith(ROOM + ".")
 
 
+def in_bench(name: str) -> bool:
+    return name == BENCH or name.startswith(BENCH + ".")
+
+
 def in_students(name: str) -> bool:
     return name == STUDENTS or name.startswith(STUDENTS + ".")
 
@@ -222,7 +233,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 # ------------------------------------------------------------------------------- the scanner
 def test_scan_sees_both_packages_and_lazy_imports():
-    assert {"jaxlake", "jaxlake.env", "jaxlake.conf", "jaxlake.peers.runner", "jaxlake.pipeline.stages"} <= set(ALL)
+    assert {"jaxlake", "jaxlake.env", "jaxlake.conf", "jaxlake.peers.runner", "jaxlake.pipeline.stages",
+            "jaxlake.bench", "jaxlake.bench.throughput"} <= set(ALL)
     assert {"llm.model.qwen3", "llm.generation.decode", "llm.rl.grpo", "llm.game.prompts",
             "llm.training.stage", "llm.engineer.local", "llm.benchmark.cli"} <= set(ALL)
     # lazy imports inside functions are seen
@@ -312,6 +324,18 @@ def test_importing_the_simulator_loads_no_client():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, f"importing the simulator loaded {out.stdout.strip()}\n{out.stderr[-3000:]}"
+
+
+def test_the_bench_is_a_leaf_of_the_simulator():
+    """:data:`BENCH` imports the simulator (the simulator rules above already hold for it) and no
+    module outside it, of ``jaxlake`` or of ``llm``, imports it, at the top or inside a function."""
+    bench = {n for n in JAXLAKE_MODULES if in_bench(n)}
+    assert {BENCH, f"{BENCH}.throughput", f"{BENCH}.rollouts", f"{BENCH}.peers", f"{BENCH}.report"} <= bench
+    uses = {n for m in bench for n in own_imports(m) if not in_bench(n)}
+    assert {"jaxlake.env", "jaxlake.generator"} & uses, f"{BENCH} should measure the simulator: {sorted(uses)}"
+    bad = {name: found for name, path in ALL.items()
+           if not in_bench(name) and (found := sorted(n for n in imports(path, name) if in_bench(n)))}
+    assert not bad, f"modules outside {BENCH} importing it (the benchmark is a leaf): {bad}"
 
 
 def test_the_student_room_imports_no_policy_stack():

@@ -49,7 +49,7 @@ def _measure_one(grid_size: int, num_agents: int, spec: dict) -> dict:
     observe = bool(spec.get("observations", False))
 
     def body(s, k):
-        # Same draw as jaxlake.bench.random_actions: one random word per agent, action from its
+        # Same draw as jaxlake.bench.rollouts.random_actions: one random word per agent, action from its
         # low 16 bits by multiply-shift.
         bits = jax.random.bits(k, (batch, num_agents), jnp.uint32)
         actions = (((bits & 0xFFFF) * 5) >> 16).astype(jnp.int32)

@@ -1,5 +1,5 @@
 """``python -m jaxlake.bench``: end-to-end tiny run writes its documented JSON; report helpers;
-peers are skipped with a note when missing."""
+peers are skipped with a note when missing; the package re-exports its modules' public names."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxlake import bench, bench_report
+from jaxlake import bench
+from jaxlake.bench import report, throughput
 from jaxlake.config import ConfigError
 from jaxlake.peers import measure_peer
 
@@ -38,7 +39,7 @@ def test_tiny_run_writes_json_with_documented_fields(tiny_run):
     assert result["schema"] == bench.SCHEMA
     for name in bench.TOP_FIELDS:
         assert name in result, name
-        assert f"``{name}``" in bench.__doc__, f"{name} undocumented"
+        assert f"``{name}``" in throughput.__doc__, f"{name} undocumented"
     for name in bench.META_FIELDS:
         assert name in result["meta"], name
     assert set(bench.VERSION_FIELDS) <= set(result["meta"]["versions"])
@@ -104,19 +105,19 @@ def test_ratios_and_overheads_are_computed_from_matching_rows():
              {"peer": "jumanji_connector", "status": "ok", "env": "8x8", "system": "J", "height": 10,
               "width": 10, "num_agents": 10, "agent_steps_per_s": 300.0},
              {"peer": "gymnasium", "status": "skipped", "note": "missing", "env": "8x8"}]
-    pog, jum = bench_report.peer_ratios(results, peers, envs, batch=16)
+    pog, jum = report.peer_ratios(results, peers, envs, batch=16)
     assert (pog["env"], pog["ratio"], pog["ratio_autoreset"]) == ("8x8", 100.0, 95.0)
     assert (jum["env"], jum["ratio"], jum["ratio_autoreset"]) == ("10x10", 3.0, None)  # matched by shape
-    over = {o["batch_size"]: o["overhead_pct"] for o in bench_report.autoreset_overheads(results)}
+    over = {o["batch_size"]: o["overhead_pct"] for o in report.autoreset_overheads(results)}
     assert over[16] == pytest.approx(100 * (400 / 380 - 1)) and over[4] == pytest.approx(-20.0)
-    text = bench_report.format_report({"meta": {"local_device_count": 1, "device_kind": "cpu", "platform": "cpu",
-                                         "versions": {"jax": "x"}, "git_commit": None},
-                                "results": [], "peers": peers, "ratios": [pog, jum], "autoreset_overhead": []})
+    text = report.format_report({"meta": {"local_device_count": 1, "device_kind": "cpu", "platform": "cpu",
+                                          "versions": {"jax": "x"}, "git_commit": None},
+                                 "results": [], "peers": peers, "ratios": [pog, jum], "autoreset_overhead": []})
     assert "skipped: missing" in text and "| P " in text
 
 
 def test_memory_cap_skips_batches_that_do_not_fit():
-    cap = bench._Cap(limit=2000, fraction=0.5, max_batch=1000)  # budget 1000 bytes per device
+    cap = throughput._Cap(limit=2000, fraction=0.5, max_batch=1000)  # budget 1000 bytes per device
     assert cap.reason("rollout", 2000, 1).startswith("batch 2000 > bench.max_batch")
     assert cap.reason("rollout", 500, 1) is None  # nothing known yet
     assert cap.check_compiled("rollout", 1, 1, mem=300) is None  # a fixed 300 bytes (e.g. the pool)...
@@ -201,3 +202,17 @@ def test_unknown_or_missing_peer_is_a_skipped_row():
     assert row["status"] == "skipped" and "unknown peer" in row["note"]
     (row,) = measure_peer("jumanji_connector", {"height": 4, "width": 4, "num_agents": 2}, root="/nonexistent")
     assert row["status"] == "skipped" and "setup jumanji_connector" in row["note"]
+
+
+def test_the_package_reexports_its_modules_public_names():
+    """``jaxlake.bench.<name>`` is the object its module defines, for every name of ``__all__``;
+    the modules' own ``__all__`` are all in it."""
+    from jaxlake.bench import peers, rollouts
+
+    modules = (throughput, rollouts, peers, report)
+    for name in bench.__all__:
+        obj = getattr(bench, name)
+        if name != "main":
+            assert any(getattr(m, name, None) is obj for m in modules), name
+    for module in (rollouts, peers):
+        assert set(module.__all__) <= set(bench.__all__), module.__name__

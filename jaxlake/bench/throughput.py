@@ -1,7 +1,9 @@
-"""``python -m jaxlake.bench``: generator and rollout throughput on every device JAX sees.
+"""The measurements of ``python -m jaxlake.bench``: generator and rollout throughput on every
+device JAX sees.
 
-Hydra entry point (primary config ``conf/bench.yaml``, settings in the ``bench`` group:
-``conf/bench/default.yaml``, ``tiny.yaml`` for CI, ``gpu.yaml`` up to a million lakes)::
+Hydra entry point :func:`jaxlake.bench.main` (``jaxlake/bench/__main__.py``; primary config
+``conf/bench.yaml``, settings in the ``bench`` group: ``conf/bench/default.yaml``, ``tiny.yaml``
+for CI, ``gpu.yaml`` up to a million lakes), which calls :func:`run_bench`::
 
     python -m jaxlake.bench                                   # CPU default, a few minutes
     python -m jaxlake.bench bench=tiny                        # ~30 s smoke run (CI)
@@ -20,7 +22,7 @@ every batch size ``B`` (capped by device memory):
   random actions drawn inside the scan (``[B, max_agents]`` per step); env-steps/s and
   agent-steps/s (``num_agents`` agents per env-step). ``bench.rng="bits"`` (default) draws
   actions and slip noise from one ``random.bits`` word per agent slot and steps with
-  ``env.step_from_uniforms`` (:func:`jaxlake.bench_rollouts.random_actions`);
+  ``env.step_from_uniforms`` (:func:`jaxlake.bench.rollouts.random_actions`);
   ``bench.rng="keys"`` uses ``randint`` and one split key per instance with the keyed
   ``env.step`` (threefry then costs about as much as the step itself on CPU).
   Episodes that end keep being stepped (a done episode does not change), as in a raw step
@@ -46,14 +48,15 @@ compiled *single* batched step (``jit(...).lower(...).compile().cost_analysis()`
 ``scan`` body would be counted once, so the step is analysed alone) gives flops and bytes per
 instance-step, shown next to the achieved rate as achieved GFLOP/s and GB/s.
 
-Peers (``bench.peers``, see :mod:`jaxlake.peers`; :mod:`jaxlake.bench_peers` runs them) run in
+Peers (``bench.peers``, see :mod:`jaxlake.peers`; :mod:`jaxlake.bench.peers` runs them) run in
 subprocesses on the same map size, agent count and hole density (``bench.peer.envs``); ``ratios``
 holds ours / theirs in agent-steps/s.
 
-The rollout programs (``bench.rng``, ``bench.observations``) are in :mod:`jaxlake.bench_rollouts`,
-the peers' plumbing in :mod:`jaxlake.bench_peers` and the report (ratios, tables, files) in
-:mod:`jaxlake.bench_report`; the rollouts' and the peers' functions are importable from here as
-well (``jaxlake.bench.make_rollout``, ``jaxlake.bench.measure_peers``, ...).
+The rollout programs (``bench.rng``, ``bench.observations``) are in :mod:`jaxlake.bench.rollouts`,
+the peers' plumbing in :mod:`jaxlake.bench.peers` and the report (ratios, tables, files) in
+:mod:`jaxlake.bench.report`; the package :mod:`jaxlake.bench` re-exports the public functions
+of all four (``jaxlake.bench.run_bench``, ``jaxlake.bench.make_rollout``,
+``jaxlake.bench.measure_peers``, ...).
 
 Outputs, in ``bench.out_dir`` or else the Hydra run dir: ``bench.json``, ``bench.csv`` (all
 measurement rows, peers included), ``bench.png`` (throughput against batch size per env), and
@@ -119,15 +122,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlake import autoreset, env
-from jaxlake.bench_peers import measure_peers
-from jaxlake.bench_report import autoreset_overheads, format_report, peer_ratios, write_outputs
-# RNG_MODES, keyed_actions, random_actions: re-exported (jaxlake.bench's names before the split)
-from jaxlake.bench_rollouts import (OBSERVATION_DTYPES, RNG_MODES, keyed_actions, make_autoreset_rollout, make_rollout,
-                                    observation_dtype, random_actions, rng_mode)
+from jaxlake.bench.peers import measure_peers
+from jaxlake.bench.report import autoreset_overheads, format_report, peer_ratios, write_outputs
+from jaxlake.bench.rollouts import (OBSERVATION_DTYPES, make_autoreset_rollout, make_rollout, observation_dtype,
+                                    rng_mode)
 from jaxlake.config import LakeConfig, repeat_config
 from jaxlake.sharding import mesh_for_batch, replicated, shard_batch
 from jaxlake.types import Lake
-from jaxlake.conf import CONF_DIR
 
 SCHEMA = "jaxlake.bench/1"
 RESULT_FILES = ("bench.json", "bench.csv", "bench.png")
@@ -164,7 +165,7 @@ def _git(*args: str) -> Optional[str]:
     the top of a git work tree (an editable install or a clone), never from the current
     folder nor from a repository that merely contains a site-packages folder.
     """
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # jaxlake/bench/throughput.py -> the checkout
     if not (root / ".git").exists():
         return None
     try:
@@ -272,7 +273,7 @@ def _per(value: Optional[float], n: float) -> Optional[float]:
 
 
 # ============================================================================ jitted programs
-# The rollouts (bench.rng, bench.observations) are in jaxlake.bench_rollouts.
+# The rollouts (bench.rng, bench.observations) are in jaxlake.bench.rollouts.
 def make_generator(generate_fn: Callable) -> Callable:
     """``jit(vmap(generate))`` over keys ``[B]`` and a stacked config ``[B]``."""
     return jax.jit(jax.vmap(generate_fn))
@@ -531,22 +532,3 @@ def run_bench(settings: Mapping[str, Any], out_dir: Optional[Path] = None, *,
         print(f"[bench] wrote {', '.join(files)} to {out_dir}", flush=True)
     return result
 
-
-def _hydra_main() -> None:
-    import hydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import DictConfig, OmegaConf
-
-    conf_dir = str(CONF_DIR)
-
-    @hydra.main(config_path=conf_dir, config_name="bench", version_base=None)
-    def main(cfg: DictConfig) -> None:
-        settings = OmegaConf.to_container(cfg.bench, resolve=True)
-        out_dir = settings.get("out_dir") or HydraConfig.get().runtime.output_dir
-        run_bench(settings, Path(out_dir))
-
-    main()
-
-
-if __name__ == "__main__":
-    _hydra_main()

@@ -1,4 +1,4 @@
-"""The rollouts that ``python -m jaxlake.bench`` times (:mod:`jaxlake.bench` measures them).
+"""The rollouts that ``python -m jaxlake.bench`` times (:mod:`jaxlake.bench.throughput` measures them).
 
 * how the random actions and the slip noise are drawn inside the scan (``bench.rng``):
   :func:`random_actions` (``"bits"``, one ``random.bits`` word per agent slot, stepped with

@@ -1,4 +1,4 @@
-"""The report of ``python -m jaxlake.bench``: what its measurements (:mod:`jaxlake.bench`) mean
+"""The report of ``python -m jaxlake.bench``: what its measurements (:mod:`jaxlake.bench.throughput`) mean
 side by side, and the files they are written to.
 
 * :func:`peer_ratios`: ours against each peer simulator at the same environment and batch;

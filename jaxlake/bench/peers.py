@@ -7,7 +7,7 @@
 * :func:`measure_peers`: the peers' result rows, each peer measured in its own subprocess by
   :func:`jaxlake.peers.measure_peer` (a missing peer is a skipped row with a note, never an error).
 
-:func:`jaxlake.bench_report.peer_ratios` then sets them against our rollouts.
+:func:`jaxlake.bench.report.peer_ratios` then sets them against our rollouts.
 """
 
 from __future__ import annotations
