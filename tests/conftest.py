@@ -77,7 +77,8 @@ if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("JAXLAKE_TEST_XLA_CA
 
 # ---------------------------------------------------------------------------- a hang ends, a crash reruns once
 # A test that runs longer than HANG_S (JAXLAKE_TEST_HANG_S; the longest takes about a minute on
-# the 2-core CI machine) is a hang, not a slow test: its process prints every thread's Python
+# the 2-core CI machine, so 180 s: a hang in a clean-clone run of 2026-12-05 cost the 300 s of the
+# old limit before its rerun) is a hang, not a slow test: its process prints every thread's Python
 # stack and exits (faulthandler), so the run goes on without it and the stacks are in the log.
 #
 # Under xdist a worker that dies (that exit, or a segfault: XLA's CPU compiler and its executable
@@ -88,7 +89,7 @@ if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("JAXLAKE_TEST_XLA_CA
 # scheduler with its crash handling replaced (_LoadFileRerunOnce, pytest-xdist 3.8's): xdist's own
 # queues the crashed worker's files again, those it had finished included, and a worker handed
 # a file with nothing left to run waited forever (a clean-clone run of 2026-12-05 hung so).
-HANG_S = float(os.environ.get("JAXLAKE_TEST_HANG_S", "300"))
+HANG_S = float(os.environ.get("JAXLAKE_TEST_HANG_S", "180"))
 CRASH_RERUNS = int(os.environ.get("JAXLAKE_TEST_CRASH_RERUNS", "1"))
 _crashes: dict = {}
 
