@@ -12,7 +12,7 @@ naming it (``train.grpo.group_size=1 must be an integer >= 2``, ``unknown model 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 from jaxlake.config import cfg_get, reject_unknown, to_plain
 from jaxlake.metrics import LoggerConfig
@@ -109,23 +109,26 @@ class WarmStartConfig:
 
 @dataclasses.dataclass(frozen=True)
 class GuidanceConfig:
-    """``train.grpo.guidance`` (:mod:`llm.training.experiments.guidance`).
+    """``train.grpo.guidance`` (:mod:`llm.training.guidance`).
 
     Attributes:
       enabled: put the reference planner's completion into each group of a sampling round
         in which no completion succeeded (and whose lake the planner solves within the
-        round's token width).
+        round's token width). ``"auto"`` (``conf/train/default.yaml``) is resolved by
+        :class:`TrainConfig`: on where the reference completion has the policy's form (a
+        plan-only prompt, or a think block the warm start templates), off where the prompt
+        thinks in the model's own words (``prompt.reasoning.warmstart=false``).
       rows: how many of such a group's ``G`` completions (its last ones) are replaced; at
         least 1 and less than ``G`` (checked against ``group_size`` by the GRPO config), so a
         guided group still holds the policy's own failures to push down.
     """
 
-    enabled: bool = False
+    enabled: Union[bool, str] = False
     rows: int = 1
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise ValueError(f"grpo.guidance.enabled={self.enabled!r} must be true or false")
+        if not isinstance(self.enabled, bool) and self.enabled != "auto":
+            raise ValueError(f"grpo.guidance.enabled={self.enabled!r} must be true, false or auto")
         if isinstance(self.rows, bool) or not isinstance(self.rows, int) or self.rows < 1:
             raise ValueError(f"grpo.guidance.rows={self.rows!r} must be an integer >= 1")
 
@@ -192,7 +195,7 @@ class GRPOConfig:
 
     ``dynamic_sampling``: DAPO's refill of the batch with informative groups, in at most
     ``max_rounds`` sampling rounds (:mod:`llm.rl.dynamic`). ``guidance``: the reference
-    planner's completion in each group where no sample succeeded (:mod:`llm.training.experiments.guidance`).
+    planner's completion in each group where no sample succeeded (:mod:`llm.training.guidance`).
     ``anchor``: the reference planner's completions of lakes of the warm-start environment,
     their NLL added to the loss (:class:`AnchorConfig`). ``screen``: each round's lakes chosen
     from more, the greedy decode's failures first (:class:`ScreenConfig`).
@@ -335,6 +338,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         r = self.prompt.reasoning
+        if self.grpo.guidance.enabled == "auto":  # resolved once, here: every reader sees a bool
+            on = not (r.enabled and not r.warmstart)
+            object.__setattr__(self, "grpo", dataclasses.replace(
+                self.grpo, guidance=dataclasses.replace(self.grpo.guidance, enabled=on)))
         if self.grpo.guidance.enabled and r.enabled and not r.warmstart:
             # the guided completion is the warm start's target; a model that thinks in its own
             # words has no templated think block to be shown

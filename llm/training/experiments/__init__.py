@@ -4,8 +4,6 @@ and the warm start's selectors, out of the core loop's code. Their config keys a
 
 * :mod:`~llm.training.experiments.screen` -- greedy screening of GRPO's lakes (``train.grpo.screen``;
   a lake picker);
-* :mod:`~llm.training.experiments.guidance` -- the planner's completion in all-failed groups
-  (``train.grpo.guidance``; a round transform);
 * :mod:`~llm.training.experiments.detour` -- warm-start lakes whose reference path detours
   (``train.warmstart.detour_share``);
 * :mod:`~llm.training.experiments.traces` -- the ``summary`` and ``paths`` warm-start traces

@@ -29,7 +29,7 @@ def grpo_hooks(config: TrainConfig, *, env: Mixture, anchor_env: Optional[Mixtur
 
         hooks.append(ScreenPicker(config, env, prompter, mesh))
     if gc.guidance.enabled:
-        from llm.training.experiments.guidance import Guidance
+        from llm.training.guidance import Guidance
 
         hooks.append(Guidance(config, prompter, policy.tokenizer))
     return hooks

@@ -28,7 +28,7 @@ def test_the_recipe_composes_into_its_settings():
     g = train.grpo
     assert g.screen.lakes == 64 and g.anchor.weight == 1.0 and g.optim.lr == 3e-4 and g.steps == 90
     assert (train.warmstart.blocked_share, train.warmstart.mark_weight) == (0.75, 3.0)
-    assert g.dynamic_sampling.enabled and g.lakes_per_step == 8  # the default's, unchanged
+    assert g.dynamic_sampling.enabled and g.lakes_per_step == 8 and not g.guidance.enabled  # as measured
 
 
 def test_one_screened_stage_runs_and_logs_its_screen(monkeypatch, tmp_path, micro_model):

@@ -1,7 +1,9 @@
-"""Reference guidance in GRPO (llm/training/experiments/guidance.py): the planner's completion in the groups where no
+"""Reference guidance in GRPO (llm/training/guidance.py): the planner's completion in the groups where no
 sample succeeded, and what the GRPO step then trains on."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -16,7 +18,7 @@ from llm.game.prompts import PromptConfig, load_prompt_config
 from llm.model.config import Qwen3Config
 from llm.model.qwen3 import Qwen3ForCausalLM
 from llm.training.config import GRPOConfig, GuidanceConfig, OptimConfig, RewardConfig, TrainConfig
-from llm.training.experiments.guidance import guide_round
+from llm.training.guidance import guide_round
 from llm.training.policy import Policy
 from llm.training.warmstart import plan_targets
 
@@ -106,6 +108,42 @@ def test_guidance_config_errors_name_the_field():
     assert cfg.grpo.guidance == GuidanceConfig(enabled=True, rows=2)
 
 
+@pytest.mark.parametrize("reasoning, on", [
+    ({"enabled": False}, True),                       # plan-only (the novice's compact prompt)
+    ({"enabled": True, "warmstart": True}, True),     # a think block the warm start templates (the planner)
+    ({"enabled": True, "warmstart": False}, False),   # a model thinking in its own words: no reference form
+])
+def test_auto_guidance_is_resolved_once_from_the_prompt(reasoning, on):
+    cfg = TrainConfig.from_dict({"grpo": {"guidance": {"enabled": "auto", "rows": 1}}}, prompt={"reasoning": reasoning})
+    assert cfg.grpo.guidance.enabled is on
+
+
+def test_the_default_training_guides_the_novice_and_not_a_model_that_thinks_freely():
+    """conf/train/default.yaml: guidance ``auto`` and 16 lakes a step (the novice's recipe); a
+    pretrained model's reasoning prompt without a templated warm start composes and runs plain GRPO
+    (it used to fail the guidance check), and the paper recipe keeps its own settings."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    conf = str(Path(__file__).resolve().parents[3] / "conf")
+
+    def train_of(overrides):
+        with initialize_config_dir(conf, version_base=None):
+            cfg = compose("config", overrides=overrides)
+        c = lambda k: OmegaConf.to_container(cfg[k], resolve=True)  # noqa: E731
+        return TrainConfig.from_dict(c("train"), c("reward"), c("prompt")).grpo
+
+    g = train_of([])
+    assert g.guidance.enabled is True and g.lakes_per_step == 16
+    assert train_of(["prompt=planner"]).guidance.enabled is True
+    assert train_of(["prompt=reasoning", "train.warmstart.enabled=false"]).guidance.enabled is False
+    assert train_of(["train.grpo.guidance.enabled=false"]).guidance.enabled is False
+    paper = train_of(["+recipe=paper_qwen3_0_6b", "model.path=/nowhere"])
+    assert paper.guidance.enabled is False and paper.lakes_per_step == 32
+    study = train_of(["+study=novice"])  # pinned to the training its archived runs were measured with
+    assert study.guidance.enabled is False and study.lakes_per_step == 8
+
+
 @pytest.mark.slow
 def test_a_guided_step_trains_the_planners_rows_up_and_the_failures_down(tokenizer, tmp_path, monkeypatch):
     """A random model fails every lake: with guidance every group holds the planner's completion in
@@ -113,7 +151,7 @@ def test_a_guided_step_trains_the_planners_rows_up_and_the_failures_down(tokeniz
     rows with negative ones, and the metrics count the guided groups and the policy's own ties."""
     from llm.rl import updates as updates_mod
     from llm.rl.grpo import GRPOLossConfig
-    from llm.training.experiments import guidance as guidance_mod
+    from llm.training import guidance as guidance_mod
     from llm.training.grpo_loop import run_grpo
     from llm.training.stage import MetricsLog
 

@@ -1,5 +1,7 @@
-"""Reference guidance for GRPO (an experiment, off by default; measured inside the noise): the
-planner's completion in a group where no sample succeeded. The GRPO loop's round transform hook
+"""Reference guidance for GRPO (on in the default training, ``train.grpo.guidance``): the
+planner's completion in a group where no sample succeeded. From the shipped novice it is what
+lets the default stages climb past the plain GRPO ceiling (docs/research/novice.md); on the
+expert planner it was measured inside the noise (docs/research/tiny-planner.md). The GRPO loop's round transform hook
 (:class:`Guidance`, :mod:`llm.training.hooks`); row key ``guided_groups`` (the batch's groups that
 hold the planner's completion). The metrics still describe the policy's own samples.
 
