@@ -93,7 +93,8 @@ from jaxlake.pipeline.folder import (
     write_run_info,
 )
 from jaxlake.pipeline.records import START_EVAL, log_stage, run_gain_line, stage_record, stage_table
-from jaxlake.pipeline.settings import SETTINGS, PipelineError, RunSettings, resolve, user_error  # noqa: F401 (re-exported)
+from jaxlake.pipeline.settings import (SETTINGS, PipelineError, RunSettings, check_engineer_mode,  # noqa: F401 (re-exported)
+                                       resolve, user_error)
 from jaxlake.pipeline.archive import archive_run
 from jaxlake.pipeline.share import restore_shared_stage, store_shared_stage
 from jaxlake.pipeline.student import build_student, policy_of
@@ -324,16 +325,20 @@ def step_engineer(s: RunSettings, k: int, d: Path, mixture: Mixture, ev: dict, s
 
 
 def _build(s: RunSettings) -> Any:
-    """The run's engineer; a bad ``engineer`` setting raises :class:`PipelineError` naming it."""
+    """The run's engineer; a bad ``engineer`` setting raises :class:`PipelineError` naming it, and
+    so does a decoding mode it reads that the suite does not score (:func:`check_engineer_mode`)."""
     from jaxlake.config import ConfigError
 
     try:
-        return build_engineer(s.engineer)
+        engineer = build_engineer(s.engineer)
     except ConfigError:
         raise
     except Exception as err:  # noqa: BLE001 - hydra's InstantiationException wraps the engineer's own error
         cause = err.__cause__ or err
         raise PipelineError(f"engineer ({(s.engineer or {}).get('_target_', '?')}): {cause}") from err
+    ev = require_eval(s)
+    check_engineer_mode(engineer, ev.node, ev.name)
+    return engineer
 
 
 

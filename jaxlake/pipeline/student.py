@@ -220,10 +220,12 @@ def build_student(s: RunSettings) -> Student:
 
 # ============================================================================ IPPO on the suite
 def _modes(node: dict) -> list[tuple[str, int]]:
-    """``(mode, samples per lake)``: greedy when on, sampled with ``eval.sampled.num_samples``."""
-    modes = [("greedy", 1)] if node.get("greedy", True) else []
+    """``(mode, samples per lake)``: :func:`jaxlake.pipeline.settings.eval_modes`, with greedy's one
+    sample and ``eval.sampled.num_samples``."""
+    from jaxlake.pipeline.settings import eval_modes
+
     samples = int((node.get("sampled") or {}).get("num_samples", 0) or 0)
-    return modes + ([("sampled", samples)] if samples > 0 else [])
+    return [(m, 1 if m == "greedy" else samples) for m in eval_modes(node)]
 
 
 #: The jitted closed-loop players, by (hidden, conv, actors, radius, horizon).

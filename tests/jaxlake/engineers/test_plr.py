@@ -206,3 +206,31 @@ def test_equal_learnability_ties_despite_float_rounding():
     assert a != b  # the rounding this test is about
     probs = rank_priorities([a, b, 0.01], temperature=0.3)
     assert probs[0] == pytest.approx(probs[1]) and probs[2] < probs[0]
+
+
+@pytest.mark.parametrize("name", ["plr", "accel"])
+def test_the_shipped_engineer_scores_its_levels_on_what_the_default_suite_evaluates(name):
+    """The default suite (eval=large) scores greedy only. The shipped PLR and ACCEL read that
+    mode, so after the first stage that trains on their levels the buffer holds them, scored
+    (they once read `sampled`, found nothing after every stage and never replayed)."""
+    from hydra import compose, initialize_config_dir
+
+    from jaxlake.pipeline.settings import eval_modes
+
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=[f"engineer={name}"])
+    modes = eval_modes(OmegaConf.to_container(cfg.eval, resolve=True))
+    assert cfg.eval.name == "large" and modes == ["greedy"]
+    eng = build_engineer(cfg.engineer)
+
+    def greedy_only(current):
+        ev = training_eval(current, by_height)
+        return {"modes": {"greedy": ev["modes"]["greedy"]},
+                "current_env": {"modes": {"greedy": ev["current_env"]["modes"]["greedy"]}}}
+
+    current, state = Mixture.of(BASE), {}
+    for stage in (1, 2):
+        p = eng.propose(ctx(stage, current, state, greedy_only(current)))
+        assert not any("no per-component success" in n for n in p.record["notes"])
+        current, state = p.mixture, p.state
+    assert len(state["buffer"]) == eng.levels  # stage 2's levels, each scored on its own lakes

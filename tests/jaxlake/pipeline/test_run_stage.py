@@ -93,3 +93,15 @@ def test_a_field_set_on_the_default_mixture_is_one_line_naming_both_ways_out(mon
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         assert compose("config", overrides=["env=tiny", "env.height=5"]).env.height == 5
         assert compose("config", overrides=["env.mixture.0.config.height=5"]).env.mixture[0].config.height == 5
+
+
+def test_an_engineer_reading_a_mode_the_suite_does_not_score_is_one_line(monkeypatch, capsys, tmp_path):
+    """PLR scoring its levels with `sampled` success on eval=large (greedy only) would read nothing
+    after every stage and never replay: refused at the start, naming both settings."""
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(monkeypatch, ["engineer=plr", "engineer.mode=sampled"]) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line == ("error: engineer.mode=sampled reads the suite's sampled evaluation, but eval=large scores only "
+                    "['greedy']: set engineer.mode=greedy or eval.sampled.num_samples=2")
+    assert not any(tmp_path.rglob("*.json"))  # nothing of a run written
