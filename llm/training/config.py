@@ -193,6 +193,10 @@ class ScreenConfig:
 class GRPOConfig:
     """GRPO settings: ``lakes_per_step`` groups of ``group_size`` completions per step.
 
+    The defaults here are plain GRPO with 8 lakes a step; ``conf/train/default.yaml`` (what
+    ``python -m jaxlake.run`` trains with) adds the novice's recipe: 16 lakes a step and
+    ``guidance.enabled: auto`` (docs/research/novice.md).
+
     ``dynamic_sampling``: DAPO's refill of the batch with informative groups, in at most
     ``max_rounds`` sampling rounds (:mod:`llm.rl.dynamic`). ``guidance``: the reference
     planner's completion in each group where no sample succeeded (:mod:`llm.training.guidance`).

@@ -90,7 +90,10 @@ def test_reasoning_run_on_a_random_qwen3_with_the_official_tokenizer(monkeypatch
     base = [o for o in tiny_run_overrides(qwen_shaped_model) if o.split("=", 1)[0] not in (*lighter, "prompt")]
     args = [f"runs_dir={tmp_path}", "experiment=qwen", "stages=1", *base, *(f"{k}={v}" for k, v in lighter.items()),
             *REASONING, "prompt.reasoning.warmstart=true",
-            "engineer.reasoning.enabled=true"]  # auto leaves it off after a templated warm start
+            "engineer.reasoning.enabled=true",  # auto leaves it off after a templated warm start
+            # guidance (on by default where the warm start templates the trace) would put the planner's
+            # completions in place of samples; this test follows the sampled rows' masks
+            "train.grpo.guidance.enabled=false"]
     assert run_cli(monkeypatch, args) is None
     # Qwen3's close text "\n</think>\n\n" is 3 tokens
     _check_run(tmp_path / "qwen", 1, events, budget=8, forced_len=3)

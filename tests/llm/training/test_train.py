@@ -1,6 +1,7 @@
 """GRPO trainer (llm/training/stage.py, llm/training/grpo_loop.py, llm/rl/updates.py, llm/training/warmstart.py and their pieces):
 update, accumulation, sharding, checkpoints, kill-and-resume, warm start."""
 
+import dataclasses
 import json
 
 import jax
@@ -20,7 +21,8 @@ from llm.training.phase import Checkpoints
 from llm.training.policy import Policy, copy_state, load_policy
 from llm.game.prompter import Prompter
 from llm.training.stage import MetricsLog, train_stage
-from llm.training.config import GRPOConfig, ModelConfig, OptimConfig, StageConfig, TrainConfig, WarmStartConfig
+from llm.training.config import (GRPOConfig, GuidanceConfig, ModelConfig, OptimConfig, StageConfig, TrainConfig,
+                                 WarmStartConfig)
 from llm.rl.batches import GRPOBatch, TokenBatch
 from llm.rl.updates import GRPOIterations, completion_forward, make_grpo_update, make_logprob_fn, trace_counts
 from llm.generation.decode import GenerationConfig, generate_ids
@@ -407,8 +409,11 @@ def test_train_presets_parse(preset):
     plain = OmegaConf.to_container(cfg, resolve=True)
     tc = TrainConfig.from_dict(plain["train"], plain["reward"], plain["prompt"])
     if preset == "default":
-        # the Python defaults mirror the YAML defaults
-        assert tc.warmstart == WarmStartConfig() and tc.grpo == GRPOConfig()
+        # the Python defaults mirror the YAML defaults, but for the novice's recipe that
+        # conf/train/default.yaml adds (docs/research/novice.md): 16 lakes a step and guidance
+        # (`auto`, resolved to on for this prompt); the dataclasses keep plain GRPO for library callers
+        recipe = dict(lakes_per_step=16, guidance=GuidanceConfig(enabled=True))
+        assert tc.warmstart == WarmStartConfig() and tc.grpo == dataclasses.replace(GRPOConfig(), **recipe)
         assert tc.grpo.loss == GRPOLossConfig()
     else:
         # the demo's overrides arrive; everything else is inherited from the default
