@@ -174,6 +174,15 @@ def cells_mixture(spec: SuiteSpec) -> Mixture:
 EVAL_CONF_DIR = CONF_DIR / "eval"
 
 
+def decoding_modes(node: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """``(mode, samples per lake)`` of every decoding mode an ``eval`` group scores, on the suite
+    and on the training environment alike: ``("greedy", 1)`` unless ``greedy: false``, then
+    ``("sampled", sampled.num_samples)`` when that is above 0. The one place this rule lives (the
+    LLM's evaluation, the IPPO student's and the engineer-mode check all read it)."""
+    samples = int((node.get("sampled") or {}).get("num_samples", 0) or 0)
+    return ([("greedy", 1)] if node.get("greedy", True) else []) + ([("sampled", samples)] if samples > 0 else [])
+
+
 def load_eval_conf(name_or_path: str | os.PathLike = "default") -> Any:
     """An eval node from ``conf/eval/<name>.yaml`` (or a YAML path), its ``defaults`` list
     (other files of the same folder, else the package's ``conf/eval/`` of that name, then

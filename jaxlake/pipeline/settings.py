@@ -28,7 +28,7 @@ from typing import Any, Mapping, Optional
 from jaxlake.config import cfg_get, to_plain
 from jaxlake.metrics import LoggerConfig
 from jaxlake.mixture import Mixture, mixture_from_node
-from jaxlake.suite import SuiteSpec
+from jaxlake.suite import SuiteSpec, decoding_modes
 
 #: Config groups a run's results depend on; a run folder refuses to resume under others.
 SETTINGS = ("env", "model", "train", "reward", "prompt", "eval")
@@ -110,23 +110,17 @@ def _check_decoding(node: Mapping[str, Any]) -> None:
         raise PipelineError("eval.greedy=false and eval.sampled.num_samples=0: enable at least one decoding mode")
 
 
-def eval_modes(node: Mapping[str, Any]) -> list[str]:
-    """The decoding modes an ``eval`` group scores, suite and training environment alike:
-    ``greedy`` unless ``eval.greedy=false``, ``sampled`` when ``eval.sampled.num_samples > 0``."""
-    samples = int((node.get("sampled") or {}).get("num_samples", 0) or 0)
-    return (["greedy"] if node.get("greedy", True) else []) + (["sampled"] if samples > 0 else [])
-
-
 def check_engineer_mode(engineer: Any, node: Mapping[str, Any], eval_name: str) -> None:
     """An engineer that reads one decoding mode's success (``engineer.mode``: PLR, ACCEL, the
     heuristic) needs the suite to score that mode; else it would read nothing after every stage
     (PLR would never score a level, so never replay). One line naming both settings."""
     mode = getattr(engineer, "mode", None)
-    if mode is None or mode in eval_modes(node):
+    scored = [m for m, _ in decoding_modes(node)]
+    if mode is None or mode in scored:
         return
     fix = "eval.sampled.num_samples=2" if mode == "sampled" else "eval.greedy=true"
     raise PipelineError(f"engineer.mode={mode} reads the suite's {mode} evaluation, but eval={eval_name} scores "
-                        f"only {eval_modes(node)}: set engineer.mode={eval_modes(node)[0]} or {fix}")
+                        f"only {scored}: set engineer.mode={scored[0]} or {fix}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -219,15 +219,6 @@ def build_student(s: RunSettings) -> Student:
 
 
 # ============================================================================ IPPO on the suite
-def _modes(node: dict) -> list[tuple[str, int]]:
-    """``(mode, samples per lake)``: :func:`jaxlake.pipeline.settings.eval_modes`, with greedy's one
-    sample and ``eval.sampled.num_samples``."""
-    from jaxlake.pipeline.settings import eval_modes
-
-    samples = int((node.get("sampled") or {}).get("num_samples", 0) or 0)
-    return [(m, 1 if m == "greedy" else samples) for m in eval_modes(node)]
-
-
 #: The jitted closed-loop players, by (hidden, conv, actors, radius, horizon).
 _PLAYERS: dict = {}
 
@@ -281,7 +272,7 @@ def suite_eval(s: RunSettings, k: int, params: Any, mixture: Mixture, checkpoint
 
     import jax
 
-    from jaxlake.suite import aggregate, build_suite
+    from jaxlake.suite import aggregate, build_suite, decoding_modes
     from llm.game.lakes import env_horizon, sample_lakes
     from llm.training.evaluate import EVAL_FORMAT, current_env_eval
 
@@ -289,7 +280,7 @@ def suite_eval(s: RunSettings, k: int, params: Any, mixture: Mixture, checkpoint
     node = dict(s.eval.node)
     solve = bool(node.get("planner", True))
     suite = suite or build_suite(s.eval.suite, solve=solve)
-    modes = _modes(node)
+    modes = decoding_modes(node)
     seed = int(node.get("rollout_seed", 7))
     lakes = suite.lakes
     horizon = int(np.max(np.asarray(lakes.max_steps)))

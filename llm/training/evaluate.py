@@ -56,8 +56,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
-from jaxlake.suite import (FAILURE_KINDS, Suite, aggregate, build_suite, cell_label, failed_by_kind, lake_outcomes,
-                           load_eval_conf, moved_cells, reference_soc, render_grids, score_texts, take_lakes)
+from jaxlake.suite import (FAILURE_KINDS, Suite, aggregate, build_suite, cell_label, decoding_modes, failed_by_kind,
+                           lake_outcomes, load_eval_conf, moved_cells, reference_soc, render_grids, score_texts, take_lakes)
 from jaxlake.text import format_plan
 from jaxlake.conf import CONF_DIR
 from jaxlake.config import to_plain
@@ -101,14 +101,12 @@ def complete(policy, prompter, lakes, *, temperature: float, top_k: int, top_p: 
 
 
 def _modes(eval_cfg: Mapping[str, Any]) -> list[tuple[str, dict]]:
-    modes = []
-    if eval_cfg.get("greedy", True):
-        modes.append(("greedy", {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "num_samples": 1}))
+    """The decoding settings of each mode :func:`jaxlake.suite.decoding_modes` says the group scores."""
     sampled = eval_cfg.get("sampled") or {}
-    if int(sampled.get("num_samples", 0) or 0) > 0:
-        modes.append(("sampled", {"temperature": float(sampled.get("temperature", 1.0)),
-                                  "top_k": int(sampled.get("top_k", 0)), "top_p": float(sampled.get("top_p", 1.0)),
-                                  "num_samples": int(sampled["num_samples"])}))
+    modes = [(mode, {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "num_samples": 1}) if mode == "greedy" else
+             (mode, {"temperature": float(sampled.get("temperature", 1.0)), "top_k": int(sampled.get("top_k", 0)),
+                     "top_p": float(sampled.get("top_p", 1.0)), "num_samples": n})
+             for mode, n in decoding_modes(eval_cfg)]
     if not modes:
         raise ValueError("eval: enable greedy or give sampled.num_samples > 0")
     return modes

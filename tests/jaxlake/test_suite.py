@@ -188,3 +188,16 @@ def test_evaluate_policy_bookkeeping(tiny_suite, monkeypatch):
         [(0.75, 1, 12, 1.0), (0.25, 2, 4, 0.0)]
     assert result["settings"]["max_new_tokens"] > 0
     json.dumps(result)
+
+
+def test_decoding_modes_is_the_one_rule_for_what_an_eval_group_scores():
+    from jaxlake.suite import decoding_modes
+    from llm.training.evaluate import _modes
+
+    for node, want in [({}, [("greedy", 1)]), ({"sampled": {"num_samples": 0}}, [("greedy", 1)]),
+                       ({"sampled": {"num_samples": 3}}, [("greedy", 1), ("sampled", 3)]),
+                       ({"greedy": False, "sampled": {"num_samples": 2}}, [("sampled", 2)]),
+                       ({"greedy": False}, [])]:
+        assert decoding_modes(node) == want
+        if want:  # the LLM's evaluation decodes exactly these modes, as many samples each
+            assert [(m, d["num_samples"]) for m, d in _modes(node)] == want

@@ -215,12 +215,12 @@ def test_the_shipped_engineer_scores_its_levels_on_what_the_default_suite_evalua
     (they once read `sampled`, found nothing after every stage and never replayed)."""
     from hydra import compose, initialize_config_dir
 
-    from jaxlake.pipeline.settings import eval_modes
+    from jaxlake.suite import decoding_modes
 
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=[f"engineer={name}"])
-    modes = eval_modes(OmegaConf.to_container(cfg.eval, resolve=True))
-    assert cfg.eval.name == "large" and modes == ["greedy"]
+    modes = decoding_modes(OmegaConf.to_container(cfg.eval, resolve=True))
+    assert cfg.eval.name == "large" and modes == [("greedy", 1)]
     eng = build_engineer(cfg.engineer)
 
     def greedy_only(current):
