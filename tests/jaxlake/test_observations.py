@@ -8,6 +8,11 @@ action mask against ``Lake`` and ``State``, under jit and vmap, and the masks ag
   the crop with a slice of the zero-padded full grid; the masks with a step of every action.
 * hand-drawn states: ARRIVED under ``stay`` / ``vanish``, FELL and ABSENT agents (TIMED_OUT ones, off
   the board like FELL ones, come up in the generated trajectories).
+* the kinds (``global``, ``packed``, ``grids``, ``crop``) and the per-lake cache: on the same
+  generated trajectories every kind carries the information of the observation this module
+  built before the kinds existed (:func:`legacy_observe`, kept here as it was): the packed bits
+  unpack to its grids, the shared map decodes to its global state and grids, the crop equals its
+  crop, and every function gives the same with the cache as without.
 """
 
 from __future__ import annotations
@@ -61,6 +66,83 @@ def _all_views(lake, state):
     return (obs.agent_grids(lake, state), obs.agent_scalars(lake, state), obs.avail_actions(lake, state),
             obs.global_state(lake, state), obs.global_scalars(lake, state),
             obs.observe(lake, state, radius=RADIUS))
+
+
+# ------------------------------------------------------------ the observation before the kinds
+def _legacy_id_maps(lake, state):
+    H_, W_ = lake.canvas_shape
+    ids = jnp.arange(lake.max_agents, dtype=jnp.int32)[:, None, None]
+
+    def id_map(cells, on):
+        rows = jnp.arange(H_)[None, :, None] == cells[:, 0, None, None]
+        cols = jnp.arange(W_)[None, None, :] == cells[:, 1, None, None]
+        return jnp.max(jnp.where(rows & cols & on[:, None, None], ids, -1), axis=0)
+
+    return id_map(state.pos, obs.present_mask(lake, state)), id_map(lake.goals, state.status == ACTIVE)
+
+
+def legacy_observe(lake, state, radius=None):
+    """``observe`` as this module wrote it before the kinds and the cache (float32 grids, six
+    planes an agent from two id maps, the mask by 20 lookups, the crop padding the grids)."""
+    agent_at, goal_at = _legacy_id_maps(lake, state)
+    me = jnp.arange(lake.max_agents, dtype=jnp.int32)[:, None, None, None]
+    ch = jnp.arange(obs.NUM_CHANNELS)
+    agent, goal = agent_at[None, :, :, None], goal_at[None, :, :, None]
+    grids = jnp.where(ch == obs.REGION, lake.region[None, :, :, None],
+            jnp.where(ch == obs.HOLES, (lake.holes & lake.region)[None, :, :, None],
+            jnp.where(ch == obs.SELF, agent == me,
+            jnp.where(ch == obs.GOAL, goal == me,
+            jnp.where(ch == obs.OTHERS, (agent >= 0) & (agent != me), (goal >= 0) & (goal != me)))))).astype(jnp.float32)
+    if radius is not None:
+        size = 2 * radius + 1
+        padded = jnp.pad(grids, ((0, 0), (radius, radius), (radius, radius), (0, 0)))
+        grids = jax.vmap(lambda g, p: jax.lax.dynamic_slice(g, (p[0], p[1], 0), (size, size, obs.NUM_CHANNELS)))(
+            padded, state.pos)
+    H_, W_ = lake.canvas_shape
+    target = state.pos[:, None, :] + jnp.asarray(ACTION_DELTAS, jnp.int32)[None]
+    row, col = target[..., 0], target[..., 1]
+    inside = (row >= 0) & (row < H_) & (col >= 0) & (col < W_)
+    region = inside & lake.region[jnp.clip(row, 0, H_ - 1), jnp.clip(col, 0, W_ - 1)]
+    mask = (jnp.arange(NUM_ACTIONS) == 0)[None] | ((state.status == ACTIVE)[:, None] & region)
+    return obs.Observation(grid=grids, scalars=obs.agent_scalars(lake, state), avail_actions=mask)
+
+
+def _kinds(lake, state):
+    """Today's observation, every kind with and without the cache, and the legacy one."""
+    cache = obs.make_cache(lake)
+    kinds = {kind: obs.observe(lake, state, kind=kind, radius=RADIUS if kind == "crop" else None, cache=c)
+             for kind in obs.KINDS for c in (cache,)}
+    uncached = {kind: obs.observe(lake, state, kind=kind, radius=RADIUS if kind == "crop" else None)
+                for kind in obs.KINDS}
+    bools = obs.observe(lake, state, dtype=jnp.bool_, cache=cache)
+    return (kinds, uncached, bools, legacy_observe(lake, state), legacy_observe(lake, state, RADIUS),
+            obs.global_state(lake, state))
+
+
+KINDS_OF_STATES = jax.jit(jax.vmap(_kinds, in_axes=(None, 0)))
+
+
+def decode_global(grid):
+    """``[H, W]`` shared map -> ``([A, H, W, C]`` grids, ``[H, W, 2 + 2A]`` global state) in numpy."""
+    region, holes, agent, goal = (np.asarray(x) for x in obs.decode_shared_map(jnp.asarray(grid)))
+    grids = np.zeros((A, H, W, obs.NUM_CHANNELS), np.float32)
+    glob = np.zeros((H, W, 2 + 2 * A), np.float32)
+    glob[..., 0], glob[..., 1] = region, holes
+    for i in range(A):
+        grids[i, ..., obs.REGION], grids[i, ..., obs.HOLES] = region, holes
+        grids[i, ..., obs.SELF] = agent == i
+        grids[i, ..., obs.GOAL] = goal == i
+        grids[i, ..., obs.OTHERS] = (agent >= 0) & (agent != i)
+        grids[i, ..., obs.OTHER_GOALS] = (goal >= 0) & (goal != i)
+        glob[..., 2 + i] = agent == i
+        glob[..., 2 + A + i] = goal == i
+    return grids, glob
+
+
+def decode_packed(packed):
+    """``[A, H, W]`` packed bits -> ``[A, H, W, C]`` float32 grids, bit by bit in numpy."""
+    packed = np.asarray(packed)
+    return np.stack([(packed >> c) & 1 for c in range(obs.NUM_CHANNELS)], axis=-1).astype(np.float32)
 
 
 #: every view of every state of a trajectory: vmap over the states of one lake, jitted
@@ -198,6 +280,52 @@ def test_every_channel_on_generated_lakes_and_trajectories(config, seed):
     check_views(lake_np, states, views)
     for k in range(T + 1):
         check_masks_against_step(lake, at(states, k))
+
+
+@PROPERTY
+@given(config=configs(), seed=st.integers(0, 2**31 - 1))
+def test_every_kind_carries_the_legacy_observation(config, seed):
+    """Every kind, with the cache or without, against the observation built before the kinds."""
+    k_lake, k_plan, k_roll = jax.random.split(jax.random.key(seed), 3)
+    lake = GENERATE(k_lake, config)
+    plan = jax.random.randint(k_plan, (A, T), 0, NUM_ACTIONS, dtype=jnp.int32)
+    states = _trajectory_states(k_roll, lake, plan)
+    kinds, uncached, bools, legacy, legacy_crop, glob = jax.tree_util.tree_map(np.asarray, KINDS_OF_STATES(lake, states))
+    for kind in obs.KINDS:  # the cache changes nothing
+        for x, y in zip(jax.tree_util.tree_leaves(kinds[kind]), jax.tree_util.tree_leaves(uncached[kind])):
+            np.testing.assert_array_equal(x, y, err_msg=kind)
+    assert kinds["global"].grid.dtype == np.uint16 and kinds["global"].grid.shape == (T + 1, H, W)
+    assert kinds["packed"].grid.dtype == np.uint8 and kinds["packed"].grid.shape == (T + 1, A, H, W)
+    assert bools.grid.dtype == bool
+    for k in range(T + 1):
+        want = legacy.grid[k]
+        np.testing.assert_array_equal(kinds["grids"].grid[k], want, err_msg=f"grids, state {k}")
+        np.testing.assert_array_equal(bools.grid[k], want.astype(bool))
+        np.testing.assert_array_equal(decode_packed(kinds["packed"].grid[k]), want, err_msg=f"packed, state {k}")
+        grids, glob_decoded = decode_global(kinds["global"].grid[k])
+        np.testing.assert_array_equal(grids, want, err_msg=f"global map, state {k}")
+        np.testing.assert_array_equal(glob_decoded, glob[k], err_msg=f"global map vs global_state, state {k}")
+        np.testing.assert_array_equal(kinds["crop"].grid[k], legacy_crop.grid[k], err_msg=f"crop, state {k}")
+        for kind in obs.KINDS:
+            np.testing.assert_array_equal(kinds[kind].avail_actions[k], legacy.avail_actions[k], err_msg=kind)
+        np.testing.assert_array_equal(kinds["global"].scalars[k], legacy.scalars[k][0])
+        np.testing.assert_array_equal(kinds["packed"].scalars[k], legacy.scalars[k])
+
+
+def test_cache_bits_and_kind_errors():
+    lake = lake_from_rows(["A . a", ". ~ ."], canvas=(3, 4))
+    cache = obs.make_cache(lake)
+    cells = np.asarray(cache.cells)
+    assert cells.dtype == np.uint8 and cells[:2, :3].tolist() == [[1, 1, 1], [1, 3, 1]] and cells[2].sum() == 0
+    moves = np.asarray(cache.moves)  # bit a - 1: UP DOWN LEFT RIGHT stays on the region
+    assert moves[0, 0] == 0b1010 and moves[1, 1] == 0b1101 and moves[1, 2] == 0b0101
+    assert moves[2, 0] == 0b0001  # a wall cell: only UP names a region cell
+    with pytest.raises(ValueError, match="kind='local' not in"):
+        obs.observe(lake, reset(lake), kind="local")
+    with pytest.raises(ValueError, match="radius"):
+        obs.observe(lake, reset(lake), kind="crop")
+    with pytest.raises(ValueError, match="radius"):
+        obs.observe(lake, reset(lake), kind="packed", radius=1)
 
 
 def test_vmap_over_lakes_equals_one_lake_at_a_time():
