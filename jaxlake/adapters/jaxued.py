@@ -5,10 +5,13 @@
   randomness); ``step(rng, state, action, params)`` plays :func:`jaxlake.env.step` with ``rng``
   as its key (JaxUED's ``step`` passes it through unchanged), so a trajectory stepped with keys
   ``split(k, T)`` equals ``jaxlake.env.rollout(k, lake, plan)``.
-* The action is ``[A]`` int32, one per agent slot; ``action_space(params)`` is gymnax's
-  ``Discrete(5)``, each agent's (JaxUED's training loops read its ``n``).
-* The observation is a :class:`jaxlake.observations.Observation` (``grid`` ``[A, G, G', C]``,
-  ``scalars`` ``[A, 2]``, ``avail_actions`` ``[A, 5]``); the reward is ``[A]`` float32 per agent,
+* The action is ``[A]`` int32, one per agent slot (any shape of ``A`` integers is taken,
+  ``(A, 1)`` too: :func:`jaxlake.adapters.common.joint_actions`); ``action_space(params)`` is
+  gymnax's ``Discrete(5)``, each agent's (JaxUED's training loops read its ``n``).
+* The observation is a :class:`jaxlake.observations.Observation` (``grid`` ``[A, G, G', C]`` in
+  ``dtype``, uint8 by default, or bool or float32; ``scalars`` ``[A, 2]`` float32,
+  ``avail_actions`` ``[A, 5]``), built with the level's
+  :class:`~jaxlake.observations.ObsCache`, made at the reset and kept in the state; the reward is ``[A]`` float32 per agent,
   ``done`` is True once no agent is ACTIVE, and the info holds ``"terminated"`` and
   ``"truncated"`` (``[A]`` bool, :func:`jaxlake.levels.step_split`).
 * The level sampler is the generator: :meth:`MAPFFrozenLake.sample_random_level` (or
@@ -35,6 +38,7 @@ from jaxued.environments import UnderspecifiedEnv
 
 from jaxlake import env as core
 from jaxlake import levels, observations
+from jaxlake.adapters.common import joint_actions, observation_dtype
 from jaxlake.adapters.pools import EnvSource, make_level_sampler
 from jaxlake.config import LakeConfig
 from jaxlake.mixture import Mixture
@@ -45,10 +49,12 @@ __all__ = ["MAPFFrozenLake", "UEDState", "install_tree_map_shim", "make_level_ge
 
 @struct.dataclass
 class UEDState:
-    """The environment state: the level (lake) being played and its game state."""
+    """The environment state: the level (lake) being played, its game state and its
+    :class:`~jaxlake.observations.ObsCache` (``None``: computed at every observation)."""
 
     lake: Lake
     state: State
+    cache: Optional[observations.ObsCache] = None
 
 
 def make_level_generator(env: EnvSource) -> Callable[[jax.Array], Lake]:
@@ -84,13 +90,15 @@ class MAPFFrozenLake(UnderspecifiedEnv):
         ``None``); its distance bounds are the mutator's (for a mixture: the smallest
         ``min_dist`` and the largest ``max_dist``, none if any component has none).
       radius: ``None`` for the whole canvas, else the egocentric crop radius.
+      dtype: the grid's dtype, ``"uint8"`` (default), ``"bool"`` or ``"float32"``.
       arrive_reward: as in :func:`jaxlake.env.step`.
       fall_reward: as in :func:`jaxlake.env.step`.
     """
 
-    def __init__(self, env: Optional[EnvSource] = None, *, radius: Optional[int] = None,
+    def __init__(self, env: Optional[EnvSource] = None, *, radius: Optional[int] = None, dtype: Any = "uint8",
                  arrive_reward: float = 1.0, fall_reward: float = -1.0) -> None:
         super().__init__()
+        self.dtype = observation_dtype(dtype)
         self.mixture = Mixture.of(LakeConfig() if env is None else env)
         configs = self.mixture.configs
         self.min_dist = min(c.min_dist for c in configs)
@@ -100,18 +108,20 @@ class MAPFFrozenLake(UnderspecifiedEnv):
         self.sample_random_level = make_level_sampler(self.mixture)
         self.mutate_level = make_level_mutator(self.min_dist, self.max_dist)
 
-    def _observe(self, lake: Lake, state: State) -> observations.Observation:
-        return observations.observe(lake, state, radius=self.radius)
+    def _observe(self, lake: Lake, state: State, cache: Optional[observations.ObsCache]) -> observations.Observation:
+        return observations.observe(lake, state, radius=self.radius, dtype=self.dtype, cache=cache)
 
     def reset_env_to_level(self, rng: jax.Array, level: Lake, params: Any) -> tuple[observations.Observation, UEDState]:
-        state = UEDState(lake=level, state=core.reset(level))
-        return self._observe(level, state.state), state
+        state = UEDState(lake=level, state=core.reset(level), cache=observations.make_cache(level))
+        return self._observe(level, state.state, state.cache), state
 
     def step_env(self, rng: jax.Array, state: UEDState, action: jax.Array, params: Any):
-        game, info = core.step(rng, state.lake, state.state, jnp.asarray(action), **self.rewards)
+        action = joint_actions(action, state.lake.max_agents)
+        game, info = core.step(rng, state.lake, state.state, action, **self.rewards)
         terminated, truncated = levels.step_split(info)
         info_out = {"terminated": terminated, "truncated": truncated}
-        return self._observe(state.lake, game), state.replace(state=game), info.reward, game.done, info_out
+        return (self._observe(state.lake, game, state.cache), state.replace(state=game), info.reward, game.done,
+                info_out)
 
     def action_space(self, params: Any = None) -> spaces.Discrete:
         """Each agent's action space (the step takes ``[A]`` of them)."""

@@ -40,15 +40,22 @@ def test_agents_spaces_and_names(env):
 
 
 def test_observations_and_avail_actions_are_the_cores(env):
-    """Each agent's vector is its grid channels then its scalars; the masks are the core's, and
-    absent slots are done from the start with only STAY available."""
+    """Each agent's vector is its grid channels then its scalars (uint8 by default: the scalars
+    x 255, rounded; float32 on request: exact); the masks are the core's, and absent slots are
+    done from the start with only STAY available."""
     step_env = jax.jit(env.step_env)
+    exact = marl.MAPFFrozenLake(pool(), dtype="float32")
+    assert exact.observation_space("agent_0").dtype == jnp.float32 and env.observation_space("agent_0").dtype == jnp.uint8
     for seed in range(2):
         obs, state = env.reset(jax.random.PRNGKey(seed))
+        floats, _ = exact.reset(jax.random.PRNGKey(seed))
         core = observations.observe(state.lake, state.state)
         avail = env.get_avail_actions(state)
         for i, a in enumerate(env.agents):
-            np.testing.assert_array_equal(obs[a], jnp.concatenate([core.grid[i].reshape(-1), core.scalars[i]]))
+            assert obs[a].dtype == jnp.uint8 and floats[a].dtype == jnp.float32
+            np.testing.assert_array_equal(floats[a], jnp.concatenate([core.grid[i].reshape(-1), core.scalars[i]]))
+            np.testing.assert_array_equal(obs[a][:-2], core.grid[i].reshape(-1))
+            np.testing.assert_array_equal(obs[a][-2:], np.round(np.asarray(core.scalars[i]) * 255))
             np.testing.assert_array_equal(avail[a], core.avail_actions[i])
             if i >= int(state.lake.num_agents):
                 assert np.asarray(avail[a]).tolist() == [True, False, False, False, False]
@@ -64,10 +71,13 @@ def test_grid_observations_and_crops():
     crop = marl.MAPFFrozenLake(lakes, radius=1, flatten=False)
     assert grid.observation_space("agent_0").shape == (4, 4, observations.NUM_CHANNELS + 2)
     assert crop.observation_space("agent_1").shape == (3, 3, observations.NUM_CHANNELS + 2)
+    crop = marl.MAPFFrozenLake(lakes, radius=1, flatten=False, dtype=jnp.float32)
     obs, state = crop.reset(jax.random.PRNGKey(1))
     core = observations.observe(state.lake, state.state, radius=1)
     np.testing.assert_array_equal(obs["agent_0"][..., :-2], core.grid[0])
     np.testing.assert_array_equal(obs["agent_0"][..., -2:], jnp.broadcast_to(core.scalars[0], (3, 3, 2)))
+    with pytest.raises(ValueError, match=r"dtype='bool' not in \('uint8', 'float32'\)"):
+        marl.MAPFFrozenLake(lakes, dtype="bool")
 
 
 def test_reset_draws_from_the_pool_by_weight():
