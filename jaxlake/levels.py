@@ -6,12 +6,20 @@ their name says ``batch``; shapes as in :mod:`jaxlake.types` (``H = max_height``
 ``W = max_width``, ``A = max_agents``).
 
 **Mutation** (:func:`mutate`, ACCEL's editor for this game). Each of ``num_edits`` edits
-draws one of three kinds uniformly:
+draws one kind uniformly from ``kinds`` (by default the first three):
 
 * :data:`FLIP_HOLE`: a uniform region cell that is no agent's start or goal turns from frozen
   to hole or back;
 * :data:`MOVE_START` / :data:`MOVE_GOAL`: a uniform agent in play moves its start (goal) to a
-  uniform frozen region cell that is no start or goal.
+  uniform frozen region cell that is no start or goal;
+* :data:`MOVE_HOLE`: a uniform hole moves to a uniform frozen region cell that is no start or
+  goal (the hole count, hence the hole density, is kept);
+* :data:`NO_OP`: nothing (a child may equal its parent, as in minimax's and JaxUED's editors).
+
+:data:`IN_SUPPORT_KINDS` (no-op, move a hole, move a start, move a goal) with
+``keep_conflicts=True`` is the editor that stays inside the generator's support: the hole count
+and the number of conflicting agent pairs are the parent's, so a child is a lake the same
+config could have generated (ACCEL's default, :mod:`jaxlake.students.ued`).
 
 An edit is *kept* only if the edited lake keeps every generator guarantee
 (docs/rules.md#generator-guarantees): the region is untouched and holes stay inside it
@@ -19,8 +27,10 @@ An edit is *kept* only if the edited lake keeps every generator guarantee
 distinct (flips skip them, moves only go to free frozen cells); every agent's goal stays
 reachable; and a lake whose distances were all within ``[min_dist, max_dist]`` stays so (a
 lake that was already flagged, ``dist_ok = False``, may stay flagged, as the generator's
-fallback does). Otherwise the edit is skipped (it still counts as one of the
-``num_edits``), so ``mutate`` never returns a lake the generator could not have returned.
+fallback does). With ``keep_conflicts`` an edit is kept only if moreover the number of
+agent pairs whose shortest-path cell sets meet (``stats.conflict_density``) is unchanged.
+Otherwise the edit is skipped (it still counts as one of the ``num_edits``), so ``mutate`` never
+returns a lake the generator could not have returned.
 The hole count needs no cap: starts and goals are never holes, so ``2 * num_agents`` cells
 stay frozen, as the generator's cap requires.
 
@@ -72,11 +82,15 @@ from jaxlake.distances import UNREACHABLE, lake_stats
 from jaxlake.types import ARRIVED, FELL, TIMED_OUT, Lake, State, StepInfo
 
 __all__ = [
+    "DEFAULT_KINDS",
     "EDIT_KINDS",
     "FLIP_HOLE",
+    "IN_SUPPORT_KINDS",
     "LEVEL_STREAM",
     "MOVE_GOAL",
+    "MOVE_HOLE",
     "MOVE_START",
+    "NO_OP",
     "PoolSampler",
     "ResetState",
     "Sampler",
@@ -91,9 +105,13 @@ __all__ = [
     "step_split",
 ]
 
-#: Edit kinds of :func:`mutate`.
-FLIP_HOLE, MOVE_START, MOVE_GOAL = 0, 1, 2
-EDIT_KINDS = ("flip_hole", "move_start", "move_goal")
+#: Edit kinds of :func:`mutate` (indices into :data:`EDIT_KINDS`).
+FLIP_HOLE, MOVE_START, MOVE_GOAL, MOVE_HOLE, NO_OP = 0, 1, 2, 3, 4
+EDIT_KINDS = ("flip_hole", "move_start", "move_goal", "move_hole", "no_op")
+#: :func:`mutate`'s default kinds (its original editor; JaxUED's adapter uses it).
+DEFAULT_KINDS = (FLIP_HOLE, MOVE_START, MOVE_GOAL)
+#: The kinds that keep the hole count: with ``keep_conflicts``, children stay in the generator's support.
+IN_SUPPORT_KINDS = (NO_OP, MOVE_HOLE, MOVE_START, MOVE_GOAL)
 #: ``fold_in`` constant of the key the next lake is drawn from (the slip noise uses the key itself).
 LEVEL_STREAM = 0x1E5E1
 
@@ -126,25 +144,30 @@ def _endpoint_mask(lake: Lake) -> jax.Array:
     return jnp.any(rows & cols & on[:, None, None], axis=0)
 
 
-def _propose(key: jax.Array, lake: Lake) -> tuple[Lake, jax.Array]:
-    """One random edit of ``lake`` (stats not updated) and whether a cell could be drawn."""
-    k_kind, k_agent, k_cell = jax.random.split(key, 3)
-    kind = jax.random.randint(k_kind, (), 0, len(EDIT_KINDS))
+def _propose(key: jax.Array, lake: Lake, kinds: tuple = DEFAULT_KINDS) -> tuple[Lake, jax.Array]:
+    """One random edit of ``lake`` (stats not updated), its kind drawn uniformly from ``kinds``,
+    and whether a cell could be drawn."""
+    k_kind, k_agent, k_cell = jax.random.split(key, 3)  # the original editor's stream, unchanged
+    k_hole = jax.random.fold_in(k_cell, 1)
+    kind = jnp.asarray(kinds, jnp.int32)[jax.random.randint(k_kind, (), 0, len(kinds))]
     taken = _endpoint_mask(lake)
     flip_cell, can_flip = _pick_cell(k_cell, lake.region & ~taken)
     move_cell, can_move = _pick_cell(k_cell, lake.region & ~lake.holes & ~taken)
+    hole_cell, has_hole = _pick_cell(k_hole, lake.region & lake.holes)
     agent = jax.random.randint(k_agent, (), 0, jnp.maximum(lake.num_agents, 1))
     slot = (jnp.arange(lake.max_agents) == agent)[:, None]
     flipped = lake.holes.at[flip_cell[0], flip_cell[1]].set(~lake.holes[flip_cell[0], flip_cell[1]])
-    holes = jnp.where(kind == FLIP_HOLE, flipped, lake.holes)
+    moved = lake.holes.at[hole_cell[0], hole_cell[1]].set(False).at[move_cell[0], move_cell[1]].set(True)
+    holes = jnp.where(kind == FLIP_HOLE, flipped, jnp.where(kind == MOVE_HOLE, moved, lake.holes))
     starts = jnp.where((kind == MOVE_START) & slot, move_cell[None], lake.starts)
     goals = jnp.where((kind == MOVE_GOAL) & slot, move_cell[None], lake.goals)
-    found = jnp.where(kind == FLIP_HOLE, can_flip, can_move & (lake.num_agents > 0))
+    found = jnp.select([kind == FLIP_HOLE, kind == MOVE_HOLE, kind == NO_OP],
+                       [can_flip, has_hole & can_move, jnp.bool_(True)], can_move & (lake.num_agents > 0))
     return lake.replace(holes=holes, starts=starts.astype(jnp.int32), goals=goals.astype(jnp.int32)), found
 
 
 def mutate(key: jax.Array, lake: Lake, num_edits: Union[int, jax.Array], *, min_dist: Any = 1,
-           max_dist: Optional[Any] = None) -> Lake:
+           max_dist: Optional[Any] = None, kinds: tuple = DEFAULT_KINDS, keep_conflicts: bool = False) -> Lake:
     """``num_edits`` random edits of ``lake``, each kept only if every generator guarantee holds.
 
     See the module docstring for the edits and the guarantees. Pure, ``jit``-able and
@@ -158,22 +181,29 @@ def mutate(key: jax.Array, lake: Lake, num_edits: Union[int, jax.Array], *, min_
         stats recomputed).
       min_dist: the lower distance bound of ``stats.dist_ok``, the config's that made the lake.
       max_dist: its upper bound (``None``: none), likewise.
+      kinds: the edit kinds drawn from, uniformly (static; indices of :data:`EDIT_KINDS`).
+      keep_conflicts: keep an edit only if the number of conflicting agent pairs is unchanged.
 
     Returns:
       The mutated :class:`Lake` (same capacity, region, agents, slip, horizon and goal rule)
       with ``stats`` recomputed (``attempts`` kept).
     """
     _check_lake(lake)
+    kinds = tuple(int(k) for k in kinds)
+    if not kinds or any(k < 0 or k >= len(EDIT_KINDS) for k in kinds):
+        raise ValueError(f"kinds={kinds!r} must be a non-empty tuple of edit kinds in [0, {len(EDIT_KINDS) - 1}]")
 
     def stats_of(x: Lake):
         return lake_stats(x, min_dist, max_dist)
 
     def edit(e, carry):
         current, stats = carry
-        candidate, found = _propose(jax.random.fold_in(key, e), current)
+        candidate, found = _propose(jax.random.fold_in(key, e), current, kinds)
         new_stats = stats_of(candidate)
         reachable = jnp.all((new_stats.path_len < UNREACHABLE) | ~candidate.agent_mask)
         keep = found & reachable & (new_stats.dist_ok | ~stats.dist_ok)
+        if keep_conflicts:
+            keep = keep & (new_stats.conflict_density == stats.conflict_density)
         return jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), (candidate, new_stats), (current, stats))
 
     stats0 = stats_of(lake)

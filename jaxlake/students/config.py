@@ -30,8 +30,10 @@ def _float(name: str, value: Any, low: float, high: float, *, low_open: bool = F
 
 
 #: UED methods (:mod:`jaxlake.students.ued`) and their regret scores.
-UED_METHODS = ("dr", "plr", "accel")
+UED_METHODS = ("dr", "plr", "accel", "sfl")
 UED_SCORES = ("pvl", "maxmc")
+#: What ``ippo.num_updates`` counts with a UED method (:class:`UEDConfig`).
+UED_BUDGETS = ("grad_steps", "lake_steps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,41 +42,66 @@ class UEDConfig:
 
     Attributes:
       method: ``dr`` (a fresh pool from the mixture every update: the plain trainer), ``plr``
-        (robust prioritised level replay over a level buffer) or ``accel`` (PLR whose replay
-        updates are followed by an update on mutations of the replayed levels).
+        (robust prioritised level replay over a level buffer), ``accel`` (PLR whose replay
+        updates are followed by an update on mutations of the buffer's top levels) or ``sfl``
+        (sampling for learnability: every ``sfl_every`` updates the current policy plays
+        ``sfl_levels`` fresh levels ``sfl_repeats`` times, the ``sfl_buffer`` levels of highest
+        ``p (1 - p)`` are kept, and every update's pool mixes ``sfl_ratio`` of them with fresh levels).
+      budget: what ``ippo.num_updates`` counts: ``grad_steps`` (policy updates: an update that
+        does not train, a robust method's new or mutated levels, comes on top, so every method
+        gets the same gradient steps and learning-rate schedule) or ``lake_steps`` (every
+        update, trained or not: every method plays the same lake steps; the learning rate is
+        annealed by the updates played, so it reaches 0 at the end of the run as ``dr``'s does).
       score: the regret estimate of a level, ``pvl`` (positive value loss) or ``maxmc``.
-      buffer_size: the level buffer's capacity.
-      replay_prob: probability that an update replays buffer levels (once the buffer may).
+      buffer_size: the level buffer's capacity (PLR, ACCEL).
+      replay_prob: probability that an update replays buffer levels (once the buffer may);
+        JaxUED's example's 0.8.
       min_fill: share of the buffer that must be filled before any replay.
       temperature: rank prioritisation's temperature (``h = rank ** (-1 / temperature)``).
       staleness_coef: weight of the staleness distribution in the replay distribution.
       robust: update the policy only on replayed levels (robust PLR, ACCEL); false: on every update.
-      num_edits: edits per mutation (:func:`jaxlake.levels.mutate`), ACCEL only.
+      num_edits: at most this many edits per ACCEL child (each child draws 1 .. num_edits,
+        :func:`jaxlake.levels.mutate` with :data:`jaxlake.levels.IN_SUPPORT_KINDS`).
+      sfl_levels, sfl_repeats, sfl_buffer, sfl_ratio, sfl_every: SFL's scored levels, the
+        episodes each plays to estimate its success rate ``p``, the levels kept, the share of an
+        update's pool drawn from them, and the updates between two scorings (a divisor of
+        ``ippo.eval_every``).
     """
 
     method: str = "dr"
+    budget: str = "grad_steps"
     score: str = "maxmc"
-    buffer_size: int = 1024
-    replay_prob: float = 0.5
+    buffer_size: int = 4096
+    replay_prob: float = 0.8
     min_fill: float = 0.5
     temperature: float = 0.3
     staleness_coef: float = 0.3
     robust: bool = True
-    num_edits: int = 5
+    num_edits: int = 2
+    sfl_levels: int = 1024
+    sfl_repeats: int = 4
+    sfl_buffer: int = 256
+    sfl_ratio: float = 0.5
+    sfl_every: int = 20
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
-        for name, choices in (("method", UED_METHODS), ("score", UED_SCORES)):
+        for name, choices in (("method", UED_METHODS), ("score", UED_SCORES), ("budget", UED_BUDGETS)):
             value = getattr(self, name)
             if value not in choices:
                 raise StudentConfigError(f"ippo.ued.{name}={value!r} must be one of {', '.join(choices)}")
-        for name, low in (("buffer_size", 1), ("num_edits", 0)):
+        for name, low in (("buffer_size", 1), ("num_edits", 1), ("sfl_levels", 1), ("sfl_repeats", 1),
+                          ("sfl_buffer", 1), ("sfl_every", 1)):
             set_(name, _int(f"ued.{name}", getattr(self, name), low))
         for name, low, high, low_open in (("replay_prob", 0.0, 1.0, False), ("min_fill", 0.0, 1.0, False),
-                                          ("temperature", 0.0, 1e3, True), ("staleness_coef", 0.0, 1.0, False)):
+                                          ("temperature", 0.0, 1e3, True), ("staleness_coef", 0.0, 1.0, False),
+                                          ("sfl_ratio", 0.0, 1.0, False)):
             set_(name, _float(f"ued.{name}", getattr(self, name), low, high, low_open=low_open))
         if not isinstance(self.robust, bool):
             raise StudentConfigError(f"ippo.ued.robust={self.robust!r} must be true or false")
+        if self.sfl_buffer > self.sfl_levels:
+            raise StudentConfigError(f"ippo.ued.sfl_buffer={self.sfl_buffer} must be in [1, ippo.ued.sfl_levels="
+                                     f"{self.sfl_levels}] (the kept levels are among the scored ones)")
 
     @classmethod
     def from_value(cls, value: Any) -> "UEDConfig":
@@ -191,6 +218,9 @@ class IPPOConfig:
         if self.ued.method != "dr" and not self.pool_lakes:
             raise StudentConfigError(f"ippo.pool_lakes=0 must be positive with ippo.ued.method={self.ued.method} "
                                      "(the levels of an update are a pool)")
+        if self.ued.method == "sfl" and self.eval_every % self.ued.sfl_every:
+            raise StudentConfigError(f"ippo.ued.sfl_every={self.ued.sfl_every} must divide ippo.eval_every="
+                                     f"{self.eval_every} (SFL scores its levels at fixed updates of every chunk)")
 
     def check_batch(self, actors: int) -> None:
         """The minibatch split fits a rollout of ``actors`` actors per lake."""

@@ -21,7 +21,18 @@ checkpoints between chunks; chaining ``init`` and ``chunk`` gives exactly ``trai
 Which levels an update plays is the ``levels`` hook's (:mod:`jaxlake.students.ued`,
 ``ippo.ued``): none (domain randomisation, ``dr``: a fresh pool every update, the loop above)
 or a PLR / ACCEL level buffer, which picks each update's pool, may skip its policy update
-(robust PLR) and takes the pool's regret scores after the rollout.
+(robust PLR) and takes the pool's regret scores after the rollout, or SFL's learnable levels
+(scored by the policy's rollouts every ``sfl_every`` updates of a chunk).
+
+**Budgets and the learning rate.** With ``ippo.ued.budget=grad_steps`` (the default) a step of
+the loop is one *policy* update: the plays without one (a robust method's new levels, ACCEL's
+children) run before it in a ``lax.while_loop``, so every method makes ``num_updates``
+gradient updates and Adam's count, which only policy updates advance, runs the learning-rate
+schedule (linear to 0 over ``num_updates`` updates) to its end, as ``dr``'s does; the lake
+steps played differ (:class:`~jaxlake.students.ued.UEDMetrics` counts them). With
+``lake_steps`` a step is one play, trained or not (every method plays the same lake steps),
+and a play without a policy update advances the schedule's count (not Adam's moments), so the
+learning rate again reaches 0 at the end of the run.
 
 Pure and device-agnostic: no host callback in the hot path (``log_every=0``), so
 ``jax.vmap(train)(keys)`` trains several seeds at once and it runs on CPU, GPU and TPU alike.
@@ -45,11 +56,11 @@ from jaxlake.students.evaluate import EvalResult, evaluate_greedy
 from jaxlake.students.gae import gae
 from jaxlake.students.lakes import heldout_lakes
 from jaxlake.students.network import ActorCritic, log_prob, sample
-from jaxlake.students.ued import Levels, UEDMetrics, make_levels
+from jaxlake.students.ued import Levels, UEDMetrics, make_levels, success_rates
 from jaxlake.students.update import Batch, LossInfo, update_epochs
 
-__all__ = ["IPPO", "ChunkMetrics", "RunnerState", "Transition", "UpdateMetrics", "advantages", "build",
-           "collect", "eval_mixture", "lake_student", "log", "make_train"]
+__all__ = ["IPPO", "ChunkMetrics", "RunnerState", "Transition", "UpdateMetrics", "advance_schedule", "advantages",
+           "build", "collect", "eval_mixture", "lake_student", "log", "make_train", "progress"]
 
 
 class RunnerState(NamedTuple):
@@ -150,14 +161,33 @@ def log(traj: Transition, loss: LossInfo, update: jax.Array, log_every: int) -> 
     valid = traj.obs.valid.astype(jnp.float32)
     reward = jnp.sum(traj.reward * valid) / jnp.maximum(jnp.sum(valid), 1.0)
     metrics = UpdateMetrics(episodes=episodes.astype(jnp.float32), success=success, reward=reward, loss=loss)
-    if log_every:
-        def show(u, s, n, l):
-            print(f"[ippo] update {int(u)}: train success {float(s):.3f} over {int(n)} episodes, loss {float(l):.4f}",
-                  flush=True)
-
-        jax.lax.cond(update % log_every == 0,
-                     lambda: jax.debug.callback(show, update, success, episodes, loss.loss), lambda: None)
+    progress(metrics, update, log_every)
     return metrics
+
+
+def progress(metrics: UpdateMetrics, update: jax.Array, log_every: int) -> None:
+    """Every ``log_every`` updates (0: never) a progress line through ``jax.debug.callback``."""
+    if not log_every:
+        return
+
+    def show(u, s, n, l):
+        print(f"[ippo] update {int(u)}: train success {float(s):.3f} over {int(n)} episodes, loss {float(l):.4f}",
+              flush=True)
+
+    jax.lax.cond(update % log_every == 0,
+                 lambda: jax.debug.callback(show, update, metrics.success, metrics.episodes, metrics.loss.loss),
+                 lambda: None)
+
+
+def advance_schedule(opt_state: Any, steps: int) -> Any:
+    """``opt_state`` with the learning-rate schedule's count advanced by ``steps`` (Adam's own
+    count and moments untouched): an update that trains nothing still moves the schedule on."""
+    def bump(x):
+        if isinstance(x, optax.ScaleByScheduleState):
+            return x._replace(count=x.count + jnp.asarray(steps, x.count.dtype))
+        return x
+
+    return jax.tree_util.tree_map(bump, opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByScheduleState))
 
 
 # ============================================================================ the loop
@@ -176,6 +206,7 @@ def build(config: IPPOConfig, env: StudentEnv, *, heldout: Optional[Callable[[An
     lr = (optax.linear_schedule(config.lr, 0.0, config.num_updates * steps_per_update) if config.anneal_lr
           else config.lr)
     tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5))
+    by_grad_steps = config.ued.budget == "grad_steps"
 
     def init(key: jax.Array) -> RunnerState:
         k_env, k_net, key = jax.random.split(key, 3)
@@ -190,30 +221,61 @@ def build(config: IPPOConfig, env: StudentEnv, *, heldout: Optional[Callable[[An
             minibatches=config.num_minibatches, clip_eps=config.clip_eps, vf_coef=config.vf_coef,
             ent_coef=config.ent_coef)
 
-    def update_step(runner: RunnerState, _) -> tuple[RunnerState, UpdateMetrics]:
+    def skip(k, r, b):
+        shapes = jax.eval_shape(learn, k, r, b)[2]
+        opt_state = r.opt_state if by_grad_steps else advance_schedule(r.opt_state, steps_per_update)
+        return r.params, opt_state, jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    def play(runner: RunnerState) -> tuple[RunnerState, UpdateMetrics, jax.Array]:
+        """One play of the hook's levels: its pool, the rollout, the policy update if the plan
+        learns, the scores to the buffer (the update counter is not advanced)."""
         key, k_refresh, k_update = jax.random.split(runner.key, 3)
-        if levels is None:
-            runner = runner._replace(env_state=env.refresh(k_refresh, runner.env_state), key=key)
-        else:  # the hook picks the pool; every instance restarts on it
-            ued, plan = levels.start(k_refresh, runner.ued)
-            env_state, obs = env.load(runner.env_state, plan.pool)
-            runner = runner._replace(env_state=env_state, obs=obs, key=key, ued=ued)
+        ued, plan = levels.start(k_refresh, runner.ued)
+        env_state, obs = env.load(runner.env_state, plan.pool)  # every instance restarts on the pool
+        runner = runner._replace(env_state=env_state, obs=obs, key=key, ued=ued)
         runner, traj = collect(runner, env, apply, config.num_steps)
         _, last_value = apply(runner.params, runner.obs.grid, runner.obs.scalars, runner.obs.avail)
         batch = advantages(traj, last_value, config)
+        learns = levels.learns(plan)
+        params, opt_state, loss = jax.lax.cond(learns, learn, skip, k_update, runner, batch)
+        ued, ued_metrics = levels.finish(runner.ued, plan, traj, batch.advantage.reshape(traj.reward.shape))
+        metrics = log(traj, loss, runner.update + 1, 0)._replace(ued=ued_metrics)
+        return runner._replace(params=params, opt_state=opt_state, ued=ued), metrics, learns
+
+    def update_step(runner: RunnerState, i: jax.Array) -> tuple[RunnerState, UpdateMetrics]:
         if levels is None:
+            key, k_refresh, k_update = jax.random.split(runner.key, 3)
+            runner = runner._replace(env_state=env.refresh(k_refresh, runner.env_state), key=key)
+            runner, traj = collect(runner, env, apply, config.num_steps)
+            _, last_value = apply(runner.params, runner.obs.grid, runner.obs.scalars, runner.obs.avail)
+            batch = advantages(traj, last_value, config)
             params, opt_state, loss = learn(k_update, runner, batch)
             metrics = log(traj, loss, runner.update + 1, config.log_every)
             return runner._replace(params=params, opt_state=opt_state, update=runner.update + 1), metrics
 
-        def skip(k, r, b):
-            shapes = jax.eval_shape(learn, k, r, b)[2]
-            return r.params, r.opt_state, jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        scored = jnp.zeros((), jnp.float32)
+        if levels.refresh is not None:  # i is the update's index in its chunk: a real cond, even under vmap
+            due = i % levels.period == 0
+            key, k_score = jax.random.split(runner.key)
+            ued = jax.lax.cond(due, lambda u: levels.refresh(k_score, u, runner.params), lambda u: u, runner.ued)
+            runner = runner._replace(key=key, ued=ued)
+            scored = jnp.where(due, jnp.float32(levels.refresh_steps), scored)
+        if by_grad_steps:  # plays without a policy update first, then the one with it
+            def body(carry):
+                r, _, plays, _ = carry
+                r, m, learned = play(r)
+                return r, m, plays + 1.0, learned
 
-        params, opt_state, loss = jax.lax.cond(levels.learns(plan), learn, skip, k_update, runner, batch)
-        ued, ued_metrics = levels.finish(runner.ued, plan, traj, batch.advantage.reshape(traj.reward.shape))
-        metrics = log(traj, loss, runner.update + 1, config.log_every)._replace(ued=ued_metrics)
-        return runner._replace(params=params, opt_state=opt_state, update=runner.update + 1, ued=ued), metrics
+            shapes = jax.eval_shape(play, runner)[1]
+            zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+            runner, metrics, plays, _ = jax.lax.while_loop(
+                lambda c: ~c[3], body, (runner, zeros, jnp.zeros((), jnp.float32), jnp.zeros((), bool)))
+        else:
+            runner, metrics, _ = play(runner)
+            plays = jnp.ones((), jnp.float32)
+        metrics = metrics._replace(ued=metrics.ued._replace(plays=plays, scored_steps=scored))
+        progress(metrics, runner.update + 1, config.log_every)
+        return runner._replace(update=runner.update + 1), metrics
 
     def evaluate(params: Any) -> EvalResult:
         if heldout is None:
@@ -222,7 +284,7 @@ def build(config: IPPOConfig, env: StudentEnv, *, heldout: Optional[Callable[[An
         return heldout(params)
 
     def chunk(runner: RunnerState) -> tuple[RunnerState, ChunkMetrics]:
-        runner, updates = jax.lax.scan(update_step, runner, None, config.eval_every)
+        runner, updates = jax.lax.scan(update_step, runner, jnp.arange(config.eval_every, dtype=jnp.int32))
         return runner, ChunkMetrics(updates, evaluate(runner.params))
 
     def train(key: jax.Array) -> tuple[RunnerState, ChunkMetrics]:
@@ -252,15 +314,22 @@ def lake_student(config: IPPOConfig, mixture: Any) -> IPPO:
     mixture = Mixture.of(mixture)
     env = lake_env(mixture, radius=config.radius, pool_lakes=config.pool_lakes,
                    arrive_reward=config.arrive_reward, fall_reward=config.fall_reward)
+    network = ActorCritic(num_actions=env.num_actions, hidden=config.hidden, conv=config.conv)
     levels = None
     if config.ued.method != "dr":  # mutations keep the loosest distance bounds of the mixture
         uncapped = any(c.max_dist is None for c in mixture.configs)
-        levels = make_levels(config.ued, env, config.pool_lakes, min_dist=min(int(c.min_dist) for c in mixture.configs),
-                             max_dist=None if uncapped else max(int(c.max_dist) for c in mixture.configs))
+        ued = config.ued
+
+        def success(params: Any, lakes: Any, key: jax.Array) -> jax.Array:
+            return success_rates(params, network.apply, lakes, actors=env.actors, radius=config.radius,
+                                 horizon=mixture.horizon, key=key, repeats=ued.sfl_repeats)
+
+        levels = make_levels(ued, env, config.pool_lakes, min_dist=min(int(c.min_dist) for c in mixture.configs),
+                             max_dist=None if uncapped else max(int(c.max_dist) for c in mixture.configs),
+                             success=success, scored_steps=ued.sfl_levels * ued.sfl_repeats * mixture.horizon)
     suite = eval_mixture(config, mixture, env.actors)
     lakes, _ = heldout_lakes(suite, config.eval_lakes, config.eval_seed)
     eval_key = jax.random.fold_in(jax.random.PRNGKey(config.eval_seed), 1)
-    network = ActorCritic(num_actions=env.num_actions, hidden=config.hidden, conv=config.conv)
 
     def heldout(params: Any) -> EvalResult:
         return evaluate_greedy(params, network.apply, lakes, actors=env.actors, radius=config.radius,

@@ -75,6 +75,10 @@ def _reference(level, valid, done, reward, value, adv, prior, score):
                     if valid[t, e, k] and level[t, e] >= 0:
                         best[level[t, e]] = max(best[level[t, e]], g[e, k])
                     g[e, k] = 0.0
+    for e in range(E):  # an episode the rollout cut off counts with its partial return
+        for k in range(K):
+            if valid[T - 1, e, k] and not done[T - 1, e, k] and level[T - 1, e] >= 0:
+                best[level[T - 1, e]] = max(best[level[T - 1, e]], g[e, k])
     scores, played = np.zeros(P), np.zeros(P, bool)
     for p in range(P):
         xs = []
@@ -102,11 +106,11 @@ def test_scores_equal_a_numpy_reference(score):
     np.testing.assert_allclose(np.asarray(best), ref_best, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(scores)[ref_played], ref_scores[ref_played], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ref_best[:2], [1.0, 1.0])  # level 0: actor 0 had 0.25 - 1, actor 1 had +1
-    assert np.isinf(ref_best[2]) and ref_best[3] == 0.5
-    if score == "maxmc":
-        assert list(ref_played) == [True, True, False, False]  # level 2 has no ended episode
-    else:
-        assert list(ref_played) == [True, True, True, False]
+    # level 2's episode is cut off by the rollout's end: its partial return (0) counts, so MaxMC
+    # scores it too (it once dropped such levels: the long, hard ones)
+    assert ref_best[2] == 0.0 and ref_best[3] == 0.5
+    assert list(ref_played) == [True, True, True, False]
+    assert float(best[2]) == 0.0 and bool(played[2])
 
 
 # --------------------------------------------------------------------------- the buffer
@@ -140,14 +144,64 @@ def test_insertion_keeps_the_top_scores_and_updates_duplicates_and_staleness(lak
     assert float(again.max_returns[slot]) == 1.0
     assert int(again.last_seen[slot]) == 5
     assert set(np.asarray(again.hashes).tolist()) == want
-    # replaying marks the drawn slots as played now; update_played writes their scores
+    # drawing a replay marks nothing; update_played writes the played slots' scores and marks
+    # them (and only them) as played now
     buf = again.replace(clock=jnp.int32(9))
-    buf2, idx = jax.jit(ued.sample_replay, static_argnums=2)(jax.random.PRNGKey(1), buf, 3, 0.3, 0.3)
-    np.testing.assert_array_equal(np.asarray(buf2.last_seen)[np.asarray(idx)], 9)
-    untouched = np.setdiff1d(np.arange(4), np.asarray(idx))
-    np.testing.assert_array_equal(np.asarray(buf2.last_seen)[untouched], np.asarray(buf.last_seen)[untouched])
-    buf3 = ued.update_played(buf2, idx, jnp.asarray([2.0, 2.0, 2.0]), jnp.zeros(3), jnp.asarray([True, True, True]))
-    np.testing.assert_allclose(np.asarray(buf3.scores)[np.asarray(idx)], 2.0)
+    idx = jax.jit(ued.sample_replay, static_argnums=2)(jax.random.PRNGKey(1), buf, 3, 0.3, 0.3)
+    played = jnp.asarray([True, False, False])
+    buf3 = jax.jit(ued.update_played)(buf, idx, jnp.asarray([2.0, 2.0, 2.0]), jnp.zeros(3), played)
+    first = int(idx[0])
+    assert float(buf3.scores[first]) == 2.0 and int(buf3.last_seen[first]) == 9
+    for j in set(np.asarray(idx[1:]).tolist()) - {first}:  # drawn, never reached by the rollout
+        assert int(buf3.last_seen[j]) == int(buf.last_seen[j]) and float(buf3.scores[j]) == float(buf.scores[j])
+
+
+def _reference_insert(scores, filled, last_seen, hashes, clock, new, temperature, rho):
+    """JaxUED's insertion, level by level, with the replay weights recomputed from scratch."""
+    scores, filled, last_seen, hashes = list(scores), list(filled), list(last_seen), list(hashes)
+    for h, score in new:
+        if h in [hashes[i] for i in range(len(scores)) if filled[i]]:
+            slot = [i for i in range(len(scores)) if filled[i] and hashes[i] == h][0]
+        elif not all(filled):
+            slot = filled.index(False)
+        else:
+            w = _reference_weights(np.asarray(scores), np.asarray(filled), np.asarray(last_seen), clock, temperature, rho)
+            slot = int(np.argmin(w))
+            if not score > scores[slot]:
+                continue
+        scores[slot], filled[slot], last_seen[slot], hashes[slot] = score, True, clock, h
+    return scores, filled, last_seen, hashes
+
+
+def test_insertion_replaces_the_lowest_weight_not_the_lowest_score(lakes):
+    """A full buffer whose lowest-scored level is the stalest: its staleness weight keeps it,
+    and the new level replaces the slot of lowest replay weight (JaxUED), not of lowest score."""
+    template = jax.tree_util.tree_map(lambda x: x[0], lakes)
+    buf = ued.insert(ued.empty_buffer(template, 4), _take(lakes, range(4)), jnp.asarray([0.1, 0.2, 0.9, 0.8]),
+                     jnp.zeros(4), jnp.ones(4, bool))
+    buf = buf.replace(last_seen=jnp.asarray([0, 10, 10, 10], jnp.int32), clock=jnp.int32(10))
+    w = np.asarray(ued.replay_weights(buf, 0.3, 0.3))
+    assert np.argmin(np.asarray(buf.scores)) == 0 and np.argmin(w) == 1
+    out = jax.jit(ued.insert)(buf, _take(lakes, [4]), jnp.asarray([0.5]), jnp.zeros(1), jnp.ones(1, bool))
+    assert np.asarray(out.scores).tolist() == pytest.approx([0.1, 0.5, 0.9, 0.8])
+    # a batch, level by level: the weights before every insertion are exact (ranks kept up to date)
+    rng = np.random.default_rng(0)
+    many = fresh_pool(jax.random.PRNGKey(5), ENV, 40)
+    big = ued.empty_buffer(template, 12)
+    big = ued.insert(big, _take(many, range(12)), jnp.asarray(rng.random(12), jnp.float32), jnp.zeros(12),
+                     jnp.ones(12, bool))
+    big = big.replace(last_seen=jnp.asarray(rng.integers(0, 6, 12), jnp.int32), clock=jnp.int32(6))
+    new_scores = rng.random(28).astype(np.float32)
+    new_scores[[3, 9]] = np.asarray(big.scores)[[0, 1]]  # ties with scores already in the buffer
+    order = list(range(12, 40)) + [2, 5]  # and two duplicates of levels in the buffer
+    all_scores = np.concatenate([new_scores, [0.95, 0.01]]).astype(np.float32)
+    out = jax.jit(ued.insert)(big, _take(many, order), jnp.asarray(all_scores), jnp.zeros(30), jnp.ones(30, bool))
+    hashes = np.asarray(jax.vmap(lake_hash)(many))
+    ref = _reference_insert(np.asarray(big.scores), np.asarray(big.filled), np.asarray(big.last_seen),
+                            np.asarray(big.hashes), 6, list(zip(hashes[order], all_scores)), 0.3, 0.3)
+    np.testing.assert_allclose(np.asarray(out.scores), ref[0], rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(out.hashes), ref[3])
+    np.testing.assert_array_equal(np.asarray(out.last_seen), ref[2])
 
 
 def _reference_weights(scores, filled, last_seen, clock, temperature, rho):
@@ -180,49 +234,85 @@ def test_replay_only_samples_filled_slots(lakes):
     filled[[2, 5, 11]] = True
     buf = ued.empty_buffer(template, 16).replace(filled=jnp.asarray(filled), clock=jnp.int32(4),
                                                  scores=jnp.arange(16, dtype=jnp.float32))
-    _, idx = jax.jit(ued.sample_replay, static_argnums=2)(jax.random.PRNGKey(0), buf, 512, 0.3, 0.3)
+    idx = jax.jit(ued.sample_replay, static_argnums=2)(jax.random.PRNGKey(0), buf, 512, 0.3, 0.3)
     assert set(np.asarray(idx).tolist()) == {2, 5, 11}
 
 
 def test_config_names_the_bad_field():
     for bad, field in ((dict(method="paired"), "ippo.ued.method"), (dict(score="x"), "ippo.ued.score"),
                        (dict(replay_prob=1.5), "ippo.ued.replay_prob"), (dict(buffer_size=0), "ippo.ued.buffer_size"),
-                       (dict(robust="yes"), "ippo.ued.robust"), (dict(bogus=1), "ippo.ued")):
+                       (dict(robust="yes"), "ippo.ued.robust"), (dict(bogus=1), "ippo.ued"),
+                       (dict(budget="time"), "ippo.ued.budget"), (dict(num_edits=0), "ippo.ued.num_edits"),
+                       (dict(sfl_ratio=2), "ippo.ued.sfl_ratio"), (dict(sfl_buffer=9, sfl_levels=8), "ippo.ued.sfl_buffer"),
+                       (dict(method="sfl", sfl_every=3), "ippo.ued.sfl_every")):
         with pytest.raises(StudentConfigError, match=field.replace(".", r"\.")):
             IPPOConfig(ued=bad)
     with pytest.raises(StudentConfigError, match="ippo.pool_lakes"):
         IPPOConfig(pool_lakes=0, ued=dict(method="plr"))
     assert IPPOConfig().ued == UEDConfig() and UEDConfig().method == "dr"
+    # JaxUED's example's replay probability and a buffer far larger than a pool; 1-2 edits a child
+    d = UEDConfig()
+    assert (d.replay_prob, d.buffer_size, d.num_edits, d.budget) == (0.8, 4096, 2, "grad_steps")
 
 
 # --------------------------------------------------------------------------- ACCEL's mutations
-def test_accel_mutations_keep_the_guarantees_and_enter_the_buffer():
+def test_accel_children_are_small_in_support_edits_of_the_buffer_top():
+    """ACCEL's parents are the buffer's top-scored levels (not the replay draws, most of them
+    copies of one lake); each child is 1-2 in-support edits: starts and goals frozen, distinct,
+    reachable, the hole count and the conflicting pairs kept (a lake the generator could make)."""
     P = 8
     env = lake_env(ENV, pool_lakes=P)
-    config = UEDConfig(method="accel", buffer_size=32, num_edits=4)
+    config = UEDConfig(method="accel", buffer_size=32, num_edits=2)
     hook = ued.make_levels(config, env, P, min_dist=ENV.min_dist, max_dist=ENV.max_dist)
     state = hook.init(jax.random.PRNGKey(0))
-    parents = env.draw(jax.random.PRNGKey(1), P)
-    state = state._replace(parents=parents, mode=jnp.int32(ued.REPLAY))  # the update after a replay
+    lakes = env.draw(jax.random.PRNGKey(1), 24)
+    scores = np.random.default_rng(0).permutation(24).astype(np.float32)
+    buf = ued.insert(state.buffer, lakes, jnp.asarray(scores), jnp.zeros(24), jnp.ones(24, bool))
+    state = state._replace(buffer=buf, mode=jnp.int32(ued.REPLAY))  # the update after a replay
     state, plan = jax.jit(hook.start)(jax.random.PRNGKey(2), state)
     assert int(plan.mode) == ued.MUTATE and not bool(hook.learns(plan))
-    kids, dads = to_numpy(plan.pool), to_numpy(parents)
+    top = np.argsort(-scores)[:P]  # best first
+    kids, dads = to_numpy(plan.pool), to_numpy(_take(lakes, top))
     changed = 0
     for i in range(P):
-        kid = jax.tree_util.tree_map(lambda x: x[i], kids)
+        kid, dad = (jax.tree_util.tree_map(lambda x: x[i], t) for t in (kids, dads))
         check_lake(kid, ENV)  # the generator's own checker, with the config's bounds
-        np.testing.assert_array_equal(kid.region, dads.region[i])
-        changed += int(not (np.array_equal(kid.holes, dads.holes[i]) and np.array_equal(kid.starts, dads.starts[i])
-                            and np.array_equal(kid.goals, dads.goals[i])))
-    assert changed >= P // 2
+        np.testing.assert_array_equal(kid.region, dad.region)
+        assert kid.holes.sum() == dad.holes.sum()
+        assert kid.stats.conflict_density == dad.stats.conflict_density
+        moved = (np.any(kid.starts != dad.starts, axis=1).sum() + np.any(kid.goals != dad.goals, axis=1).sum()
+                 + (kid.holes != dad.holes).sum() // 2)
+        assert moved <= 2, (i, moved)
+        changed += int(moved > 0)
+    assert changed >= 1
     assert not bool(jnp.any(jax.vmap(is_held_out)(plan.pool)))
     # every child played (one step each) enters the buffer
     T, E, K = 1, P, 2
     traj = _Traj(level=jnp.arange(P, dtype=jnp.int32)[None], obs=_Obs(valid=jnp.ones((T, E, K), bool)),
                  reward=jnp.zeros((T, E, K)), done=jnp.ones((T, E, K), bool), value=jnp.zeros((T, E, K)))
     state, metrics = jax.jit(hook.finish)(state, plan, traj, jnp.zeros((T, E, K)))
-    assert int(jnp.sum(state.buffer.filled)) == len(set(np.asarray(jax.vmap(lake_hash)(plan.pool)).tolist()))
     assert set(np.asarray(jax.vmap(lake_hash)(plan.pool)).tolist()) <= set(np.asarray(state.buffer.hashes).tolist())
+
+
+def test_a_replay_marks_only_the_levels_its_rollout_played(lakes):
+    P = 8
+    env = lake_env(ENV, pool_lakes=P)
+    hook = ued.make_levels(UEDConfig(method="plr", buffer_size=8, min_fill=0.0, replay_prob=1.0), env, P)
+    state = hook.init(jax.random.PRNGKey(0))
+    buf = ued.insert(state.buffer, lakes, jnp.arange(8, dtype=jnp.float32), jnp.zeros(8), jnp.ones(8, bool))
+    state = state._replace(buffer=buf.replace(clock=jnp.int32(4)))
+    state, plan = jax.jit(hook.start)(jax.random.PRNGKey(1), state)
+    assert int(plan.mode) == ued.REPLAY
+    T, E, K = 2, P, 2
+    level = np.tile(np.arange(P, dtype=np.int32), (T, 1))
+    level[:, 3:] = -1  # the rollout reached only pool levels 0-2
+    traj = _Traj(level=jnp.asarray(level), obs=_Obs(valid=jnp.ones((T, E, K), bool)), reward=jnp.zeros((T, E, K)),
+                 done=jnp.zeros((T, E, K), bool), value=jnp.zeros((T, E, K)))
+    after, _ = jax.jit(hook.finish)(state, plan, traj, jnp.zeros((T, E, K)))
+    seen = np.asarray(after.buffer.last_seen)
+    reached = set(np.asarray(plan.idx)[:3].tolist())
+    for slot in range(8):
+        assert seen[slot] == (5 if slot in reached else 0), (slot, seen, reached)
 
 
 # --------------------------------------------------------------------------- in the trainer
@@ -266,26 +356,52 @@ def test_dr_equals_the_plain_trainer_bit_for_bit():
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-@pytest.mark.parametrize("method", ["plr", "accel"])
-def test_plr_and_accel_train_under_jit_and_vmap(method):
-    config = IPPOConfig(**SMALL, ued=dict(method=method, buffer_size=16, min_fill=0.25, replay_prob=0.5))
+def _counts(opt_state):
+    """(Adam's count, the learning-rate schedule's count) of the trainer's optimiser state."""
+    import optax
+
+    leaves = jax.tree_util.tree_leaves(opt_state, is_leaf=lambda x: isinstance(x, (optax.ScaleByAdamState,
+                                                                                 optax.ScaleByScheduleState)))
+    adam = [x for x in leaves if isinstance(x, optax.ScaleByAdamState)][0]
+    sched = [x for x in leaves if isinstance(x, optax.ScaleByScheduleState)][0]
+    return np.asarray(adam.count), np.asarray(sched.count)
+
+
+@pytest.mark.parametrize("method,budget", [("plr", "grad_steps"), ("accel", "lake_steps")])
+def test_plr_and_accel_train_under_jit_and_vmap(method, budget):
+    config = IPPOConfig(**SMALL, ued=dict(method=method, buffer_size=16, min_fill=0.25, replay_prob=0.5, budget=budget))
     env = lake_env(ENV, pool_lakes=config.pool_lakes)
     trainer = build(config, env)  # no held-out evaluation: the UED loop alone
     runner, chunks = jax.jit(jax.vmap(trainer.train))(jax.random.split(jax.random.PRNGKey(0), 2))
-    modes = np.asarray(chunks.updates.ued.mode).reshape(2, -1)  # [seed, update]
-    assert modes[:, 0].tolist() == [ued.NEW, ued.NEW]  # an empty buffer cannot replay
-    assert (modes == ued.REPLAY).any(), modes
-    if method == "accel":  # a mutation update follows every replay
-        for row in modes:
-            for u in range(len(row) - 1):
-                if row[u] == ued.REPLAY:
-                    assert row[u + 1] == ued.MUTATE
-    else:
-        assert not (modes == ued.MUTATE).any()
+    u = chunks.updates.ued
+    modes, plays, learned = (np.asarray(x).reshape(2, -1) for x in (u.mode, u.plays, u.learned))  # [seed, step]
+    steps = config.num_updates * config.update_epochs * config.num_minibatches
+    adam, sched = _counts(runner.opt_state)
     fill = np.asarray(runner.ued.buffer.filled)
     assert fill.shape == (2, 16) and fill.sum(axis=1).min() > 0
     for x in jax.tree_util.tree_leaves(runner.params):
         assert np.isfinite(np.asarray(x)).all()
-    # robust: the policy is not updated on new or mutated levels (their loss terms are zeros)
     loss = np.asarray(chunks.updates.loss.loss).reshape(2, -1)
+    if budget == "grad_steps":
+        # every step is a policy update on replayed levels, the new levels' plays before it:
+        # the same gradient steps as dr, and the schedule (Adam's count) runs to its end (lr 0)
+        assert (learned == 1).all() and (modes == ued.REPLAY).all()
+        assert (plays[:, 0] >= 2).all()  # an empty buffer cannot replay: new levels first
+        assert (loss != 0).all()
+        np.testing.assert_array_equal(adam, steps)
+        np.testing.assert_array_equal(sched, steps)
+        return
+    assert (plays == 1).all()
+    assert modes[:, 0].tolist() == [ued.NEW, ued.NEW]  # an empty buffer cannot replay
+    assert (modes == ued.REPLAY).any(), modes
+    for row in modes:  # a mutation update follows every replay
+        for k in range(len(row) - 1):
+            if row[k] == ued.REPLAY:
+                assert row[k + 1] == ued.MUTATE
+    # robust: the policy is not updated on new or mutated levels (their loss terms are zeros)
     assert (loss[modes != ued.REPLAY] == 0).all()
+    np.testing.assert_array_equal(learned, modes == ued.REPLAY)
+    # fewer policy updates than updates, yet the schedule ran to its end (lr 0), as dr's does
+    np.testing.assert_array_equal(adam, (modes == ued.REPLAY).sum(axis=1) * config.update_epochs
+                                  * config.num_minibatches)
+    np.testing.assert_array_equal(sched, steps)
