@@ -96,6 +96,34 @@ def test_mutate_edits_every_kind_and_vmap_equals_one_at_a_time():
         assert_tree_equal(one(keys[i], take(parents, i), 6, min_dist=lo, max_dist=hi), take(children, i), f"lake {i}")
 
 
+def test_in_support_edits_keep_the_hole_count_and_the_conflicts():
+    """ACCEL's editor (IN_SUPPORT_KINDS, keep_conflicts): every child passes the generator's
+    checker with the parent's hole count and conflicting pairs (a lake the same config could
+    generate); the no-op leaves some children as they were, the moves change others; a bad
+    kind is refused."""
+    config = LakeConfig(height=5, width=5, num_agents=3, hole_density=0.2, conflict_density=0.5, max_steps=9, **CANVAS)
+    n = 48
+    parents = generate_lakes(11, config, n)
+    lo, hi = bounds(config)
+    edit = jax.jit(jax.vmap(lambda k, lake: levels.mutate(k, lake, 1, min_dist=lo, max_dist=hi,
+                                                           kinds=levels.IN_SUPPORT_KINDS, keep_conflicts=True)))
+    p, c = to_numpy(parents), to_numpy(edit(jax.random.split(jax.random.key(12), n), parents))
+    same = 0
+    for i in range(n):
+        child, parent = take(c, i), take(p, i)
+        check_lake(child, config)
+        assert child.holes.sum() == parent.holes.sum()
+        assert child.stats.conflict_density == parent.stats.conflict_density
+        same += int(np.array_equal(child.holes, parent.holes) and np.array_equal(child.starts, parent.starts)
+                    and np.array_equal(child.goals, parent.goals))
+    assert 0 < same < n
+    assert (np.any(p.holes != c.holes, axis=(1, 2))).any()  # some holes moved
+    noop = jax.jit(lambda k, lake: levels.mutate(k, lake, 3, kinds=(levels.NO_OP,)))(jax.random.key(0), take(parents, 0))
+    assert_tree_equal(noop.replace(stats=take(parents, 0).stats), take(parents, 0), "no-op")
+    with pytest.raises(ValueError, match="kinds"):
+        levels.mutate(jax.random.key(0), take(parents, 0), 1, kinds=(7,))
+
+
 def test_mutate_never_disconnects_a_corridor():
     # a one-cell-wide corridor: a hole between an agent and its goal would cut its only path,
     # so such edits are skipped and the goal always stays reachable
