@@ -1,25 +1,32 @@
 """The UED study of the IPPO student: ``python -m jaxlake.students.study`` (Hydra,
 ``conf/ued_study.yaml``; page docs/research/ued-study.md).
 
-Every *method* of ``study.methods`` (an ``ippo.ued`` setting: ``dr``, ``plr``, ``accel``, ...)
-trains the IPPO student on the ``env`` mixture with the ``ippo`` settings, so every method
-gets the same lake steps; seed ``s`` is the key ``PRNGKey(s)``, the run
+Every *method* of ``study.methods`` (an ``ippo.ued`` setting: ``dr``, ``plr``, ``accel``,
+``sfl``, ...) trains the IPPO student on the ``env`` mixture with the ``ippo`` settings. With
+``ippo.ued.budget=grad_steps`` (the default) every method makes the same ``ippo.num_updates``
+policy updates with the same learning-rate schedule, and the lake steps each one played (a
+robust method's new and mutated levels, SFL's scoring rollouts) are measured in the jit and
+recorded beside them; a row of ``budget: lake_steps`` plays ``dr``'s lake steps instead (fewer
+policy updates), the comparison at equal lake steps. Seed ``s`` is the key ``PRNGKey(s)``, the run
 ``python -m jaxlake.ippo seed=<s> ippo.ued.method=<m>`` would train (``study.seed_batch`` seeds
 are vmapped in one program, so floats may differ in the last bits). Each trained policy is
 then played greedily on the *held-out suite*: ``study.lakes_per_cell`` held-out lakes
 (:func:`jaxlake.students.lakes.heldout_lakes`, seed ``study.suite_seed``) of every cell of
-``study.cells`` (the ``env`` mixture with some lake fields set: more holes, larger lakes, more
-agents than training ever had), the same lakes for every method and seed.
+``study.cells`` (the ``env`` mixture with some lake fields set: hard lakes the training generator
+makes too, and more holes, larger lakes, more agents than training ever had; the page marks
+which, :func:`in_support`), the same lakes for every method and seed.
 
 **Units and records.** The study runs in units of one method x one batch of seeds, batch by
 batch (every method on seeds 0-3, then every method on seeds 4-7, ...), so a study cut short
 leaves every method with the same seeds. A finished unit is a record,
 ``<runs_dir>/<experiment>/<method>_seeds<a>-<b>.json`` (:func:`run_unit`): the seeds, the
-success of every suite lake per seed (packed bits, hex), the in-jit learning curve, CPU and
-wall seconds. Records are copied into the archive beside the page (``<page stem>/runs/``),
+success of every suite lake per seed (packed bits, hex), the in-jit learning curve, the gradient
+steps and lake steps of every seed, CPU and wall seconds. Records are copied into the archive beside the page
+(``<page stem>/runs/<experiment>/``),
 and restored from it before the study runs: rerunning the command skips every unit that has a
 record, on this machine or in a fresh checkout. A record of other settings (env, ippo, suite)
-is refused, naming what differs.
+is refused, naming what differs, and so is a method's record whose ``ippo.ued`` settings are not the
+row's (a record of the trainer before a change of its defaults).
 
 **The page.** :func:`summarize` turns the records into the page's JSON (``<page stem>.json``):
 per method and seed the suite's and every cell's success, and the paired comparison with
@@ -54,8 +61,8 @@ from jaxlake.stats import mean_ci, paired_difference
 from jaxlake.students.command import run_guarded
 from jaxlake.students.config import IPPOConfig, UEDConfig
 
-__all__ = ["BEGIN", "END", "Study", "StudyError", "decode", "encode", "load_records", "main", "paired", "render",
-           "run_study", "run_unit", "summarize", "write_page"]
+__all__ = ["BEGIN", "END", "Study", "StudyError", "decode", "encode", "in_support", "load_records", "main", "paired",
+           "render", "run_study", "run_unit", "steps_of", "summarize", "ued_text", "write_page"]
 
 BEGIN = "<!-- ued-study:begin -->"
 END = "<!-- ued-study:end -->"
@@ -171,12 +178,36 @@ class Study:
                 "lakes_per_cell": self.lakes_per_cell, "suite_seed": self.suite_seed}
 
 
+
 def cell_mixture(mixture: Mixture, fields: Mapping[str, Any]) -> Mixture:
     """``mixture`` with ``fields`` set on every component (a ConfigError names a bad field)."""
     from jaxlake.config import LakeConfig
 
     reject_unknown("cell", fields or {}, (f.name for f in dataclasses.fields(LakeConfig)), StudyError)
     return Mixture([(w, c.replace(**dict(fields or {}))) for w, c in mixture])
+
+
+def _hole_counts(c: Any) -> set:
+    """The hole counts the generator can give a lake of config ``c`` (its stochastic rounding of
+    ``hole_density * cells`` in 16-bit fixed point, the cap, and the hole-free last attempt)."""
+    cells = int(c.height) * int(c.width)
+    fixed = int(np.round(np.float32(c.hole_density) * np.float32(1 << 16)))
+    cap = cells - 2 * int(c.num_agents)
+    return {0} | {min(max((fixed * cells + u) >> 16, 0), cap) for u in (0, (1 << 16) - 1)}
+
+
+def in_support(env: Mixture, cell: Mixture) -> bool:
+    """Every lake ``cell`` makes is one some component of ``env`` (the training generator) can
+    make: the same region, agents, slip, horizon and goal rule, hole counts among the
+    component's, distance bounds within its (conflict targets only shift how likely a lake is)."""
+    def covers(e: Any, c: Any) -> bool:
+        same = all(getattr(e, f) == getattr(c, f) for f in ("height", "width", "num_agents", "slip_prob",
+                                                            "max_steps", "on_goal"))
+        dist = int(c.min_dist) >= int(e.min_dist) and (e.max_dist is None or (c.max_dist is not None
+                                                                              and int(c.max_dist) <= int(e.max_dist)))
+        return same and dist and _hole_counts(c) <= _hole_counts(e)
+
+    return all(any(covers(e, c) for e in env.configs) for c in cell.configs)
 
 
 # ============================================================================ bits
@@ -258,15 +289,36 @@ def run_unit(study: Study, method: str, seeds: Sequence[int], programs: Optional
         outcomes[name] = [encode(row) for row in per_lake]
     config = study.method_config(method)
     curve = np.asarray(jax.device_get(metrics.heldout.success))  # [S, chunks]
+    grad, lake, scoring = steps_of(config, metrics.updates, len(seeds))
     return {
         "variant": method, "ued": dataclasses.asdict(config.ued), "seeds": [int(s) for s in seeds],
         "updates": config.num_updates, "env_steps": config.env_steps,
+        "grad_steps": grad, "lake_steps": lake, "scoring_steps": scoring,
         "cpu_s": round(_cpu_s() - cpu0, 1), "wall_s": round(time.perf_counter() - wall0, 1),
         "curve": {"update": [(c + 1) * config.eval_every for c in range(config.num_chunks)],
                   "success": [[round(float(x), 4) for x in row] for row in curve]},
         "outcomes": outcomes, "settings": study.settings(),
         "machine": {"backend": jax.default_backend(), "cpu_count": os.cpu_count(), "jax": jax.__version__},
     }
+
+
+def steps_of(config: IPPOConfig, updates: Any, seeds: int) -> tuple[list, list, list]:
+    """Per seed: the policy updates (gradient updates of ``update_epochs x num_minibatches``
+    minibatches each), the lake steps played (every play of ``num_envs x num_steps``, SFL's
+    scoring rollouts included) and the scoring rollouts' share, from the trainer's metrics
+    ``[S, chunks, eval_every]`` (``dr``: one trained play an update)."""
+    import jax
+
+    ued = updates.ued
+    per_play = config.num_envs * config.num_steps
+    if ued is None:
+        return [config.num_updates] * seeds, [config.env_steps] * seeds, [0] * seeds
+    plays, learned, scored = (np.asarray(jax.device_get(x), np.float64).reshape(seeds, -1)
+                              for x in (ued.plays, ued.learned, ued.scored_steps))
+    grad = [int(round(x)) for x in learned.sum(axis=1)]
+    scoring = [int(round(x)) for x in scored.sum(axis=1)]
+    lake = [int(round(p * per_play)) + c for p, c in zip(plays.sum(axis=1), scoring)]
+    return grad, lake, scoring
 
 
 def _override(value: Any) -> str:
@@ -333,6 +385,7 @@ def run_engineer_unit(study: Study, engineer: str, seed: int, root: Path,
         "variant": f"engineer_{engineer}", "ued": {"method": "engineer", "engineer": engineer,
                                                   "stages": study.engineer_stages, "eval": study.engineer_eval},
         "seeds": [int(seed)], "updates": study.config.num_updates, "env_steps": study.config.env_steps,
+        "grad_steps": [study.config.num_updates], "lake_steps": [study.config.env_steps], "scoring_steps": [0],
         "cpu_s": round(_cpu_s() - cpu0 + child_cpu, 1), "wall_s": round(time.perf_counter() - wall0, 1),
         "run_s": round(child_s, 1), "curve": None, "outcomes": outcomes, "settings": study.settings(),
         "machine": {"backend": jax.default_backend(), "cpu_count": os.cpu_count(), "jax": jax.__version__},
@@ -353,9 +406,12 @@ def load_records(folder: Path, study: Optional[Study] = None) -> list[dict]:
         rec = read_json(path)
         if study is not None:
             diff = _differ(rec.get("settings"), study.settings())
+            if not diff and rec.get("variant") in study.methods:
+                want = dataclasses.asdict(study.method_config(rec["variant"]).ued)
+                diff = [f"ued.{d}" for d in _differ(rec.get("ued"), want)]
             if diff:
                 raise StudyError(f"{path} was measured with other settings ({'; '.join(diff[:3])}); choose another "
-                                 "experiment=<name> and study.results=<page>, or delete it")
+                                 "experiment=<name> and study.archive=<folder> (or study.results=<page>), or delete it")
         out.append(rec)
     return out
 
@@ -423,6 +479,12 @@ def _outcomes(records: Sequence[dict], n: int) -> dict:
     return out
 
 
+def _per_seed(recs: Sequence[dict], key: str, fallback: str) -> list:
+    """A record field per seed, in seed order (records before it was kept: the nominal value)."""
+    pairs = [(s, v) for r in recs for s, v in zip(r["seeds"], r.get(key) or [r[fallback]] * len(r["seeds"]))]
+    return [int(v) for _, v in sorted(pairs)]
+
+
 def summarize(records: Sequence[dict], study_node: Mapping[str, Any], commit: Optional[str] = None,
               command: str = COMMAND) -> dict:
     """The page's JSON from the records: per variant its seeds, success per seed (suite and
@@ -443,6 +505,7 @@ def summarize(records: Sequence[dict], study_node: Mapping[str, Any], commit: Op
         curves = [row for r in recs if r.get("curve") for row in r["curve"]["success"]]
         row = {
             "name": v, "ued": recs[0]["ued"], "updates": recs[0]["updates"], "env_steps": recs[0]["env_steps"],
+            "grad_steps": _per_seed(recs, "grad_steps", "updates"), "lake_steps": _per_seed(recs, "lake_steps", "env_steps"),
             "seeds": seeds, "cpu_s": round(sum(r["cpu_s"] for r in recs), 1),
             "wall_s": round(sum(r["wall_s"] for r in recs), 1),
             "suite": [round(float(np.mean(suite[v][s])), 6) for s in seeds],
@@ -455,8 +518,13 @@ def summarize(records: Sequence[dict], study_node: Mapping[str, Any], commit: Op
                                   "cells": {c: paired(data[baseline][c], data[v][c]) for c in cells}}
         variants.append(row)
     machine = records[0].get("machine", {})
+    from jaxlake.config import LakeConfig
+    from jaxlake.mixture import mixture_from_obj
+
+    env = mixture_from_obj(settings["env"], LakeConfig())
+    support = {c: in_support(env, cell_mixture(env, settings["cells"][c])) for c in cells}
     return {"command": command, "commit": commit, "baseline": baseline, "settings": settings,
-            "machine": machine, "variants": variants}
+            "machine": machine, "in_support": support, "variants": variants}
 
 
 # ============================================================================ the page
@@ -498,6 +566,27 @@ def verdict(payload: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
+def ued_text(u: Mapping[str, Any]) -> str:
+    """A row's ``ippo.ued`` in a few words."""
+    method = u["method"]
+    if method == "engineer":
+        return f"engineer={u['engineer']}, {u['stages']} stages (dr inside)"
+    if method == "dr":
+        return "dr"
+    if method == "sfl":
+        parts = [f"{u['sfl_levels']} levels x {u['sfl_repeats']}", f"keep {u['sfl_buffer']}",
+                 f"{u['sfl_ratio']:g} of a pool", f"every {u['sfl_every']}"]
+    else:
+        parts = [u["score"], "robust" if u["robust"] else "not robust"]
+        if "replay_prob" in u:
+            parts.append(f"replay {u['replay_prob']:g}")
+        if method == "accel":
+            parts.append(f"{'1-' if 'budget' in u else ''}{u['num_edits']} edits")
+    if u.get("budget") == "lake_steps":
+        parts.append("lake steps")
+    return f"{method} ({', '.join(parts)})"
+
+
 def render(payload: Mapping[str, Any]) -> str:
     """The generated block (without its markers), from the page's JSON alone."""
     s, base = payload["settings"], payload["baseline"]
@@ -512,38 +601,41 @@ def render(payload: Mapping[str, Any]) -> str:
         f = s["cells"][name]
         return ", ".join(f"{k}={v}" for k, v in f.items()) or "the training lakes"
 
+    support = payload.get("in_support") or {}
+
     m = payload.get("machine") or {}
     out = [
         f"**Command:** `{payload['command']}`" + (f" (commit `{payload['commit']}`)" if payload.get("commit") else "")
         + "  ",
         f"**Training:** {env}; every row {ippo['num_updates']} updates of {ippo['num_envs']} lakes x "
-        f"{ippo['num_steps']} steps ({variants[0]['env_steps']:,} lake steps a seed), the same IPPO settings, "
-        f"its `ippo.ued` the only difference.  ",
+        f"{ippo['num_steps']} steps, the same IPPO settings, its `ippo.ued` the only difference. At the "
+        f"`grad_steps` budget each of them is a policy update (the same gradient steps and learning-rate "
+        f"schedule as `dr`, whose {variants[0]['env_steps']:,} lake steps a seed are the unit; plays without a "
+        f"policy update come on top), at `lake_steps` a play, trained or not (`dr`'s lake steps); the table "
+        f"gives each row's policy updates and lake steps (SFL's scoring rollouts included).  ",
         f"**Held-out suite:** {len(cells)} cells x {s['lakes_per_cell']} held-out lakes (seed {s['suite_seed']}), "
         "played greedily; the same lakes for every row and seed.  ",
         f"**Compute:** {cpu / 60:.1f} CPU min, {wall / 60:.1f} wall min ({m.get('backend', '?')}, "
         f"{m.get('cpu_count', '?')} cores), compiles and suite included.",
         "",
-        "| cell | lake fields set on env |",
-        "|---|---|",
-        *[f"| {c} | {cell_text(c)} |" for c in cells],
+        *(["| cell | lake fields set on env | a lake the training generator can make |", "|---|---|---|",
+            *[f"| {c} | {cell_text(c)} | {'yes' if support.get(c) else 'no'} |" for c in cells]] if support else
+          ["| cell | lake fields set on env |", "|---|---|", *[f"| {c} | {cell_text(c)} |" for c in cells]]),
         "",
         "### Held-out success (greedy)",
         "",
         "Mean ± 95 % t interval over seeds; *suite* is the mean over all the cells' lakes.",
         "",
-        "| row | ippo.ued | seeds | suite | " + " | ".join(cells) + " | CPU s a seed |",
-        "|---|---|---|---|" + "---|" * len(cells) + "---|",
+        "| row | ippo.ued | seeds | policy updates | lake steps | suite | " + " | ".join(cells) + " | CPU s a seed |",
+        "|---|---|---|---|---|---|" + "---|" * len(cells) + "---|",
     ]
     for v in variants:
-        u = v["ued"]
-        ued = (f"engineer={u['engineer']}, {u['stages']} stages (dr inside)" if u["method"] == "engineer" else
-               u["method"]) if u["method"] in ("dr", "engineer") else (f"{u['method']} ({u['score']}, "
-                                                        f"{'robust' if u['robust'] else 'not robust'}"
-                                                        + (f", {u['num_edits']} edits" if u["method"] == "accel" else "")
-                                                        + ")")
-        out.append(f"| {v['name']} | {ued} | {len(v['seeds'])} | {_ci(v['suite'])} | "
-                   + " | ".join(_ci(v["cells"][c]) for c in cells) + f" | {v['cpu_s'] / max(len(v['seeds']), 1):.0f} |")
+        n = max(len(v["seeds"]), 1)
+        grad = v.get("grad_steps") or [v["updates"]] * n
+        lake = v.get("lake_steps") or [v["env_steps"]] * n
+        out.append(f"| {v['name']} | {ued_text(v['ued'])} | {len(v['seeds'])} | {np.mean(grad):.0f} | "
+                   f"{np.mean(lake) / 1e6:.2f} M | {_ci(v['suite'])} | "
+                   + " | ".join(_ci(v["cells"][c]) for c in cells) + f" | {v['cpu_s'] / n:.0f} |")
     out += ["", f"### Paired with `{base}`", "",
             f"*Over seeds*: per seed, the row's suite success minus `{base}`'s on the same lakes; mean ± 95 % t "
             f"interval over those differences. *Lakes pooled*: every (seed, lake) pair as one paired lake "
@@ -636,8 +728,10 @@ def study_main(cfg: Any) -> dict:
     node = to_plain(cfg_get(cfg, "study", {})) or {}
     page = Path(str(node.get("results") or "docs/research/ued-study.md"))
     archive = node.get("archive")
-    archive = None if archive is False else Path(str(archive)) if archive else page.parent / page.stem / "runs"
-    root = Path(str(cfg_get(cfg, "runs_dir", "runs"))) / str(cfg_get(cfg, "experiment", "ued_study"))
+    experiment = str(cfg_get(cfg, "experiment", "ued_fair"))
+    archive = (None if archive is False else Path(str(archive)) if archive
+               else page.parent / page.stem / "runs" / experiment)
+    root = Path(str(cfg_get(cfg, "runs_dir", "runs"))) / experiment
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     if node.get("run", True):
         records = run_study(study, root, archive, log=say)

@@ -1,5 +1,6 @@
 """The UED study (``python -m jaxlake.students.study``, conf/ued_study.yaml) at the smallest
-settings: two methods x two seeds (vmapped) on a two-cell suite of a few lakes, end to end;
+settings: two methods (dr and SFL) x two seeds (vmapped) on a two-cell suite of a few lakes, end to end,
+at equal policy updates with the lake steps each played;
 the page's generated block rebuilt identically from its JSON and the JSON from the archive; a
 rerun, and a fresh checkout with only the archive, train nothing; a record of other settings
 refused; and the paired intervals against a hand computation."""
@@ -35,7 +36,7 @@ def _cfg(tmp_path: Path, **study):
     plain = OmegaConf.to_container(cfg, resolve=True)
     plain.pop("hydra", None)
     plain["study"].update({"seeds": 2, "seed_batch": 2, "lakes_per_cell": 8,
-                           "methods": {"dr": {"method": "dr"}, "plr": {"method": "plr", "min_fill": 0.0}},
+                           "methods": {"dr": {"method": "dr"}, "sfl": {"method": "sfl"}},
                            "cells": {"tiny": {}, "7x7": {"height": 7, "width": 7, "max_steps": 28}},
                            "results": str(tmp_path / "docs" / "ued.md"), **study})
     return OmegaConf.create(plain)
@@ -54,17 +55,22 @@ def smoke(tmp_path_factory):
 
 def test_the_study_writes_records_archive_page_and_json(smoke):
     tmp, cfg, page, payload = smoke
-    names = {"dr_seeds0-1.json", "plr_seeds0-1.json"}
+    names = {"dr_seeds0-1.json", "sfl_seeds0-1.json"}
     assert {p.name for p in (tmp / "runs" / "smoke").glob("*.json")} == names
-    assert {p.name for p in (tmp / "docs" / "ued" / "runs").glob("*.json")} == names
+    assert {p.name for p in (tmp / "docs" / "ued" / "runs" / "smoke").glob("*.json")} == names
     text = page.read_text()
     assert text.startswith("# Hand-written title\n\nHand-written text.\n") and S.BEGIN in text and S.END in text
     assert read_json(page.with_suffix(".json")) == json.loads(json.dumps(jsonable(payload)))
     rows = {v["name"]: v for v in payload["variants"]}
-    assert list(rows) == ["dr", "plr"] and rows["dr"]["seeds"] == rows["plr"]["seeds"] == [0, 1]
-    assert rows["dr"]["env_steps"] == rows["plr"]["env_steps"] == 2 * 4 * 8  # the same lake steps
-    assert "vs_baseline" not in rows["dr"] and rows["plr"]["vs_baseline"]["suite"]["seeds"] == [0, 1]
-    assert "**Verdict.**" in text and "| plr |" in text
+    assert list(rows) == ["dr", "sfl"] and rows["dr"]["seeds"] == rows["sfl"]["seeds"] == [0, 1]
+    # the same policy updates; SFL's lake steps add its scoring rollouts (64 levels x 4 episodes
+    # x 16 steps before each of the 2 updates)
+    assert rows["dr"]["grad_steps"] == rows["sfl"]["grad_steps"] == [2, 2]
+    assert rows["dr"]["lake_steps"] == [2 * 4 * 8] * 2
+    assert rows["sfl"]["lake_steps"] == [2 * 4 * 8 + 2 * 64 * 4 * 16] * 2
+    assert "vs_baseline" not in rows["dr"] and rows["sfl"]["vs_baseline"]["suite"]["seeds"] == [0, 1]
+    assert "**Verdict.**" in text and "| sfl | sfl (64 levels x 4, keep 16, 0.5 of a pool, every 1) | 2 | 2 | " in text
+    assert payload["in_support"] == {"tiny": True, "7x7": False} and "| 7x7 | height=7, width=7, max_steps=28 | no |" in text
 
 
 def test_the_paired_numbers_are_the_records_lakes(smoke):
@@ -72,11 +78,11 @@ def test_the_paired_numbers_are_the_records_lakes(smoke):
     recs = {r["variant"]: r for r in S.load_records(tmp / "runs" / "smoke")}
     suite = {v: [np.concatenate([S.decode(recs[v]["outcomes"][c][i], 8) for c in ("tiny", "7x7")])
                  for i in range(2)] for v in recs}
-    per_seed = [suite["plr"][i].mean() - suite["dr"][i].mean() for i in range(2)]
+    per_seed = [suite["sfl"][i].mean() - suite["dr"][i].mean() for i in range(2)]
     got = payload["variants"][1]["vs_baseline"]["suite"]
     assert got["per_seed"] == pytest.approx(per_seed, abs=1e-6)
     assert got["pooled"]["n"] == 2 * 2 * 8
-    won = sum(int((b & ~a).sum()) for a, b in zip(suite["dr"], suite["plr"]))
+    won = sum(int((b & ~a).sum()) for a, b in zip(suite["dr"], suite["sfl"]))
     assert got["pooled"]["won"] == won
     assert payload["variants"][0]["suite"] == pytest.approx([s.mean() for s in suite["dr"]], abs=1e-6)
 
@@ -86,7 +92,7 @@ def test_the_block_is_rebuilt_identically_from_json_and_archive(smoke):
     block = S.page_block(page)
     stored = read_json(page.with_suffix(".json"))
     assert f"{S.BEGIN}\n{S.render(stored)}\n{S.END}" == block
-    archived = S.load_records(tmp / "docs" / "ued" / "runs")
+    archived = S.load_records(tmp / "docs" / "ued" / "runs" / "smoke")
     again = S.summarize(archived, {"baseline": "dr", "methods": cfg.study.methods}, commit=stored["commit"])
     assert json.loads(json.dumps(jsonable(again))) == stored
 
@@ -104,7 +110,7 @@ def test_a_rerun_and_a_fresh_checkout_train_nothing(smoke, monkeypatch):
     shutil.rmtree(tmp / "runs")  # a fresh checkout: only the archive beside the page
     S.study_main(cfg)
     assert page.read_text() == before
-    assert {p.name for p in (tmp / "runs" / "smoke").glob("*.json")} == {"dr_seeds0-1.json", "plr_seeds0-1.json"}
+    assert {p.name for p in (tmp / "runs" / "smoke").glob("*.json")} == {"dr_seeds0-1.json", "sfl_seeds0-1.json"}
 
 
 def test_records_of_other_settings_are_refused(smoke):
@@ -112,6 +118,28 @@ def test_records_of_other_settings_are_refused(smoke):
     other = _cfg(tmp, lakes_per_cell=4)
     with pytest.raises(S.StudyError, match="lakes_per_cell: 8 -> 4"):
         S.study_main(other)
+    # a method's record of other ippo.ued settings (e.g. before a change of the defaults)
+    changed = _cfg(tmp, methods={"dr": {"method": "dr"}, "sfl": {"method": "sfl", "sfl_ratio": 0.25}})
+    with pytest.raises(S.StudyError, match="ued.sfl_ratio: 0.5 -> 0.25"):
+        S.study_main(changed)
+
+
+def test_the_cells_in_the_training_generators_support():
+    """The hard in-support cells of conf/ued_study.yaml are lakes env=tiny's generator makes (its
+    2-3 holes of 25); more holes, agents or a larger lake are not."""
+    from jaxlake.config import LakeConfig
+    from jaxlake.mixture import Mixture
+
+    from jaxlake.conf import CONF_DIR
+    from omegaconf import OmegaConf
+
+    env = Mixture.of(LakeConfig())
+    cells = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "ued_study.yaml"))["study"]["cells"]
+    got = {c: S.in_support(env, S.cell_mixture(env, f)) for c, f in cells.items()}
+    assert got == {"tiny": True, "holes3_conflict": True, "long_conflict": True, "holes20": False, "agents3": False,
+                   "7x7": False, "7x7_holes20": False, "8x8_agents4": False}
+    assert S._hole_counts(LakeConfig()) == {0, 2, 3} and S._hole_counts(LakeConfig(hole_density=0.2)) == {0, 4, 5}
+    assert not S.in_support(env, S.cell_mixture(env, {"max_dist": None, "min_dist": 1, "slip_prob": 0.1}))
 
 
 def test_bad_settings_name_the_field(tmp_path):
