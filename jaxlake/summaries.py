@@ -345,7 +345,7 @@ def _render_behaviour(b: Mapping[str, Any]) -> list[str]:
         )
         for i, comp in enumerate(c.get("components") or []):
             lines.append(
-                f"- component {i}, weight {_fmt(comp['weight'])}: {_config_line(comp['config'])} ({comp['n']} lakes): "
+                f"- component #{i}, weight {_fmt(comp['weight'])}: {_config_line(comp['config'])} ({comp['n']} lakes): "
                 f"success {_fmt(comp['score'])}, fall {_fmt(comp['fall_rate'])}, malformed {_fmt(comp['malformed_rate'])}"
             )
     other = {m: s for m, s in b.get("scores", {}).items() if m != b["mode"]}
@@ -386,9 +386,9 @@ def _render_env_stats(e: Optional[Mapping[str, Any]]) -> list[str]:
         f"shortest path {_fmt(o['path_len_mean'], 1)}, distance bounds met {_fmt(o['dist_ok'])}, solvable by "
         f"the planner {_fmt(o['solvable'])}",
     ]
-    for c in e["components"]:
+    for i, c in enumerate(e["components"]):
         lines.append(
-            f"- weight {_fmt(c['weight'])}: {_config_line(c['config'])}; achieved hole density "
+            f"- #{i} weight {_fmt(c['weight'])}: {_config_line(c['config'])}; achieved hole density "
             f"{_fmt(c['hole_density'])} (target {_fmt(c['target_hole_density'])}), conflict density "
             f"{_fmt(c['conflict_density'])} (target {_fmt(c['target_conflict_density'])}), path length "
             f"{_fmt(c['path_len_mean'], 1)} [{c['path_len_min']}, {c['path_len_max']}], solvable {_fmt(c['solvable'])}"

@@ -7,21 +7,29 @@ configs, the decision and a record saved as ``engineer.json``. The house:
 * ``base``      -- the interface: :class:`EngineerContext`, :class:`Proposal`, the
   :class:`Engineer` base class, :func:`stage_success`, :class:`ProposalError`;
 * ``space``     -- the space every engineer chooses from (:class:`ConfigSpace`,
-  :func:`space_from_conf`) and the one check of a proposal against it (:func:`check_in_space`);
+  :func:`space_from_conf`) and the one check of a config against it (:func:`check_in_space`);
+* ``edits``     -- what every engineer answers: an :class:`Edit` of the current mixture (keep,
+  re-weight, drop, add, replace) under :class:`EditRules`, applied by :func:`apply_edit` and
+  checked by :func:`check_edit`;
 * ``protocol``  -- reading a model's answer (:func:`extract_json`: the last JSON object after
   any think block) and the ask / validate / retry / fall back loop (:func:`propose_with_retries`);
 * one module per non-LLM backend, each a small :class:`Engineer` subclass:
 
   - ``fixed``     -- keeps the initial environment (the fixed-environment baseline);
   - ``manual``    -- a hand-written list of stage environments (``conf/engineer/manual.yaml``);
-  - ``random``    -- a uniformly random valid config from the space;
-  - ``heuristic`` -- a threshold ladder that settles on the last config that worked;
-  - ``plr``       -- Prioritized Level Replay: a buffer of the levels it proposed, scored by
-    learnability on the policy's own rollouts on each level, rank + staleness replay, the
-    replay-or-new-level decision;
-  - ``accel``     -- PLR whose new levels are one-step edits of replayed levels;
-  - ``oracle``    -- the engineers' ceiling: short probe stages of a few candidates from the
-    current policy, scored on a validation suite, the best proposed.
+  - ``random``    -- a uniformly random edit;
+  - ``heuristic`` -- a threshold ladder on the mixture's frontier that adds the raised config
+    and settles on the last config that worked;
+  - ``plr``       -- Prioritized Level Replay: a buffer of the levels trained on (the first
+    environment's too), scored by learnability on the policy's own rollouts on each level,
+    rank + staleness replay as a re-weighting, new levels as additions;
+  - ``accel``     -- PLR whose new levels are one-step edits of the buffer's top levels;
+  - ``sfl``       -- sampling for learnability: the components and candidates from the space
+    scored by ``p (1 - p)`` of the policy's sampled success, the mixture shifted toward it and
+    the most learnable candidates added;
+  - ``oracle``    -- the engineers' ceiling: short probe stages of structured edits of the
+    mixture (or, ``oracle_single``, of single configs from the space) from the current policy,
+    scored on a validation suite, the best proposed.
 
 The LLM backends (``policy``, ``base``, ``external``) live in :mod:`llm.engineer.local` and use
 this package's space, interface and protocol. Every backend is built from its Hydra node
@@ -44,6 +52,16 @@ from jaxlake.engineers.base import (
     check_mode,
     stage_success,
 )
+from jaxlake.engineers.edits import (
+    EDIT_KINDS,
+    Edit,
+    EditRules,
+    apply_edit,
+    check_edit,
+    edit_between,
+    edit_from_obj,
+    edit_proposal,
+)
 from jaxlake.engineers.fixed import FixedEngineer
 from jaxlake.engineers.heuristic import HeuristicEngineer
 from jaxlake.engineers.manual import ManualEngineer
@@ -56,7 +74,8 @@ from jaxlake.engineers.protocol import (
     propose_with_retries,
     retry_prompt,
 )
-from jaxlake.engineers.random import RandomEngineer
+from jaxlake.engineers.random import RandomEngineer, random_edit
+from jaxlake.engineers.sfl import SFLEngineer
 from jaxlake.engineers.space import (
     DEFAULT_EDITABLE,
     FIELD_ORDER,
@@ -67,10 +86,12 @@ from jaxlake.engineers.space import (
 )
 
 __all__ = [
-    "ACCELEngineer", "ConfigSpace", "DEFAULT_EDITABLE", "EVAL_MODES", "Engineer", "EngineerContext",
-    "FIELD_ORDER", "FatalEngineerError", "FixedEngineer", "HeuristicEngineer", "ManualEngineer", "OracleEngineer", "PLREngineer",
-    "Proposal", "ProposalError", "RandomEngineer", "answer_text", "build_engineer", "check_in_space", "check_mode",
-    "extract_json", "format_value", "propose_with_retries", "retry_prompt", "space_from_conf", "stage_success",
+    "ACCELEngineer", "ConfigSpace", "DEFAULT_EDITABLE", "EDIT_KINDS", "EVAL_MODES", "Edit", "EditRules", "Engineer",
+    "EngineerContext", "FIELD_ORDER", "FatalEngineerError", "FixedEngineer", "HeuristicEngineer", "ManualEngineer",
+    "OracleEngineer", "PLREngineer", "Proposal", "ProposalError", "RandomEngineer", "SFLEngineer", "answer_text",
+    "apply_edit", "build_engineer", "check_edit", "check_in_space", "check_mode", "edit_between", "edit_from_obj",
+    "edit_proposal", "extract_json", "format_value", "propose_with_retries", "random_edit", "retry_prompt",
+    "space_from_conf", "stage_success",
 ]
 
 
@@ -86,7 +107,7 @@ def build_engineer(node: Any) -> Engineer:
     if "_target_" not in node:
         raise ConfigError(
             "engineer config has no _target_; select a backend with engineer=<name> "
-            "(policy, base, external, heuristic, plr, accel, random, fixed, manual)"
+            "(policy, base, external, heuristic, plr, accel, sfl, oracle, random, fixed, manual)"
         )
     try:
         engineer = instantiate(node, _convert_="all")

@@ -5,11 +5,11 @@ keeps PLR's buffer, scores, replay distribution and replay-or-new decision
 (:class:`~jaxlake.engineers.plr.PLREngineer`) and changes where new levels come from: instead
 of the generator, it **edits** levels it replayed, so difficulty grows in small steps from
 levels that are currently learnable. Here an edit is one move of one editable field by one
-grid step (:meth:`~jaxlake.engineers.space.ConfigSpace.neighbours`: always a valid config in
-the run's space). On a new-level decision the parents are the levels the stage just replayed
-(when it was a replay stage) or else levels drawn from the replay distribution; each parent
-gives one child not already in the buffer. With an empty buffer (the first stage) the new
-levels come from the space uniformly, as PLR's do.
+grid step (:meth:`~jaxlake.engineers.space.ConfigSpace.neighbours`, the other fields snapped
+onto the grid: always a valid config in the run's space). On a new-level decision the parents
+are the top of the buffer, highest learnability first (the run's first environment is buffered
+too, so ACCEL edits from the first decision on); each parent gives one child not already in
+the buffer. With an empty buffer the new levels come from the space uniformly, as PLR's do.
 """
 
 from __future__ import annotations
@@ -37,17 +37,18 @@ class ACCELEngineer(PLREngineer):
                    rng: np.random.Generator, k: int) -> list[LakeConfig]:
         if not buffer:
             return super().new_levels(ctx, space, buffer, probs, rng, k)
-        state = ctx.state or {}
-        just_replayed = set(state.get("proposed") or []) if state.get("replay") else set()
-        parents = [LakeConfig.from_dict(e["config"]) for e in buffer if level_key(e["config"]) in just_replayed]
-        if not parents:
-            order = rng.choice(len(buffer), size=min(k, len(buffer)), replace=False, p=probs)
-            parents = [LakeConfig.from_dict(buffer[int(i)]["config"]) for i in order]
+        top = sorted(range(len(buffer)), key=lambda i: (-buffer[i]["score"], buffer[i]["last_seen"], i))
         taken = {level_key(e["config"]) for e in buffer}
         children: list[LakeConfig] = []
-        for j in range(k):
-            parent = parents[j % len(parents)]
-            options = [c for c in space.neighbours(parent) if level_key(c) not in taken]
+        for i in top:
+            if len(children) == k:
+                break
+            parent = LakeConfig.from_dict(buffer[i]["config"])
+            options = []
+            for c in space.neighbours(parent):
+                c = space.snap(c)
+                if level_key(c) not in taken and c != parent and c not in options:
+                    options.append(c)
             if options:
                 child = options[int(rng.integers(len(options)))]
                 taken.add(level_key(child))

@@ -63,6 +63,10 @@ class EngineerContext:
         from this stage's policy on ``mixture``, scored on a validation suite disjoint from
         the held-out one (:mod:`jaxlake.pipeline.probe`; the record's ``score`` is its greedy
         success); given by the pipeline, for the oracle engineer.
+      rollouts: ``rollouts(mixture, lakes, samples) -> [{"p", "n"}, ...]``: this stage's
+        policy's sampled success on ``lakes`` fresh lakes of each component of ``mixture``
+        (``samples`` plays a lake), in its order; rollouts only, no training
+        (:mod:`jaxlake.pipeline.probe`); given by the pipeline, for the learnability engineers.
       final: no later stage of this run will train on the proposal (the run's last stage; its
         ``next_env.yaml`` is for a run that goes on): an engineer may save its effort.
     """
@@ -81,6 +85,7 @@ class EngineerContext:
     run_cfg: Any = None
     load_model: Optional[Callable[[str], Any]] = None
     probe: Optional[Callable[..., dict]] = None
+    rollouts: Optional[Callable[..., list]] = None
     final: bool = False
 
     def __post_init__(self) -> None:
@@ -107,6 +112,8 @@ class Proposal:
       record: what ``engineer.json`` keeps beside it: prompt, raw output, parsed config,
         validation errors, attempts, ...
       state: the backend's state for its next call (saved in ``engineer.json``).
+      edit: the :class:`~jaxlake.engineers.edits.Edit` of the current mixture that gave
+        ``mixture`` (``engineer.json``'s ``edit``; None for a fallback).
     """
 
     mixture: Mixture
@@ -114,6 +121,7 @@ class Proposal:
     reason: str = ""
     record: dict = field(default_factory=dict)
     state: dict = field(default_factory=dict)
+    edit: Any = None
 
     def __post_init__(self) -> None:
         self.mixture = Mixture.of(self.mixture)  # validated: an engineer answers with a valid mixture
@@ -126,6 +134,7 @@ class Proposal:
             "decision": self.decision,
             "reason": self.reason,
             "proposal": mixture_to_obj(self.mixture),
+            "edit": None if self.edit is None else self.edit.to_obj(),
             "state": self.state,
             **self.record,
         }

@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from jaxlake.engineers.base import Engineer, EngineerContext, Proposal
+from jaxlake.engineers.edits import edit_between
 
 
 class FixedEngineer(Engineer):
-    """The fixed-environment baseline: every stage trains on the initial environment."""
+    """The fixed-environment baseline: every stage trains on the initial environment (the edit
+    ``keep``, as the current environment is the initial one)."""
 
     name = "fixed"
 
@@ -16,4 +18,5 @@ class FixedEngineer(Engineer):
         self.name = name
 
     def propose(self, ctx: EngineerContext) -> Proposal:
-        return Proposal(ctx.initial, "kept", "fixed baseline: the initial environment every stage")
+        return Proposal(ctx.initial, "kept", "fixed baseline: the initial environment every stage",
+                        edit=edit_between(ctx.current, ctx.initial))

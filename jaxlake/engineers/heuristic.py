@@ -1,5 +1,8 @@
-"""``engineer=heuristic``: a threshold ladder that climbs while the policy succeeds and settles
-on the last config that worked once a raise fails (no oscillation)."""
+"""``engineer=heuristic``: a threshold ladder on the mixture's frontier that keeps what worked.
+
+The ladder climbs while the policy succeeds and settles on the last config that worked once a
+raise fails (no oscillation); it answers in edits (:mod:`jaxlake.engineers.edits`), so a raise
+**adds** the harder config beside the ones that worked instead of replacing them."""
 
 from __future__ import annotations
 
@@ -7,40 +10,49 @@ from typing import Any, Mapping, Optional, Sequence
 
 from jaxlake.config import ConfigError, LakeConfig, to_plain
 from jaxlake.engineers.base import Engineer, EngineerContext, Proposal, check_mode, stage_success
-from jaxlake.engineers.space import ConfigSpace, check_in_space, space_from_conf
-from jaxlake.mixture import Mixture
+from jaxlake.engineers.edits import Edit, edit_proposal
+from jaxlake.engineers.plr import component_success, level_key
+from jaxlake.engineers.space import ConfigSpace, space_from_conf
 
 #: Ladder dimensions (``size`` moves height and width together).
 LADDER_FIELDS = ("size", "height", "width", "num_agents", "hole_density", "conflict_density", "slip_prob", "max_steps")
 
 
 def _shift(space: ConfigSpace, config: LakeConfig, name: str, rungs: int) -> Optional[LakeConfig]:
-    """``config`` with ladder dimension ``name`` moved ``rungs`` grid steps (None: it cannot)."""
-    return space.shift(config, ("height", "width") if name == "size" else (name,), rungs)
+    """``config`` with ladder dimension ``name`` moved ``rungs`` grid steps, the fields it did
+    not move snapped onto the grid no harder than they were (None: it cannot move)."""
+    moved = space.shift(config, ("height", "width") if name == "size" else (name,), rungs)
+    if moved is None:
+        return None
+    moved = space.snap(moved, no_harder=True)
+    return None if moved == config else moved
 
 
 class HeuristicEngineer(Engineer):
-    """A threshold ladder that climbs while the policy succeeds and settles where it failed.
+    """A threshold ladder on the **frontier**, the config it added last (at first the current
+    mixture's main component), in edits of the mixture.
 
-    With ``p`` the success on the current environment (``mode`` decoding, see
-    :func:`stage_success`), one step of the ladder is, in this order:
+    With ``p`` the success on the frontier's own lakes (``mode`` decoding, the per-component
+    ``current_env`` evaluation; the whole training environment's, or the suite's with
+    ``signal="suite"``, when there is no per-component result), one step is, in this order:
 
-    1. ``p`` unknown -- keep the environment.
-    2. **settled** (a raise has failed before, ``state["settled"]`` is that last good config):
-       keep it for the rest of the run; only if the settled config itself fails
-       (``p < lower_below``) lower it one rung (the ladder's last dimension that can go down)
-       and settle there instead. It never raises again, so it cannot oscillate.
-    3. ``p >= raise_above`` -- the config worked: remember it as ``last_good`` and raise the
-       next dimension of ``ladder`` (round robin, skipping dimensions at their top) by its
-       ``step`` grid rungs.
-    4. ``p < lower_below`` -- too hard: with a ``last_good`` config other than the current one,
-       go back to it and **settle** there (step 2 from now on); without one (the first config
-       is already too hard), lower one rung and keep climbing from there.
-    5. otherwise keep the current config (it is being learned; a later success raises on).
+    1. ``p`` unknown -- ``keep``.
+    2. **settled** (a raise has failed before): ``keep`` for the rest of the run; only if the
+       settled config itself fails (``p < lower_below``) ``replace`` it by one rung lower and
+       settle there.
+    3. ``p >= raise_above`` -- the frontier worked: remember it as ``last_good`` and **add**
+       the next ladder dimension's raise of it (round robin, skipping dimensions at their top)
+       with a share of ``1 / (components + 1)``; with the mixture full, ``replace`` the
+       component the policy succeeds on most by it.
+    4. ``p < lower_below`` -- too hard: **drop** the frontier when ``last_good`` is still in the
+       mixture (else ``replace`` it by ``last_good``) and settle there; without a
+       ``last_good`` (the first config is already too hard) ``replace`` it one rung lower.
+    5. otherwise the frontier is being learned: **reweight** it to twice its weight (``keep``
+       when it is the only component).
 
-    So a success sequence ``0.9, 0.9, 0.1, 0.9, ...`` from ``A`` trains on ``A, B, C, B, B, ...``:
-    ``C`` failed, ``B`` was the last config that worked, and the ladder stays there.
-    Every proposal lies in the engineer's ``space`` (:func:`check_in_space`).
+    From one component the sequence ``0.9, 0.9, 0.1`` from ``A`` trains on ``A``, ``A + B``,
+    ``A + B + C``, then drops ``C`` and stays on ``A + B``. Added configs lie in the
+    engineer's ``space``.
     """
 
     name = "heuristic"
@@ -91,57 +103,77 @@ class HeuristicEngineer(Engineer):
 
     def propose(self, ctx: EngineerContext) -> Proposal:
         space = space_from_conf(ctx.base, self.space_node)
-        proposal = self._step(ctx, space)
-        if proposal.decision == "proposed":  # a kept environment is the run's, on the grid or not
-            # fields the ladder did not move may still be off the grid (the run's initial env):
-            # they snap to the nearest grid value no harder than their own, so only the rung the
-            # ladder chose ever makes a lake harder (a failing policy never gets a harder lake)
-            proposal.mixture = Mixture([(w, space.snap(c, no_harder=True)) for w, c in proposal.mixture])
-            check_in_space(proposal.mixture, space, 1)
-        return proposal
+        edit, why, state = self._step(ctx, space)
+        return edit_proposal(ctx, edit, why, space=space, state=state)
 
-    def _step(self, ctx: EngineerContext, space: ConfigSpace) -> Proposal:
-        current = ctx.base
+    def _success(self, ctx: EngineerContext, config: LakeConfig) -> Optional[float]:
+        if self.signal == "current_env" and len(ctx.current) > 1:
+            per = component_success(ctx.eval_result, self.mode)
+            if level_key(config) in per:
+                return per[level_key(config)][0]
+        return stage_success(ctx.eval_result, self.mode, self.signal)
+
+    def _step(self, ctx: EngineerContext, space: ConfigSpace) -> tuple[Edit, str, dict]:
         state = dict(ctx.state or {})
+        configs = list(ctx.current.configs)
+        n = len(configs)
+        frontier = LakeConfig.from_dict(state["frontier"]) if state.get("frontier") else None
+        if frontier not in configs:
+            frontier = ctx.base
+        f_index = configs.index(frontier)
         pointer = int(state.get("next_rung", 0)) % len(self.ladder)
-        p = stage_success(ctx.eval_result, self.mode, self.signal)
-        new_state = {"next_rung": pointer, "last_good": state.get("last_good"), "settled": state.get("settled"),
-                     "success": p}
+        p = self._success(ctx, frontier)
+        new = {"next_rung": pointer, "last_good": state.get("last_good"), "settled": state.get("settled"),
+               "frontier": frontier.to_dict(), "success": p}
+        keep = Edit("keep")
 
-        def go(config: LakeConfig, why: str) -> Proposal:
-            if len(ctx.current) == 1 and ctx.current.main == config:
-                return Proposal(ctx.current, "kept", why, state=new_state)
-            return Proposal(Mixture.of(config), "proposed", why, state=new_state)
+        def replace(config: LakeConfig) -> Edit:
+            return Edit("replace", None, (f_index,), ((1.0 / n, config),))
 
         if p is None:
-            return Proposal(ctx.current, "kept", "no success measurement; keeping the environment", state=new_state)
-        if new_state["settled"]:
-            settled = LakeConfig.from_dict(new_state["settled"])
-            if p < self.lower_below and current == settled:
+            return keep, "no success measurement; keeping the environment", new
+        if new["settled"]:
+            settled = LakeConfig.from_dict(new["settled"])
+            if p < self.lower_below and frontier == settled:
                 lowered = self._lower(space, settled)
                 if lowered is not None:
-                    new_state["settled"] = lowered[1].to_dict()
-                    return go(lowered[1], f"success {p:.2f} < {self.lower_below} on the settled config: "
-                                          f"lower {lowered[0]} and settle there")
-            return go(settled, f"success {p:.2f}; settled on the last config that worked after a failed raise")
+                    new["settled"] = new["frontier"] = lowered[1].to_dict()
+                    return (replace(lowered[1]), f"success {p:.2f} < {self.lower_below} on the settled config: "
+                                                 f"lower {lowered[0]} and settle there", new)
+            return keep, f"success {p:.2f}; settled on the last config that worked after a failed raise", new
         if p >= self.raise_above:
-            new_state["last_good"] = current.to_dict()
+            new["last_good"] = frontier.to_dict()
             for offset in range(len(self.ladder)):
                 i = (pointer + offset) % len(self.ladder)
                 f, step = self.ladder[i]
-                moved = _shift(space, current, f, step)
-                if moved is not None:
-                    new_state["next_rung"] = (i + 1) % len(self.ladder)
-                    return go(moved, f"success {p:.2f} >= {self.raise_above}: raise {f}")
-            return go(current, f"success {p:.2f} but every dimension is at its top")
+                moved = _shift(space, frontier, f, step)
+                if moved is None or moved in configs:
+                    continue
+                new["next_rung"] = (i + 1) % len(self.ladder)
+                new["frontier"] = moved.to_dict()
+                why = f"success {p:.2f} >= {self.raise_above}: add {f} raised"
+                if n + 1 <= space.edits.max_components:
+                    return Edit("add", None, (), ((1.0 / (n + 1), moved),)), why, new
+                best = max(range(n), key=lambda j: (self._success(ctx, configs[j]) or 0.0, -j))
+                return (Edit("replace", None, (best,), ((1.0 / n, moved),)),
+                        why + f", in place of the best-learned component #{best} (the mixture is full)", new)
+            return keep, f"success {p:.2f} but every dimension is at its top", new
         if p < self.lower_below:
-            last_good = new_state["last_good"]
-            if last_good and LakeConfig.from_dict(last_good) != current:
-                new_state["settled"] = last_good
-                return go(LakeConfig.from_dict(last_good),
-                          f"success {p:.2f} < {self.lower_below}: back to the last config that worked, settled there")
-            lowered = self._lower(space, current)
+            last_good = LakeConfig.from_dict(new["last_good"]) if new["last_good"] else None
+            if last_good is not None and last_good != frontier:
+                new["settled"] = new["frontier"] = last_good.to_dict()
+                if last_good in configs and n >= 2:
+                    return (Edit("drop", None, (f_index,)), f"success {p:.2f} < {self.lower_below}: drop the failed "
+                                                            "raise, keep what worked and settle there", new)
+                return replace(last_good), f"success {p:.2f} < {self.lower_below}: back to the last config that " \
+                                           "worked, settled there", new
+            lowered = self._lower(space, frontier)
             if lowered is not None:
-                return go(lowered[1], f"success {p:.2f} < {self.lower_below}: lower {lowered[0]}")
-            return go(current, f"success {p:.2f} but nothing can be lowered")
-        return go(current, f"success {p:.2f} in [{self.lower_below}, {self.raise_above}): keep what is being learned")
+                new["frontier"] = lowered[1].to_dict()
+                return replace(lowered[1]), f"success {p:.2f} < {self.lower_below}: lower {lowered[0]}", new
+            return keep, f"success {p:.2f} but nothing can be lowered", new
+        why = f"success {p:.2f} in [{self.lower_below}, {self.raise_above}): "
+        if n >= 2:
+            weights = tuple(2.0 * w if j == f_index else w for j, w in enumerate(ctx.current.weights))
+            return Edit("reweight", weights), why + "twice the weight on what is being learned", new
+        return keep, why + "keep what is being learned", new

@@ -7,13 +7,13 @@ staleness-based distribution (probability ``p_replay``) or plays a **new** level
 generator. Here a level is a :class:`~jaxlake.config.LakeConfig` of the run's space, and a
 decision is one stage's environment:
 
-* **Buffer**: only levels this engineer proposed and the policy then trained on. After stage
-  ``k`` each component of the stage's mixture that PLR proposed is scored from the policy's
-  rollouts on fresh lakes of **that component** (the ``current_env`` evaluation of the
-  training mixture, split per component: ``current_env.modes[mode].by_component``) and
-  inserted or updated with ``last_seen = k``. The held-out suite is never read: PLR sees what
-  every engineer's training sees, no test cells. Full buffer (``capacity``): a new level
-  replaces the lowest-scoring one (the stalest among equals) when it scores higher.
+* **Buffer**: the levels the policy trained on, from the run's first environment on. After
+  stage ``k`` each component of the stage's mixture is scored from the policy's rollouts on
+  fresh lakes of **that component** (the ``current_env`` evaluation of the training mixture,
+  split per component: ``current_env.modes[mode].by_component``) and inserted or updated with
+  ``last_seen = k``. The held-out suite is never read: PLR sees what every engineer's training
+  sees, no test cells. Full buffer (``capacity``): a new level replaces the lowest-scoring one
+  (the stalest among equals) when it scores higher.
 * **Score**: learnability ``p (1 - p)`` of the level's success rate ``p`` (largest at ``p =
   0.5``; 0 for a level always or never solved). The paper's positive value loss needs a
   value function, which GRPO does not have.
@@ -27,10 +27,15 @@ decision is one stage's environment:
   gets the mean of ``h^(1/temperature)`` over the ranks they occupy), so equal scores get
   equal probability whatever the buffer order. When no level is stale (all just trained)
   ``P = P_S``.
-* **Decision**: with probability ``p_replay`` (once the buffer holds ``min_replay`` scored
-  levels) the next stage trains on ``levels`` buffered levels drawn from ``P`` without
-  replacement; otherwise on ``levels`` new configs (:meth:`PLREngineer.new_levels`: uniform
-  from the space, none already in the buffer). The components get equal weights.
+* **Decision, as an edit of the mixture** (:mod:`jaxlake.engineers.edits`): with probability
+  ``p_replay`` (once the buffer holds ``min_replay`` scored levels) **replay**: ``levels``
+  buffered levels are drawn from ``P`` without replacement, those not in the mixture are
+  added, and the mixture is re-weighted by ``P`` (each stage samples its lakes' levels as PLR
+  samples its episodes' levels). Otherwise **new**: ``levels`` new configs
+  (:meth:`PLREngineer.new_levels`: uniform from the space, none already in the buffer) are
+  added, each with a share of ``1 / (components + levels)``; when the mixture would pass
+  ``max_components`` the lowest-scoring component is dropped. The edit rules' floor keeps
+  every level in play.
 
 Every proposal lies in the run's space (:func:`~jaxlake.engineers.space.check_in_space`).
 :class:`~jaxlake.engineers.accel.ACCELEngineer` replaces the new-level step by an edit of a
@@ -47,6 +52,7 @@ import numpy as np
 
 from jaxlake.config import ConfigError, LakeConfig
 from jaxlake.engineers.base import Engineer, EngineerContext, Proposal, check_mode
+from jaxlake.engineers.edits import Edit, edit_proposal
 from jaxlake.engineers.space import ConfigSpace, check_in_space, space_from_conf
 from jaxlake.mixture import Mixture
 
@@ -198,17 +204,15 @@ class PLREngineer(Engineer):
 
     # ------------------------------------------------------------------ steps
     def score_stage(self, ctx: EngineerContext) -> tuple[list[dict], list[str]]:
-        """The buffer after this stage: the components PLR proposed, scored on their own lakes."""
+        """The buffer after this stage: every component of the mixture the stage trained on (the
+        run's first environment included), scored on its own lakes."""
         state = ctx.state or {}
         buffer = list(state.get("buffer") or [])
-        proposed = set(state.get("proposed") or [])
         success = component_success(ctx.eval_result, self.mode)
         scored, notes = [], []
         for _, config in ctx.current:
             key = level_key(config)
-            if key not in proposed:
-                notes.append("a component PLR did not propose (the run's initial environment) is not buffered")
-            elif key not in success:
+            if key not in success:
                 notes.append("no per-component success on the training environment (eval.current_env_lakes=0?)")
             else:
                 scored.append((config, *success[key]))
@@ -230,38 +234,62 @@ class PLREngineer(Engineer):
 
     def propose(self, ctx: EngineerContext) -> Proposal:
         space = space_from_conf(ctx.base, self.space_node)
+        rules = space.edits
         rng = ctx.rng(2)
         buffer, notes = self.score_stage(ctx)
-        # levels outside this stage's space (a space that changed) are not replayed
-        eligible = [i for i, e in enumerate(buffer) if _in_space(LakeConfig.from_dict(e["config"]), space)]
+        current = list(ctx.current.configs)
+        n = len(current)
+        # a level can be in play when it is in the mixture, or can be added (it lies in this
+        # stage's space: a space that changed does not replay levels outside it)
+        eligible = [i for i, e in enumerate(buffer)
+                    if LakeConfig.from_dict(e["config"]) in current or _in_space(LakeConfig.from_dict(e["config"]), space)]
         scores = [buffer[i]["score"] for i in eligible]
         probs = replay_distribution(scores, [buffer[i]["last_seen"] for i in eligible], ctx.stage, self.temperature,
                                     self.staleness_coef)
         can_replay = len(eligible) >= self.min_replay
         replay = bool(rng.random() < self.p_replay) and can_replay
+        score_of = {level_key(e["config"]): e["score"] for e in buffer}
         if replay:
-            picked = rng.choice(len(eligible), size=self.levels, replace=False, p=probs)
-            configs = [LakeConfig.from_dict(buffer[eligible[int(i)]]["config"]) for i in picked]
-            why = f"replay: {len(configs)} buffered level(s) drawn by rank ({self.temperature}) and staleness " \
-                  f"({self.staleness_coef}) priority"
+            k = min(self.levels, len(eligible))
+            picked = [eligible[int(i)] for i in rng.choice(len(eligible), size=k, replace=False, p=probs)]
+            prob_of = {level_key(buffer[i]["config"]): float(probs[j]) for j, i in enumerate(eligible)}
+            drawn = [LakeConfig.from_dict(buffer[i]["config"]) for i in picked]
+            room = max(0, rules.max_components - n)
+            new = [c for c in drawn if c not in current][: min(room, rules.max_add)]
+            weights = tuple(prob_of.get(level_key(c), 0.0) for c in current)
+            if sum(weights) <= 0:
+                weights = None
+            add = tuple((prob_of[level_key(c)], c) for c in new)
+            kind = "add" if add else ("reweight" if n >= 2 and weights is not None else "keep")
+            edit = Edit(kind, weights if kind != "keep" else None, (), add)
+            configs = drawn
+            why = (f"replay: {len(drawn)} buffered level(s) drawn by rank ({self.temperature}) and staleness "
+                   f"({self.staleness_coef}) priority; the mixture re-weighted by that priority"
+                   + (f", {len(add)} added" if add else ""))
         else:
             chosen = [buffer[i] for i in eligible]
-            configs = self.new_levels(ctx, space, chosen, probs, rng, self.levels)
-            why = f"new: {len(configs)} level(s) ({self.new_kind})" + ("" if can_replay else
-                                                                        f"; the buffer has {len(eligible)} of the "
-                                                                        f"{self.min_replay} levels replay needs")
-        mixture = Mixture([(1.0, c) for c in configs])
-        check_in_space(mixture, space, self.levels)
+            configs = [c for c in self.new_levels(ctx, space, chosen, probs, rng, self.levels) if c not in current]
+            drop: tuple = ()
+            if n + len(configs) > rules.max_components and n >= 2 and rules.max_drop >= 1:
+                worst = min(range(n), key=lambda j: (score_of.get(level_key(current[j]), 0.0), -j))
+                drop = (worst,)
+            room = rules.max_components - n + len(drop)
+            configs = configs[: max(0, min(room, rules.max_add))]
+            share = 1.0 / (n - len(drop) + len(configs)) if configs else 0.0
+            add = tuple((share, c) for c in configs)
+            kind = "replace" if drop and add else ("add" if add else ("drop" if drop else "keep"))
+            edit = Edit(kind, None, drop, add)
+            why = f"new: {len(add)} level(s) added ({self.new_kind})" + (
+                f", the lowest-scoring component #{drop[0]} dropped" if drop else "") + (
+                "" if can_replay else f"; the buffer has {len(eligible)} of the {self.min_replay} levels replay needs")
         table = sorted(
             ({"config": buffer[i]["config"], "p": buffer[i]["p"], "score": buffer[i]["score"],
               "last_seen": buffer[i]["last_seen"], "priority": round(float(probs[j]), 6)}
              for j, i in enumerate(eligible)),
             key=lambda r: -r["priority"],
         )[:10]
-        return Proposal(
-            mixture,
-            "proposed",
-            why,
+        return edit_proposal(
+            ctx, edit, why, space=space,
             record={"replay": replay, "buffer_size": len(buffer), "top_priorities": table, "notes": notes},
             state={"buffer": buffer, "proposed": [level_key(c) for c in configs], "replay": replay},
         )

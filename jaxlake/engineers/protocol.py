@@ -1,9 +1,9 @@
 """Reading an engineer's answer and the retry protocol of the model-backed engineers.
 
 A reply is text; its answer is the **last** complete JSON object or array after any think
-block (:func:`extract_json`), read as a mixture against the run's current config
-(:func:`~jaxlake.mixture.mixture_from_obj`) and checked against the engineer's space
-(:func:`~jaxlake.engineers.space.check_in_space`). :func:`propose_with_retries` asks, validates,
+block (:func:`extract_json`), read as an edit of the current mixture
+(:func:`~jaxlake.engineers.edits.edit_from_obj`) and checked against the engineer's space and
+edit rules (:func:`~jaxlake.engineers.edits.check_edit`). :func:`propose_with_retries` asks, validates,
 shows a rejected answer with its error in the next prompt (:func:`retry_prompt`) and, when
 every attempt fails, falls back to the current environment; it never raises on bad output.
 
@@ -21,8 +21,9 @@ import time
 from typing import Any, Callable, Optional
 
 from jaxlake.engineers.base import EngineerContext, Proposal, ProposalError
-from jaxlake.engineers.space import ConfigSpace, check_in_space
-from jaxlake.mixture import MixtureError, mixture_from_obj
+from jaxlake.engineers.edits import ANY_EDIT, apply_edit, check_edit, edit_from_obj
+from jaxlake.engineers.space import ConfigSpace
+from jaxlake.mixture import MixtureError
 
 
 def answer_text(text: str) -> str:
@@ -216,7 +217,6 @@ def propose_with_retries(
     ctx: EngineerContext,
     retries: int = 2,
     space: Optional[ConfigSpace] = None,
-    max_components: int = 1,
     timeout_s: Optional[float] = None,
     max_raw_chars: int = MAX_RAW_CHARS,
     scrub: Optional[Callable[[str], str]] = None,
@@ -225,8 +225,10 @@ def propose_with_retries(
 
     ``ask(prompt, attempt) -> raw text`` may raise (network errors, ...): that counts as a
     failed attempt (a :class:`FatalEngineerError` ends the attempts at once). Each answer is
-    parsed (:func:`extract_json`) and validated (:class:`LakeConfig`; with ``space``,
-    :func:`check_in_space` with ``max_components``) and a rejected answer is shown to the
+    parsed (:func:`extract_json`), read as an edit of the current mixture
+    (:func:`~jaxlake.engineers.edits.edit_from_obj`: an edit object, or a whole environment
+    read as the edit that makes it) and validated (:class:`LakeConfig`; with ``space``,
+    :func:`~jaxlake.engineers.edits.check_edit` under ``space.edits``) and a rejected answer is shown to the
     model with the error in the next prompt (:func:`retry_prompt`). Never raises on bad
     output: whatever the parse or the validation raises is a failed attempt. The record holds
     every attempt's prompt, raw output (cut to ``max_raw_chars`` by :func:`clip_text`), parsed
@@ -262,9 +264,9 @@ def propose_with_retries(
         try:
             parsed = extract_json(raw, deadline=deadline)
             entry["parsed"] = parsed
-            mixture = mixture_from_obj(parsed, ctx.base)
-            if space is not None:
-                check_in_space(mixture, space, max_components)
+            edit = edit_from_obj(parsed, ctx.current, ctx.base)
+            mixture = (check_edit(edit, ctx.current, space, space.edits) if space is not None
+                       else apply_edit(ctx.current, edit, ANY_EDIT))
         except Exception as err:  # noqa: BLE001 - ProposalError, MixtureError, or anything odd in a value
             message = str(err) if isinstance(err, MixtureError) else f"{type(err).__name__}: {err}"
             message = clip_text(clean(message), MAX_ERROR_CHARS)
@@ -278,8 +280,9 @@ def propose_with_retries(
         return Proposal(
             mixture,
             "proposed",
-            f"valid proposal on attempt {attempt + 1}",
+            f"valid proposal on attempt {attempt + 1}: {edit.describe()}",
             record=_attempt_record(attempts),
+            edit=edit,
         )
     return Proposal(
         ctx.current,

@@ -20,6 +20,7 @@ import numpy as np
 
 from jaxlake.config import DYNAMIC_FIELDS, FIELD_BOUNDS, ConfigError, LakeConfig, reject_unknown
 from jaxlake.engineers.base import ProposalError
+from jaxlake.engineers.edits import EditRules
 from jaxlake.mixture import CAPACITY_FIELDS, Mixture
 
 #: Order in which fields are chosen (constrained decoding, random sampling); later fields'
@@ -45,7 +46,9 @@ def format_value(value: Any) -> str:
 class ConfigSpace:
     """The discrete space an engineer chooses from, with cross-field constraints.
 
-    Each editable field has a finite grid of allowed values (``values``; defaults derive from
+    ``edits`` are the rules of the engineer's answers, edits of the current mixture
+    (:class:`~jaxlake.engineers.edits.EditRules`: how many components an edit may add and
+    drop, the floor weight, ...). Each editable field has a finite grid of allowed values (``values``; defaults derive from
     :data:`~jaxlake.config.FIELD_BOUNDS` and the capacity of ``base``); fields not editable
     keep ``base``'s value. :meth:`choices` returns the values of a field that still admit a
     valid :class:`LakeConfig` given earlier choices (in :data:`FIELD_ORDER`), checked by
@@ -56,6 +59,7 @@ class ConfigSpace:
     base: LakeConfig
     editable: tuple = DEFAULT_EDITABLE
     values: dict = field(default_factory=dict)
+    edits: EditRules = field(default_factory=EditRules)
 
     def __post_init__(self) -> None:
         self.editable = tuple(self.editable)
@@ -302,14 +306,15 @@ def nearest_value(options: Sequence[Any], target: Any) -> Any:
 
 
 def space_from_conf(base: LakeConfig, node: Optional[Mapping[str, Any]]) -> ConfigSpace:
-    """A :class:`ConfigSpace` from an engineer's ``space:`` node (``editable``, ``values``)."""
+    """A :class:`ConfigSpace` from an engineer's ``space:`` node (``editable``, ``values``,
+    ``edits``: :class:`~jaxlake.engineers.edits.EditRules`)."""
     node = dict(node or {})
-    reject_unknown("engineer.space", node, ("editable", "values"))
+    reject_unknown("engineer.space", node, ("editable", "values", "edits"))
     editable = tuple(node.get("editable") or DEFAULT_EDITABLE)
     values = {k: list(v) for k, v in dict(node.get("values") or {}).items()}
     bad = sorted(set(values) - set(editable))
     if bad:
         raise ConfigError(f"engineer.space.values names field(s) {bad} that are not editable ({list(editable)})")
-    return ConfigSpace(base=base, editable=editable, values=values)
+    return ConfigSpace(base=base, editable=editable, values=values, edits=EditRules.from_node(node.get("edits")))
 
 

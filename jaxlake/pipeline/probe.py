@@ -16,6 +16,10 @@ a few candidate environments would teach the policy. :func:`make_probe` gives it
 
 A probe whose ``probe.json`` exists is read back, not retrained: a run cut short during the
 engineer's turn resumes it. The validation suite is built once per process (cached).
+
+:func:`run_rollouts` is the probe without training: the stage's policy plays fresh lakes of each
+component of a mixture, sampled, and each component's success comes back (the learnability the
+``sfl`` engineer and the oracle over edits read, ``ctx.rollouts``).
 """
 
 from __future__ import annotations
@@ -137,3 +141,28 @@ def make_probe(s: RunSettings, k: int, d: Path, init: Path) -> Callable[..., dic
         return run_probe(s, k, d, init, Mixture.of(mixture), str(name), ProbeSettings(**settings))
 
     return probe
+
+
+#: The rollouts' lake seed is this plus ``1000 * run seed + stage``: fresh lakes, none of the
+#: suite's, the same for every engineer of a seed and stage.
+ROLLOUT_SEED = 7_340_033
+
+
+def run_rollouts(s: RunSettings, k: int, policy: Optional[Path], mixture: Any, lakes: int, samples: int) -> list[dict]:
+    """``[{"p", "n"}]``: the policy at ``policy`` (stage ``k``'s) played ``samples`` times, sampled, on
+    ``lakes`` fresh lakes of each component of ``mixture``, in its order (:meth:`Student.success`)."""
+    import jax
+
+    from jaxlake.pipeline.student import build_student
+
+    if jax.process_count() > 1:
+        raise PipelineError(f"rollouts (engineer=sfl, oracle) run in one process; this run has {jax.process_count()}")
+    for name, v in (("lakes", lakes), ("samples", samples)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise PipelineError(f"engineer.{name}={v!r} must be an integer in [1, inf)")
+    mixture = Mixture.of(mixture)
+    t0 = time.perf_counter()
+    out = build_student(s).success(s, policy, mixture, lakes, samples, ROLLOUT_SEED + 1000 * int(s.seed) + int(k))
+    log(f"stage {k}: rollouts of {len(mixture)} config(s) x {lakes} lakes x {samples} samples "
+        f"({time.perf_counter() - t0:.1f} s)")
+    return out

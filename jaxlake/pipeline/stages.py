@@ -267,7 +267,8 @@ def engineer_context(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summ
                      engineer: Any) -> EngineerContext:
     """What the engineer of stage ``k`` gets: the stage's environment, evaluation, summary and
     history, the previous decision's state, a loader for the trained (``"policy"``) or
-    stage-0 (``"base"``) model, and ``probe`` (:mod:`jaxlake.pipeline.probe`) for the oracle. Notebook 03 calls it to replay a decision. ``cfg``: the
+    stage-0 (``"base"``) model, ``probe`` (:mod:`jaxlake.pipeline.probe`) for the oracle and
+    ``rollouts`` (the stage's policy played on fresh lakes, no training) for ``sfl`` and the oracle. Notebook 03 calls it to replay a decision. ``cfg``: the
     :class:`RunSettings` or a raw config (the context's ``run_cfg`` is the settings)."""
     s = RunSettings.of(cfg)
     prev_state = {}
@@ -284,6 +285,11 @@ def engineer_context(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summ
 
         return make_probe(s, k, d, policy_of(student, s, d, train))(mixture, name, **settings)
 
+    def rollouts(mixture: Any, lakes: int = 8, samples: int = 4) -> list:
+        from jaxlake.pipeline.probe import run_rollouts
+
+        return run_rollouts(s, k, policy_of(student, s, d, train), mixture, lakes, samples)
+
     return EngineerContext(
         stage=k,
         current=mixture,
@@ -299,6 +305,7 @@ def engineer_context(cfg: Any, k: int, d: Path, mixture: Mixture, ev: dict, summ
         run_cfg=s,
         load_model=load_model,
         probe=probe,
+        rollouts=rollouts,
         final=k >= s.stages,
     )
 

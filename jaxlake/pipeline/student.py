@@ -14,7 +14,9 @@ printed the same way. A student does four things:
   mixture), as an ``eval.json`` dict (``llm.training.evaluate``'s format: modes, per-cell and
   per-dimension metrics, one episode record per lake with its success and failure kinds);
 * :meth:`Student.policy` -- where a finished stage's policy is (what the next stage starts from);
-* :meth:`Student.history` -- the training line of a stage in the summaries' history.
+* :meth:`Student.history` -- the training line of a stage in the summaries' history;
+* :meth:`Student.success` -- the policy's sampled success on fresh lakes of each component of
+  a mixture, rollouts only (what the learnability engineers ``sfl`` and ``oracle`` read).
 
 The IPPO student (:class:`IPPOStudent`) plays every suite lake closed loop, step by step
 (:func:`jaxlake.students.play.play_plans`: greedy, and sampled when ``eval.sampled.num_samples``
@@ -62,6 +64,32 @@ class Student(Protocol):
     def history(self, train: dict) -> dict: ...
 
     def engineer_model(self, s: RunSettings, d: Path, train: dict, which: str) -> tuple[Any, Any]: ...
+
+    def success(self, s: RunSettings, policy: Optional[Path], mixture: Mixture, lakes: int, samples: int,
+                seed: int) -> list[dict]: ...
+
+
+def component_lakes(mixture: Mixture, lakes: int, seed: int) -> tuple[Any, np.ndarray]:
+    """``lakes`` fresh lakes of each component of ``mixture`` (in component blocks, component 0
+    first) and ``[n]`` the component of each: what :meth:`Student.success` plays."""
+    import jax
+
+    from jaxlake.generator import mixture_components
+    from llm.game.lakes import sample_lakes
+
+    equal = Mixture([(1.0, c) for c in Mixture.of(mixture).configs])
+    n = int(lakes) * len(equal)
+    return sample_lakes(jax.random.PRNGKey(int(seed)), equal, n), mixture_components(equal, n).astype(np.int64)
+
+
+def per_component(episodes: list[dict], components: int) -> list[dict]:
+    """``[{"p", "n"}]``: mean success of the episodes of each component (``episode["cell"]``)."""
+    wins = np.zeros(components)
+    count = np.zeros(components, dtype=np.int64)
+    for e in episodes:
+        wins[e["cell"]] += bool(e["success"])
+        count[e["cell"]] += 1
+    return [{"p": float(wins[i] / count[i]) if count[i] else 0.0, "n": int(count[i])} for i in range(components)]
 
 
 def policy_of(student: Student, s: RunSettings, d: Path, train: dict) -> Optional[Path]:
@@ -160,6 +188,31 @@ class LLMStudent:
         policy = _load_llm(s, path)
         return policy.module(), policy.tokenizer
 
+    def success(self, s: RunSettings, policy: Optional[Path], mixture: Mixture, lakes: int, samples: int,
+                seed: int) -> list[dict]:
+        """Sampled plans (temperature 1, the suite's sampled decoding) of the policy at ``policy``
+        on ``lakes`` fresh lakes of each component, ``samples`` a lake: each component's success."""
+        from llm.game.lakes import env_horizon
+        from llm.game.prompter import Prompter
+        from llm.game.prompts import PromptConfig
+        from llm.training.evaluate import plan_token_budget, run_modes
+
+        mixture = Mixture.of(mixture)
+        model = _load_llm(s, policy)
+        lk, cells_of = component_lakes(mixture, lakes, seed)
+        pcfg = s.prompt if isinstance(s.prompt, PromptConfig) else PromptConfig.from_dict(dict(s.prompt or {}))
+        prompter = Prompter.fit(model.tokenizer, pcfg, lk, None, 16)
+        horizon = env_horizon(mixture)
+        agents = int(np.max(np.asarray(lk.num_agents)))
+        sampled = dict((s.eval.node or {}).get("sampled") or {}) if s.eval is not None else {}
+        mode = ("sampled", {"temperature": float(sampled.get("temperature", 1.0)), "top_k": int(sampled.get("top_k", 0)),
+                            "top_p": float(sampled.get("top_p", 1.0)), "num_samples": int(samples)})
+        batch = int((s.eval.node or {}).get("batch_size", 64)) if s.eval is not None else 64
+        episodes = run_modes(model, prompter, lk, modes=[mode], cells_of=cells_of, opt_soc=None,
+                             max_new_tokens=plan_token_budget(model.tokenizer, agents, horizon), batch_size=batch,
+                             horizon=horizon, seed=int(seed) + 1)
+        return per_component(episodes, len(mixture))
+
 
 # ============================================================================ IPPO
 def stage_key(s: RunSettings, k: int):
@@ -212,6 +265,16 @@ class IPPOStudent:
     def engineer_model(self, s: RunSettings, d: Path, train: dict, which: str) -> tuple[Any, Any]:
         policy = _load_llm(s, None)  # the run's model (the shipped planner by default): the engineer's own
         return policy.module(), policy.tokenizer
+
+    def success(self, s: RunSettings, policy: Optional[Path], mixture: Mixture, lakes: int, samples: int,
+                seed: int) -> list[dict]:
+        """Sampled closed-loop plays (actions drawn from the policy) on ``lakes`` fresh lakes of
+        each component, ``samples`` a lake: each component's success."""
+        mixture = Mixture.of(mixture)
+        lk, cells_of = component_lakes(mixture, lakes, seed)
+        episodes = _episodes(s, self.params(s, policy, mixture), lk, modes=[("sampled", int(samples))],
+                             cells_of=cells_of, opt_soc=None, horizon=mixture.horizon, seed=int(seed) + 1)
+        return per_component(episodes, len(mixture))
 
 
 def build_student(s: RunSettings) -> Student:

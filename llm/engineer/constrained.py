@@ -1,13 +1,15 @@
 """Constrained JSON decoding: the model only chooses values, so its answer is valid by construction.
 
 **Constrained decoding** (``decoding: constrained``, the default of the local backends)
-writes the JSON object itself and lets the model choose only the values: for each editable
-field in :data:`jaxlake.engineers.FIELD_ORDER`, the allowed values that still admit a valid
-config given the earlier choices (:meth:`ConfigSpace.choices`) are scored
-(:func:`choice_logprobs`) and the best is taken (``temperature: 0``) or one is sampled from
-``softmax(score / temperature)``. With ``max_components > 1`` the model also chooses each
-component's weight and whether another component follows, giving a weighted mixture. The
-result is valid by construction, so even a random model yields a valid config.
+writes the JSON of an edit of the current mixture (:mod:`jaxlake.engineers.edits`) itself and
+lets the model choose only what it is free to: first the kind of edit (keep, re-weight, drop,
+add, replace: those the space's edit rules allow), then its values: a weight per component, the
+component to drop, and for each added config each editable field in
+:data:`jaxlake.engineers.FIELD_ORDER` among the allowed values that still admit a valid config
+given the earlier choices (:meth:`ConfigSpace.choices`), its share, and whether another follows
+(:func:`constrained_edit`). Each choice's candidates are scored (:func:`choice_logprobs`) and
+the best is taken (``temperature: 0``) or one is sampled from ``softmax(score / temperature)``.
+The result is valid by construction, so even a random model yields a valid edit.
 ``decoding: free`` samples text instead and relies on validation and retries.
 
 **A choice does not depend on how many tokens a value takes.** Each candidate is the value's
@@ -52,10 +54,6 @@ import numpy as np
 
 from jaxlake.config import ConfigError
 from jaxlake.engineers import ConfigSpace, format_value
-
-#: Default mixture weights the constrained decoder chooses from (normalised afterwards).
-DEFAULT_WEIGHTS = (0.25, 0.5, 0.75, 1.0)
-
 
 def _bucket(n: int, step: int) -> int:
     return max(step, -(-n // step) * step)
@@ -250,72 +248,91 @@ def _choose(scores: np.ndarray, temperature: float, rng: np.random.Generator) ->
     return int(rng.choice(len(scores), p=p))
 
 
-def constrained_json(
+def constrained_edit(
     score: Callable[[str, Sequence[str]], np.ndarray],
     prefix: str,
     space: ConfigSpace,
+    components: int,
     rng: np.random.Generator,
     temperature: float = 0.0,
-    max_components: int = 1,
-    weights: Sequence[float] = DEFAULT_WEIGHTS,
 ) -> tuple[str, list[dict]]:
-    """Write a proposal JSON after ``prefix`` choosing only values (see the module doc).
+    """Write an edit of a mixture of ``components`` components after ``prefix``, choosing only
+    the kind of edit and then its values (see the module doc and :mod:`jaxlake.engineers.edits`).
+
+    The JSON is written in this order, each choice among the values still allowed:
+
+    1. ``{"edit": "<kind>"`` -- a kind of :meth:`EditRules.kinds` (``space.edits``);
+    2. ``reweight``: ``"weights": [...]``, one of the rules' ``weights`` per component;
+       ``drop`` / ``replace``: ``"drop": i``, a component index;
+    3. ``add`` / ``replace``: ``"add": [{"weight": share, "config": {<field>: value, ...}}, ...]``:
+       a share of the rules' ``shares``, each editable field in :data:`~jaxlake.engineers.FIELD_ORDER`
+       among the values that still complete to a valid config (:meth:`ConfigSpace.choices`),
+       and whether another component follows (up to the rules' ``max_add`` and ``max_components``).
 
     Args:
       score: ``score(text, candidates) -> [n]`` choice log-probs (e.g. :meth:`ChoiceScorer.scores`,
         length-unbiased; ``temperature: 1`` then samples exactly that distribution).
       prefix: the chat prompt up to the assistant's answer.
-      space: the allowed values and constraints.
+      space: the allowed values, constraints and edit rules.
+      components: how many components the current mixture has.
       rng: numpy generator for sampling (unused when ``temperature == 0``).
       temperature: 0 picks the best-scored value.
-      max_components: > 1 writes ``{"mixture": [...]}`` with model-chosen weights and size.
-      weights: the weight values offered per component.
 
     Returns:
       ``(json_text, choices)`` where ``choices`` logs every choice point with the top values.
+      The text is a valid edit by construction (:func:`jaxlake.engineers.check_edit` passes).
     """
-    if not space.editable:
-        return "{}", []
+    rules = space.edits
     fields = list(space.editable)
     choices: list[dict] = []
-    mixture = max_components > 1
-    text = '{"mixture": [{"weight": ' if mixture else "{" + json.dumps(fields[0]) + ": "
+    text = '{"edit": "'
 
     def pick(label: str, options: Sequence[Any], shown: Sequence[str], after: Sequence[str]) -> int:
         nonlocal text
-        cands = [s + a for s, a in zip(shown, after)]
+        cands = [a + b for a, b in zip(shown, after)]
         sc = np.asarray(score(prefix + text, cands), dtype=np.float64) if len(cands) > 1 else np.zeros(1)
         i = _choose(sc, temperature, rng) if len(cands) > 1 else 0
         order = np.argsort(-sc)[:5]
-        choices.append(
-            {"choice": label, "chosen": options[i], "top": [[options[j], round(float(sc[j]), 3)] for j in order]}
-        )
+        choices.append({"choice": label, "chosen": options[i],
+                        "top": [[options[j], round(float(sc[j]), 3)] for j in order]})
         text += cands[i]
         return i
 
-    components = 0
+    kinds = [k for k in rules.kinds(components) if k not in ("add", "replace") or fields]
+    openers = {"keep": '"}', "reweight": '", "weights": [', "drop": '", "drop": ', "add": '", "add": [{"weight": ',
+               "replace": '", "drop": '}
+    kind = kinds[pick("edit", kinds, kinds, [openers[k] for k in kinds])]
+    if kind == "keep":
+        return text, choices
+    if kind == "reweight":
+        shown = [format_value(w) for w in rules.weights]
+        for i in range(components):
+            after = ", " if i + 1 < components else "]}"
+            pick(f"weights[{i}]", list(rules.weights), shown, [after] * len(shown))
+        return text, choices
+    if kind in ("drop", "replace"):
+        idx = list(range(components))
+        after = "}" if kind == "drop" else ', "add": [{"weight": '
+        pick("drop", idx, [str(i) for i in idx], [after] * components)
+        if kind == "drop":
+            return text, choices
+    room = min(rules.max_add, rules.max_components - components + (1 if kind == "replace" else 0))
+    added = 0
+    shares = list(rules.shares)
     while True:
-        components += 1
-        if mixture:
-            shown_w = [format_value(float(w)) for w in weights]
-            pick(f"weight[{components - 1}]", list(weights), shown_w, [', "config": {' + json.dumps(fields[0]) + ": "] * len(weights))
+        pick(f"add[{added}].weight", shares, [format_value(w) for w in shares],
+             [', "config": {' + json.dumps(fields[0]) + ": "] * len(shares))
         partial: dict[str, Any] = {}
         for j, name in enumerate(fields):
             options = space.choices(name, partial)
-            if not options:  # cannot happen for a valid base; keep the base value
+            if not options:  # cannot happen for a valid base
                 raise ConfigError(f"no allowed value for {name} after {partial}")
-            if j + 1 < len(fields):
-                after = ", " + json.dumps(fields[j + 1]) + ": "
-            else:
-                after = "}}" if mixture else "}"
-            i = pick(name if not mixture else f"{name}[{components - 1}]", options,
-                     [format_value(v) for v in options], [after] * len(options))
+            after = ", " + json.dumps(fields[j + 1]) + ": " if j + 1 < len(fields) else "}}"
+            i = pick(f"add[{added}].{name}", options, [format_value(v) for v in options], [after] * len(options))
             partial[name] = options[i]
-        if not mixture:
-            return text, choices
-        if components >= max_components:
+        added += 1
+        if added >= room:
             text += "]}"
             return text, choices
-        more = pick(f"more_after[{components - 1}]", [False, True], ["]}", ', {"weight": '], ["", ""])
-        if not more:
+        if not pick(f"more_after[{added - 1}]", [False, True], ["]}", ', {"weight": '], ["", ""]):
             return text, choices

@@ -160,7 +160,7 @@ class ExternalEngineer(Engineer):
       http_retries, backoff_s, max_backoff_s: retries of 429/5xx inside one attempt and their waits.
       context_tokens, chars_per_token: the prompt budget (None: no budget).
       json_mode: send ``response_format: {"type": "json_object"}``.
-      context, max_components, space, system: as for :class:`llm.engineer.local.LLMEngineer`.
+      context, space, system: as for :class:`llm.engineer.local.LLMEngineer`.
       extra_body: more request fields (e.g. ``top_p``).
     """
 
@@ -176,7 +176,6 @@ class ExternalEngineer(Engineer):
         timeout_s: float = 60.0,
         retries: int = 2,
         json_mode: bool = False,
-        max_components: int = 1,
         space: Optional[Mapping[str, Any]] = None,
         system: Optional[str] = None,
         extra_body: Optional[Mapping[str, Any]] = None,
@@ -224,7 +223,7 @@ class ExternalEngineer(Engineer):
         self.context_tokens = None if context_tokens is None else int(context_tokens)
         self.chars_per_token = float(chars_per_token)
         self.max_body_bytes, self.max_raw_chars = int(max_body_bytes), int(max_raw_chars)
-        self.max_components, self.space_node = int(max_components), space
+        self.space_node = space
         self.system = default_system(self.parts) if system is None else system
         self.extra_body = dict(extra_body or {})
 
@@ -396,7 +395,7 @@ class ExternalEngineer(Engineer):
         and why it does not fit."""
 
         def build(**kw):
-            return build_user_prompt(ctx, self.parts, space, self.max_components, **kw)
+            return build_user_prompt(ctx, self.parts, space, **kw)
 
         if self.context_tokens is None:
             return build(), None
@@ -425,7 +424,7 @@ class ExternalEngineer(Engineer):
 
         scrub = self.scrubber()
         proposal = propose_with_retries(ask, user, ctx, self.retries, space=space,
-                                        max_components=self.max_components, timeout_s=self.timeout_s,
+                                        timeout_s=self.timeout_s,
                                         max_raw_chars=self.max_raw_chars, scrub=scrub)
         proposal.record.update(
             {"system": self.system, "endpoint": self.url, "model": self.model, "context_parts": self.parts}

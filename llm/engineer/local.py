@@ -7,8 +7,8 @@ The house: :mod:`llm.engineer.prompt` (system and user turns, fitted to the cont
 OpenAI-compatible chat endpoint).
 
 Every backend runs :func:`jaxlake.engineers.propose_with_retries`: parse, validate
-(``LakeConfig`` and :func:`jaxlake.engineers.check_in_space`: allowed values, fixed fields,
-at most ``max_components`` components), retry with the error shown in the prompt, keep the
+(an edit of the current mixture, :func:`jaxlake.engineers.check_edit`: the edit rules, and
+every added config's allowed values and fixed fields), retry with the error shown in the prompt, keep the
 current environment as the last resort (a ``fallback``); the record keeps the prompt, the raw outputs, the parsed object, the
 validation errors and, for constrained decoding, the top-scored values at every choice.
 Malformed output never raises.
@@ -28,13 +28,12 @@ failed attempt at worst), and each raw output is kept cut to
 
 from __future__ import annotations
 
-import math
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional
 
 from jaxlake.config import ConfigError, reject_unknown
 from jaxlake.engineers import Engineer, EngineerContext, Proposal, propose_with_retries, space_from_conf
 from jaxlake.summaries import PARTS
-from llm.engineer.constrained import DEFAULT_WEIGHTS, ChoiceScorer, constrained_json
+from llm.engineer.constrained import ChoiceScorer, constrained_edit
 from llm.engineer.prompt import (
     REASONING_SYSTEM,
     build_user_prompt,
@@ -124,9 +123,8 @@ class LLMEngineer(Engineer):
       decoding: ``constrained`` (valid by construction) or ``free`` (sampled text).
       temperature: 0 = best-scored value / greedy text.
       retries: attempts after the first one.
-      max_components: > 1 lets the model propose a weighted mixture.
-      weights: weights offered per mixture component.
-      space: ``{editable, values}`` of the :class:`ConfigSpace`.
+      space: ``{editable, values, edits}`` of the :class:`ConfigSpace` (``edits``: what an
+        answer, an edit of the current mixture, may do: :class:`jaxlake.engineers.EditRules`).
       max_new_tokens: text length for ``free`` decoding.
       max_prompt_tokens: prompt budget (default: the model's context minus the answer room).
       system: the system turn (default :data:`llm.engineer.prompt.DEFAULT_SYSTEM`, plus :data:`REASONING_SYSTEM`
@@ -144,8 +142,6 @@ class LLMEngineer(Engineer):
         decoding: str = "constrained",
         temperature: float = 0.0,
         retries: int = 2,
-        max_components: int = 1,
-        weights: Sequence[float] = DEFAULT_WEIGHTS,
         space: Optional[Mapping[str, Any]] = None,
         max_new_tokens: int = 256,
         max_prompt_tokens: Optional[int] = None,
@@ -161,15 +157,9 @@ class LLMEngineer(Engineer):
             raise ConfigError(f"engineer.temperature={temperature} not in [0, inf)")
         if int(retries) < 0:
             raise ConfigError(f"engineer.retries={retries} not in [0, inf)")
-        if int(max_components) < 1:
-            raise ConfigError(f"engineer.max_components={max_components} not in [1, inf)")
-        weights = [float(w) for w in weights]
-        if not weights or any(not (w > 0 and math.isfinite(w)) for w in weights):
-            raise ConfigError(f"engineer.weights={weights} must be positive numbers")
         self.name = name or self.source
         self.flags = context_flags(context)
         self.decoding, self.temperature, self.retries = decoding, float(temperature), int(retries)
-        self.max_components, self.weights = int(max_components), weights
         self.space_node, self.max_new_tokens = space, int(max_new_tokens)
         self.max_prompt_tokens = max_prompt_tokens
         self.system = default_system(self.parts) if system is None else system
@@ -196,7 +186,7 @@ class LLMEngineer(Engineer):
         count = ChoiceScorer(model, tokenizer).count
         thinking = self.reasons(ctx)
         system = self.system + (REASONING_SYSTEM if thinking and not self.custom_system else "")
-        answer_room = 64 + 24 * len(space.editable) * self.max_components
+        answer_room = 64 + 8 * len(ctx.current) + 24 * len(space.editable) * max(1, space.edits.max_add)
         if self.decoding == "free":
             answer_room = max(answer_room, self.max_new_tokens)
         if thinking:
@@ -206,7 +196,7 @@ class LLMEngineer(Engineer):
         system_tokens = count(chat_text(tokenizer, system, "", thinking))
 
         def build(**kw):
-            return build_user_prompt(ctx, self.parts, space, self.max_components, **kw)
+            return build_user_prompt(ctx, self.parts, space, **kw)
 
         failures = len(((ctx.summary or {}).get("failures") or {}).get("cases", []))
         history = len((ctx.summary or {}).get("history") or [])
@@ -237,14 +227,12 @@ class LLMEngineer(Engineer):
                 head = f"{THINK_OPEN}\n{analysis}{self.reasoning['close_text']}"
                 text += head
             if self.decoding == "constrained":
-                out, choices = constrained_json(
-                    scorer.scores, text, space, rng, self.temperature, self.max_components, self.weights
-                )
+                out, choices = constrained_edit(scorer.scores, text, space, len(ctx.current), rng, self.temperature)
                 traces.append(choices)
                 return head + out
             return head + self._free(model, tokenizer, text, ctx, attempt)
 
-        proposal = propose_with_retries(ask, user, ctx, self.retries, space=space, max_components=self.max_components)
+        proposal = propose_with_retries(ask, user, ctx, self.retries, space=space)
         proposal.record.update(
             {"system": system, "decoding": self.decoding, "context_parts": self.parts, "source": self.source,
              "reasoning": thinking}

@@ -4,7 +4,8 @@ The system turn (:func:`default_system`) names only the summary parts the prompt
 user turn (:func:`build_user_prompt`) is the stage summary rendered by
 :func:`jaxlake.summaries.render_summary` with each context part switchable in
 ``conf/engineer/<name>.yaml`` (``context: {behaviour, failures, env_stats, history}``, for
-ablations), the current environment as JSON and the schema of what may be proposed: the
+ablations), the current environment as numbered components and what may be answered: an edit of it (keep,
+re-weight, drop, add, replace: :mod:`jaxlake.engineers.edits`, with an example) and the
 editable fields with their allowed values (a :class:`jaxlake.engineers.ConfigSpace`).
 
 The user turn also states the cross-field rules of the space (:func:`space_rules`), and
@@ -20,7 +21,6 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from jaxlake.config import reject_unknown
 from jaxlake.engineers import ConfigSpace, EngineerContext, format_value
-from jaxlake.mixture import mixture_to_obj
 from jaxlake.summaries import PARTS, render_summary
 
 #: How the system turn names each summary part (only the parts the prompt shows are named).
@@ -42,7 +42,8 @@ def default_system(parts: Sequence[str] = PARTS) -> str:
     return (
         "You are the environment engineer of a training curriculum for a policy that plans paths for "
         f"several agents on a frozen lake grid. After each stage {reads}, and you "
-        "propose the configuration of the next stage as a JSON object. Use only the allowed values and "
+        "propose the next stage's environment as a JSON edit of the current one (keep what works, shift weight, "
+        "drop or add configurations). Use only the allowed values and "
         "follow the rules the prompt states. Make the environment harder when the success rate is high "
         f"and easier when it is low{', ' + aim if aim else '. '}Reply with a single JSON object and nothing else."
     )
@@ -82,29 +83,70 @@ def describe_space(space: ConfigSpace) -> str:
     return "\n".join(lines)
 
 
-def space_rules(space: ConfigSpace, max_components: int = 1) -> str:
-    """The cross-field rules a proposal must meet (what :class:`LakeConfig` and
+def space_rules(space: ConfigSpace) -> str:
+    """The cross-field rules an added config must meet (what :class:`LakeConfig` and
     :func:`jaxlake.engineers.check_in_space` check; the rules are in docs/rules.md), so that a
     free-text engineer does not have to learn them from rejections."""
     lines = ["- each agent needs its own frozen start and goal cell: "
              "2 * num_agents <= height * width - round(hole_density * height * width)"]
     if "min_dist" in space.editable or "max_dist" in space.editable:
         lines.append("- 1 <= min_dist <= height * width - 1, min_dist <= max_dist (null: no bound)")
-    n = int(max_components)
-    lines.append(f"- at most {n} component{'s' if n != 1 else ''}" + (", weights > 0" if n > 1 else ""))
+    r = space.edits
+    lines.append(f"- an edit drops at most {r.max_drop} and adds at most {r.max_add} component(s); the mixture "
+                 f"has at most {r.max_components}")
     return "Rules:\n" + "\n".join(lines)
+
+
+#: What each kind of edit does, as the prompt states it (``{...}`` filled from the rules).
+_EDIT_LINES = {
+    "keep": '{{"edit": "keep"}}: train on the current environment again',
+    "reweight": '{{"edit": "reweight", "weights": [w0, ..., w{last}]}}: new relative weights, one per component '
+                '(every component keeps at least {floor} of the mass)',
+    "drop": '{{"edit": "drop", "drop": i}}: remove component i (the others keep their weights)',
+    "add": '{{"edit": "add", "add": [{{"weight": share, "config": {{...}}}}]}}: add new configs, each with its '
+           'share of the new mixture (the current components keep at least {keep} between them)',
+    "replace": '{{"edit": "replace", "drop": i, "add": [{{"weight": share, "config": {{...}}}}]}}: remove '
+               'component i and add new configs',
+}
+
+
+def describe_edits(ctx: EngineerContext, space: ConfigSpace) -> str:
+    """What an answer may be: the kinds of edit the rules allow on the current mixture, each
+    with its form, and one example."""
+    r = space.edits
+    n = len(ctx.current)
+    lines = [f"- {_EDIT_LINES[k].format(last=n - 1, floor=r.floor, keep=r.min_keep)}" for k in r.kinds(n)]
+    example = space.snap(ctx.base)
+    fields = {k: v for k, v in example.to_dict().items() if k in space.editable}
+    shown = "{" + ", ".join(f"{json.dumps(k)}: {format_value(v)}" for k, v in fields.items()) + "}"
+    kind = "add" if "add" in r.kinds(n) else "replace"
+    drop = ', "drop": 0' if kind == "replace" else ""
+    lines.append('"weights" may also come with drop, add and replace. A config\'s missing fields keep the values '
+                 f'of the heaviest component. Example: {{"edit": "{kind}"{drop}, "add": [{{"weight": '
+                 f'{format_value(r.shares[len(r.shares) // 2])}, "config": {shown}}}]}}')
+    return "\n".join(lines)
+
+
+def describe_current(ctx: EngineerContext, space: ConfigSpace) -> str:
+    """The current mixture, one numbered line a component (``#i``: the index an edit names):
+    its weight and its editable fields."""
+    lines = []
+    for i, (w, c) in enumerate(ctx.current):
+        fields = {k: v for k, v in c.to_dict().items() if k in space.editable}
+        lines.append(f"#{i} weight {w:.3f}: " + json.dumps(fields))
+    return "\n".join(lines)
 
 
 def build_user_prompt(
     ctx: EngineerContext,
     parts: Sequence[str],
     space: ConfigSpace,
-    max_components: int = 1,
     max_failures: Optional[int] = None,
     max_history: Optional[int] = None,
     max_summary_chars: Optional[int] = None,
 ) -> str:
-    """The user turn: summary parts, the current environment and the answer schema."""
+    """The user turn: summary parts, the current environment (numbered components) and what
+    an answer may be (an edit of it: :func:`describe_edits`)."""
     summary = dict(ctx.summary or {})
     if max_failures is not None and summary.get("failures"):
         f = dict(summary["failures"])
@@ -115,21 +157,15 @@ def build_user_prompt(
     text = render_summary(summary, parts) if summary and parts else ""
     if max_summary_chars is not None and len(text) > max_summary_chars:
         text = text[: max(max_summary_chars, 0)] + "\n(summary cut)"
-    current = json.dumps({"mixture": mixture_to_obj(ctx.current)})
     fixed = {k: v for k, v in ctx.base.to_dict().items() if k not in space.editable}
-    if max_components > 1:
-        fmt = (
-            '{"mixture": [{"weight": w, "config": {<fields>}}, ...]} with up to '
-            f"{max_components} components (weights are normalised)"
-        )
-    else:
-        fmt = '{"height": ..., "width": ..., ...} with the fields below'
+    n = len(ctx.current)
     chunks = [
         f"Stage {ctx.stage} of training has finished. Propose the environment of stage {ctx.stage + 1}.",
         text,
-        f"## Current environment\n{current}",
-        f"## Answer\nOne JSON object {fmt}. Fields you may set, with their allowed values:\n{describe_space(space)}\n"
-        f"Fixed fields (keep them): {json.dumps(fixed)}\n{space_rules(space, max_components)}",
+        f"## Current environment ({n} component{'s' if n != 1 else ''})\n{describe_current(ctx, space)}",
+        f"## Answer\nOne JSON object: an edit of the current environment, naming components by their #.\n"
+        f"{describe_edits(ctx, space)}\nFields you may set in a config, with their allowed values:\n"
+        f"{describe_space(space)}\nFixed fields (keep them): {json.dumps(fixed)}\n{space_rules(space)}",
     ]
     return "\n\n".join(c for c in chunks if c)
 

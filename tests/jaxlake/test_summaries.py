@@ -225,5 +225,5 @@ def test_each_training_mixture_component_gets_its_own_line():
     assert [(x["weight"], x["score"], x["malformed_rate"], x["n"]) for x in c["components"]] == \
         [(0.75, 1.0, 0.0, 3), (0.25, 0.0, 1.0, 1)]
     text = render_summary(summarize(ev), parts=["behaviour"])
-    assert "- component 1, weight 0.25: height=6, width=6, num_agents=3" in text
+    assert "- component #1, weight 0.25: height=6, width=6, num_agents=3" in text
     assert "(1 lakes): success 0.00, fall 0.00, malformed 1.00" in text

@@ -229,27 +229,39 @@ def test_random_valid_deterministic_and_varied():
 
 
 def test_heuristic_ladder():
+    """The ladder in edits: a raise adds the harder config beside the one that worked, a failed
+    raise is dropped and the ladder settles, a config being learned gets more weight."""
     eng = build_engineer(OmegaConf.load(CONF / "heuristic.yaml"))
     assert isinstance(eng, HeuristicEngineer)
-    # success above 0.7: raise size 5 -> 6 (first rung), remember BASE as last good
+    # success above 0.7: add size 5 -> 6 (first rung) beside BASE, remember BASE as last good
     p = eng.propose(ctx(eval_result=eval_with(p_current=0.9, p_suite=0.1)))
-    cfg = p.mixture[0][1]
-    assert (cfg.height, cfg.width, cfg.num_agents) == (6, 6, 2) and p.decision == "proposed"
+    assert p.edit.kind == "add" and p.decision == "proposed"
+    assert [c for _, c in p.mixture] == [BASE, BASE.replace(height=6, width=6)]
+    assert [round(w, 3) for w in p.mixture.weights] == [0.5, 0.5]
     assert p.state["next_rung"] == 1 and p.state["last_good"] == BASE.to_dict()
-    # next time above threshold: the second rung (num_agents 2 -> 3)
-    p2 = eng.propose(ctx(stage=2, current=p.mixture, eval_result=eval_with(p_current=0.8), state=p.state))
-    assert p2.mixture[0][1].num_agents == 3 and p2.mixture[0][1].height == 6
-    # below 0.3: back to the last config that worked (6x6, 2 agents)
-    p3 = eng.propose(ctx(stage=3, current=p2.mixture, eval_result=eval_with(p_current=0.1), state=p2.state))
-    assert p3.mixture == p.mixture and "last config that worked" in p3.reason
-    # in between: keep
-    p4 = eng.propose(ctx(stage=4, current=p3.mixture, eval_result=eval_with(p_current=0.5), state=p3.state))
+    assert p.state["frontier"] == BASE.replace(height=6, width=6).to_dict()
+    # the frontier works too: the second rung (num_agents 2 -> 3) joins, read from its own lakes
+    ev = eval_with(p_current=0.8, current=p.mixture)
+    p2 = eng.propose(ctx(stage=2, current=p.mixture, eval_result=ev, state=p.state))
+    assert p2.edit.kind == "add" and [c.num_agents for _, c in p2.mixture] == [2, 2, 3]
+    # the new frontier fails: drop it, keep what worked, settle
+    p3 = eng.propose(ctx(stage=3, current=p2.mixture, eval_result=eval_with(p_current=0.1, current=p2.mixture),
+                         state=p2.state))
+    assert p3.edit.kind == "drop" and p3.edit.drop == (2,) and "kept" not in p3.decision
+    assert [c for _, c in p3.mixture] == [c for _, c in p.mixture]
+    # settled: keep, whatever it reads
+    p4 = eng.propose(ctx(stage=4, current=p3.mixture, eval_result=eval_with(p_current=0.95, current=p3.mixture),
+                         state=p3.state))
     assert p4.decision == "kept" and p4.mixture == p3.mixture
-    # no last good config and too hard: lower the last ladder dimension that can go down
+    # in between on a mixture: twice the weight on the frontier
+    mid = eng.propose(ctx(stage=2, current=p.mixture, eval_result=eval_with(p_current=0.5, current=p.mixture),
+                          state=p.state))
+    assert mid.edit.kind == "reweight" and mid.mixture.weights[1] > mid.mixture.weights[0]
+    # no last good config and too hard: replace it one rung lower on the last ladder dimension
     p5 = eng.propose(ctx(eval_result=eval_with(p_current=0.0)))
-    assert p5.mixture[0][1].conflict_density == 0.25
+    assert p5.edit.kind == "replace" and p5.mixture.main.conflict_density == 0.25 and len(p5.mixture) == 1
     # suite signal when the current-env evaluation is missing
-    assert eng.propose(ctx(eval_result=eval_with(p_suite=0.95))).mixture[0][1].height == 6
+    assert eng.propose(ctx(eval_result=eval_with(p_suite=0.95))).mixture[1][1].height == 6
     with pytest.raises(ConfigError, match="lower_below <= raise_above"):
         HeuristicEngineer(raise_above=0.2, lower_below=0.5)
 
@@ -267,14 +279,17 @@ HEUR_SPACE = {"editable": ["height", "width", "num_agents", "hole_density", "con
 @pytest.mark.parametrize(
     "reply, message",
     [
-        ('{"hole_density": 0.37}', "config.hole_density=0.37 is not an allowed value; allowed: [0.0, 0.1, 0.2, 0.3]"),
-        ('{"slip_prob": 0.2}', "config.slip_prob=0.2 is fixed at 0.0 in this run"),
-        ('{"max_steps": 64}', "config.max_steps=64 is fixed at 16 in this run"),
-        ('{"on_goal": "stay"}', "config.on_goal='stay' is fixed at 'vanish' in this run"),
-        ('{"mixture": [{"weight": 1, "config": {}}, {"weight": 1, "config": {"height": 4}}]}',
-         "the mixture has 2 components; at most 1 allowed (max_components=1)"),
+        ('{"hole_density": 0.37}', "add[0]: hole_density=0.37 is not an allowed value; allowed: [0.0, 0.1, 0.2, 0.3]"),
+        ('{"slip_prob": 0.2}', "add[0]: slip_prob=0.2 is fixed at 0.0 in this run"),
+        ('{"max_steps": 64}', "add[0]: max_steps=64 is fixed at 16 in this run"),
+        ('{"on_goal": "stay"}', "add[0]: on_goal='stay' is fixed at 'vanish' in this run"),
+        ('{"mixture": [{"weight": 1, "config": {"height": 3}}, {"weight": 1, "config": {"height": 4}}, '
+         '{"weight": 1, "config": {"height": 6}}]}', "the edit adds 3 components; at most 2"),
         ('{"mixture": [{"weight": 1, "config": {"conflict_density": 0.3}}]}',
-         "config.conflict_density=0.3 is not an allowed value; allowed: [0.0, 0.25, 0.5, 0.75, 1.0]"),
+         "add[0]: conflict_density=0.3 is not an allowed value; allowed: [0.0, 0.25, 0.5, 0.75, 1.0]"),
+        ('{"edit": "drop", "drop": 0}', "edit='drop' is not allowed on a mixture of 1 component(s)"),
+        ('{"edit": "add", "drop": 0, "add": [{"config": {"height": 4}}]}', "edit='add' takes no 'drop'"),
+        ('{"edit": "reweight", "weights": [1, 2]}', "weights must be a list of 1 numbers"),
     ],
 )
 def test_replies_outside_the_space_are_rejected_and_shown_on_retry(reply, message):
@@ -287,8 +302,8 @@ def test_replies_outside_the_space_are_rejected_and_shown_on_retry(reply, messag
         prompts.append(prompt)
         return reply if attempt == 0 else '{"height": 6}'
 
-    p = propose_with_retries(ask, "PROMPT", ctx(), retries=1, space=space, max_components=1)
-    assert p.decision == "proposed" and p.mixture[0][1].height == 6
+    p = propose_with_retries(ask, "PROMPT", ctx(), retries=1, space=space)
+    assert p.decision == "proposed" and p.mixture[0][1].height == 6 and p.edit.kind == "replace"
     assert message in p.record["validation_errors"][0]
     assert message in prompts[1] and "It was rejected" in prompts[1]
     # the same check, directly: the on-space answer passes
@@ -320,18 +335,24 @@ def test_every_baseline_stays_in_its_space():
         for stage, p_cur in enumerate((0.9, 0.9, 0.1, 0.5, 0.9), start=1):
             p = eng.propose(ctx(stage=stage, current=current, state=state,
                                 eval_result=eval_with(p_current=p_cur, p_suite=0.5, cells=cells, current=current)))
-            check_in_space(p.mixture, space, max_components=getattr(eng, "levels", 1))
+            # every component the engineer brought in lies in the space; the run's own ones may not
+            added = [(w, c) for w, c in p.mixture if c not in [c0 for _, c0 in current]]
+            if added:
+                check_in_space(added, space, max_components=len(added))
+            assert len(p.mixture) <= space.edits.max_components and p.edit is not None
             current, state = p.mixture, p.state
 
 
 # ----------------------------------------------------------------------------- the ladder (issue 13 item 4)
 def _ladder_run(eng, successes, start=BASE):
-    """Feed the ladder one success per stage; return the config of every stage (stage 1 = start)."""
-    current, state, configs = [(1.0, start)], {}, [start]
+    """Feed the ladder one success per stage (on every component's lakes); return the configs of
+    every stage's mixture (stage 1 = start)."""
+    current, state, configs = [(1.0, start)], {}, [[start]]
     for stage, p_cur in enumerate(successes, start=1):
-        p = eng.propose(ctx(stage=stage, current=current, state=state, eval_result=eval_with(p_current=p_cur)))
+        p = eng.propose(ctx(stage=stage, current=current, state=state,
+                            eval_result=eval_with(p_current=p_cur, current=current)))
         current, state = p.mixture, p.state
-        configs.append(current[0][1])
+        configs.append([c for _, c in current])
     return configs
 
 
@@ -341,15 +362,15 @@ def test_heuristic_returns_to_last_good_and_stays():
     a = BASE
     b = BASE.replace(height=6, width=6)           # size raised
     c = b.replace(num_agents=3)                   # agents raised
-    # works, works, fails (back to b), works again at b, works, ...: stays at b
+    # works, works, fails (c dropped), works again, ...: stays on a + b
     got = _ladder_run(eng, [0.9, 0.9, 0.1, 0.9, 0.95, 0.8, 0.5])
-    assert got == [a, b, c, b, b, b, b, b]
+    assert got == [[a], [a, b], [a, b, c], [a, b], [a, b], [a, b], [a, b], [a, b]]
     # at the settled config a failure still lowers it (it is no longer known to work)
     got = _ladder_run(eng, [0.9, 0.1, 0.1, 0.9])
-    assert got[:3] == [a, b, a] and got[3] == a.replace(num_agents=1) and got[4] == got[3]
-    # in-between success keeps the harder config being learned; a later success raises on
+    assert got[:3] == [[a], [a, b], [a]] and got[3] == [a.replace(num_agents=1)] and got[4] == got[3]
+    # in-between success keeps the harder config being learned, with more weight; a later success raises on
     got = _ladder_run(eng, [0.9, 0.5, 0.8])
-    assert got == [a, b, b, c]
+    assert got == [[a], [a, b], [a, b], [a, b, c]]
 
 
 def test_heuristic_mode_is_validated():
@@ -368,10 +389,11 @@ def test_baselines_keep_an_off_grid_run_environment_without_error():
     kept = eng.propose(ctx(current=[(1.0, off)], eval_result=eval_with(p_current=0.5)))
     assert kept.decision == "kept" and kept.mixture == [(1.0, off)]
     raised = eng.propose(ctx(current=[(1.0, off)], eval_result=eval_with(p_current=0.9)))
-    assert raised.decision == "proposed" and raised.mixture[0][1].hole_density in (0.2, 0.3)
+    assert raised.decision == "proposed" and raised.mixture[0][1] == off  # kept as it is, beside ...
+    assert raised.mixture[1][1].hole_density in (0.2, 0.3)                # ... the raise, on the grid
     plr = build_engineer(OmegaConf.load(CONF / "plr.yaml"))
     p = plr.propose(ctx(current=[(1.0, off)], eval_result=eval_with(p_current=0.5)))
-    assert all(c.hole_density in (0.0, 0.1, 0.2, 0.3) for _, c in p.mixture)
+    assert all(c.hole_density in (0.0, 0.1, 0.2, 0.3) for _, c in p.mixture if c != off) and len(p.mixture) > 1
 
 
 HARDER_WHEN_LARGER = ("height", "width", "num_agents", "hole_density", "conflict_density", "slip_prob")
@@ -395,10 +417,11 @@ def test_heuristic_never_raises_a_field_while_failing_from_an_off_grid_start(sta
     the one ladder dimension it raised."""
     eng = HeuristicEngineer(space=HEUR_SPACE)
     prop = eng.propose(ctx(current=[(1.0, start)], eval_result=eval_with(p_current=p_current, current=[(1.0, start)])))
-    new = prop.mixture[0][1]
-    assert _harder_fields(new, start) == [], (prop.decision, prop.reason, new)
+    for _, new in prop.mixture:
+        assert _harder_fields(new, start) == [], (prop.decision, prop.reason, new)
     raised = eng.propose(ctx(current=[(1.0, start)], eval_result=eval_with(p_current=0.9, current=[(1.0, start)])))
-    assert _harder_fields(raised.mixture[0][1], start) in (["height", "width"], ["num_agents"]), raised.reason
+    assert raised.mixture[0][1] == start and raised.edit.kind == "add"
+    assert _harder_fields(raised.mixture[1][1], start) in (["height", "width"], ["num_agents"]), raised.reason
 
 
 def test_fixed_broad_trains_every_stage_on_env_broad():

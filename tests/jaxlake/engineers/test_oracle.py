@@ -20,9 +20,21 @@ SPACE = {"editable": ["height", "width", "num_agents", "hole_density", "conflict
          "values": {"hole_density": [0.0, 0.1, 0.2, 0.3], "conflict_density": [0.0, 0.5, 1.0]}}
 
 
-def context(probe, stage=1, seed=0):
-    return EngineerContext(stage=stage, current=Mixture.of(TINY), initial=Mixture.of(TINY), eval_result={},
-                           summary={}, history=[], state={}, seed=seed, probe=probe)
+def context(probe, stage=1, seed=0, current=None, rollouts=None):
+    current = Mixture.of(current or TINY)
+    return EngineerContext(stage=stage, current=current, initial=current, eval_result={},
+                           summary={}, history=[], state={}, seed=seed, probe=probe, rollouts=rollouts)
+
+
+def scripted_rollouts(p_of):
+    """``ctx.rollouts`` whose success on a config is ``p_of(config)``; records every call."""
+    calls = []
+
+    def rollouts(mixture, lakes, samples):
+        calls.append((mixture, lakes, samples))
+        return [{"p": p_of(c), "n": lakes * samples} for c in mixture.configs]
+
+    return rollouts, calls
 
 
 def scripted(score_of):
@@ -41,7 +53,7 @@ def area(mixture):
 
 def test_the_oracle_proposes_the_candidate_whose_probe_scored_best():
     probe, calls = scripted(area)  # the largest lakes "teach" most
-    eng = OracleEngineer(candidates=5, probe_steps=3, validation_lakes_per_cell=2, space=SPACE)
+    eng = OracleEngineer(candidates=5, probe_steps=3, validation_lakes_per_cell=2, space=SPACE, candidates_from="space")
     p = eng.propose(context(probe))
     assert len(calls) == 5 and {c[2]["steps"] for c in calls} == {3} and {c[2]["lakes_per_cell"] for c in calls} == {2}
     assert same_mixture(calls[0][0], Mixture.of(TINY))  # the current environment is probed first
@@ -56,19 +68,20 @@ def test_the_oracle_proposes_the_candidate_whose_probe_scored_best():
 
 def test_ties_keep_the_current_environment_and_draws_are_reproducible():
     probe, calls = scripted(lambda m: 0.5)
-    p = OracleEngineer(candidates=3, space=SPACE).propose(context(probe))
+    p = OracleEngineer(candidates=3, space=SPACE, candidates_from="space").propose(context(probe))
     assert p.decision == "kept" and same_mixture(p.mixture, Mixture.of(TINY))
     again, calls2 = scripted(lambda m: 0.5)
-    OracleEngineer(candidates=3, space=SPACE).propose(context(again))
+    OracleEngineer(candidates=3, space=SPACE, candidates_from="space").propose(context(again))
     assert all(same_mixture(a[0], b[0]) for a, b in zip(calls, calls2))
     other, calls3 = scripted(lambda m: 0.5)
-    OracleEngineer(candidates=3, space=SPACE).propose(context(other, stage=2))
+    OracleEngineer(candidates=3, space=SPACE, candidates_from="space").propose(context(other, stage=2))
     assert not all(same_mixture(a[0], b[0]) for a, b in zip(calls[1:], calls3[1:]))  # another stage, other draws
 
 
 def test_mixture_candidates_stay_in_the_space():
     probe, calls = scripted(lambda m: float(len(m)))
-    p = OracleEngineer(candidates=6, max_components=3, keep_current=False, space=SPACE).propose(context(probe))
+    p = OracleEngineer(candidates=6, max_components=3, keep_current=False, space=SPACE,
+                       candidates_from="space").propose(context(probe))
     assert len(calls) == 6 and max(len(c[0]) for c in calls) > 1
     space = space_from_conf(TINY, SPACE)
     for m, _, _ in calls:
@@ -90,12 +103,56 @@ def test_without_probes_the_oracle_refuses():
         OracleEngineer().propose(context(None))
 
 
-def test_the_shipped_config_builds():
+def test_the_shipped_configs_build():
     from jaxlake.conf import CONF_DIR
     import yaml
 
     eng = build_engineer(yaml.safe_load((CONF_DIR / "engineer" / "oracle.yaml").read_text()))
-    assert isinstance(eng, OracleEngineer) and eng.candidates >= 2
+    assert isinstance(eng, OracleEngineer) and eng.candidates_from == "edits" and eng.reference is not None
+    assert len(eng.reference) == 8  # env=broad
+    with pytest.raises(ConfigError, match="engineer.candidates_from='x' not in"):
+        OracleEngineer(candidates_from="x")
+    with pytest.raises(ConfigError, match="engineer.reference_env='nope' is not an env preset"):
+        OracleEngineer(reference_env="nope")
+
+
+MIX = Mixture([(0.5, TINY), (0.25, TINY.replace(height=6, width=6)), (0.25, TINY.replace(num_agents=1))])
+
+
+def test_the_oracle_over_edits_probes_structured_edits_of_the_mixture():
+    """Candidates: keep, re-weighted toward learnability, plus sfl's additions, the least
+    learnable component dropped, env=broad; distinct, each probed once, the best proposed and
+    recorded as the edit that makes it."""
+    # learnable: 6x6 lakes (p = 0.5); solved: one agent (p = 1); never: the rest (p = 0)
+    rollouts, rcalls = scripted_rollouts(lambda c: 0.5 if c.height == 6 else 1.0 if c.num_agents == 1 else 0.0)
+    probe, calls = scripted(lambda m: sum(w for w, c in m if c.height == 6))  # more 6x6 weight teaches more
+    eng = OracleEngineer(probe_steps=2, validation_lakes_per_cell=2, space=SPACE, pool=6, lakes=3, samples=2)
+    p = eng.propose(context(probe, current=MIX, rollouts=rollouts))
+    names = [r["name"] for r in p.record["probes"]]
+    assert names[0] == "keep" and p.record["probes"][0]["current"]
+    assert set(names) <= {"keep", "reweight", "sfl", "drop", "reference"} and "reference" in names
+    assert {"reweight", "drop"} <= set(names)
+    assert len(rcalls) == 1 and rcalls[0][1:] == (3, 2) and len(rcalls[0][0]) == 3 + 6  # one round of rollouts
+    mixtures = {r["name"]: r["mixture"] for r in p.record["probes"]}
+    assert len({json.dumps(m, sort_keys=True) for m in mixtures.values()}) == len(mixtures)  # no two alike
+    by_name = dict(zip(names, (c[0] for c in calls)))
+    six = lambda m: sum(w for w, c in m if c.height == 6)  # noqa: E731
+    assert six(by_name["reweight"]) > six(MIX)  # weight moved to the learnable component
+    assert len(by_name["drop"]) == 2  # one of the never-solved / always-solved components dropped
+    best = max(six(c[0]) for c in calls)
+    assert six(p.mixture) == best and p.edit is not None
+
+
+def test_the_oracle_over_edits_answers_move_with_what_the_policy_can_learn():
+    """Decisions, not only validity: with the same probes, other rollouts give other candidates."""
+    probe, _ = scripted(lambda m: 0.0)
+    a = OracleEngineer(space=SPACE, reference_env=None).edit_candidates(
+        context(probe, current=MIX, rollouts=scripted_rollouts(lambda c: 0.5 if c.height == 6 else 1.0)[0]))[0]
+    b = OracleEngineer(space=SPACE, reference_env=None).edit_candidates(
+        context(probe, current=MIX, rollouts=scripted_rollouts(lambda c: 0.5 if c.num_agents == 1 else 0.0)[0]))[0]
+    wa, wb = dict(a)["reweight"], dict(b)["reweight"]
+    assert not same_mixture(wa, wb)
+    assert wa.weights[1] > MIX.weights[1] and wb.weights[2] > MIX.weights[2]
 
 
 # ---------------------------------------------------------------------------- validation suite

@@ -116,13 +116,46 @@ def test_replay_decision_frequency_is_p_replay():
 def test_scores_come_from_each_components_own_training_lakes():
     eng = PLREngineer(levels=2, p_replay=0.0, space=SPACE)
     first = eng.propose(ctx(1, Mixture.of(BASE), {}, training_eval([(1.0, BASE)], by_height)))
-    # the run's initial environment was not proposed by PLR: not buffered; two new levels proposed
-    assert first.state["buffer"] == [] and first.record["replay"] is False and len(first.mixture) == 2
-    a, b = first.mixture.configs
-    p = {level_key(a): 0.25, level_key(b): 0.75}
+    # the run's first environment is buffered too; two new levels join it (an edit: add)
+    assert [e["config"] for e in first.state["buffer"]] == [BASE.to_dict()] and first.record["replay"] is False
+    assert first.edit.kind == "add" and len(first.mixture) == 3 and first.mixture.configs[0] == BASE
+    a, b = first.mixture.configs[1:]
+    p = {level_key(BASE): 1.0, level_key(a): 0.25, level_key(b): 0.75}
     second = eng.propose(ctx(2, first.mixture, first.state, training_eval(first.mixture, lambda c: p[level_key(c)])))
     got = {level_key(e["config"]): (e["p"], e["score"], e["last_seen"]) for e in second.state["buffer"]}
-    assert got == {level_key(a): (0.25, 0.1875, 2), level_key(b): (0.75, 0.1875, 2)}  # one score each, not pooled
+    assert got == {level_key(BASE): (1.0, 0.0, 2), level_key(a): (0.25, 0.1875, 2),
+                   level_key(b): (0.75, 0.1875, 2)}  # one score each, not pooled
+
+
+BROAD = Mixture([(1.0, BASE.replace(height=h, num_agents=n)) for h in (4, 6) for n in (1, 2)])
+
+
+@pytest.mark.parametrize("cls", [PLREngineer, ACCELEngineer])
+def test_the_first_environment_is_buffered_so_the_first_decision_can_replay(cls):
+    """From a mixture (env=broad) the first decision already replays: it re-weights the mixture by
+    the replay distribution over its own components, the most learnable heaviest."""
+    eng = cls(levels=2, p_replay=1.0, min_replay=2, temperature=0.3, staleness_coef=0.0, space=SPACE)
+    p = eng.propose(ctx(1, BROAD, {}, training_eval(BROAD, by_height)))
+    assert p.record["replay"] is True and len(p.state["buffer"]) == len(BROAD)
+    assert p.edit.kind == "reweight" and len(p.mixture) == len(BROAD)
+    heights = {c.height: w for w, c in p.mixture}
+    assert max(p.mixture, key=lambda wc: wc[0])[1].height == 4  # 4x4 half solved: learnable
+    assert min(p.mixture.weights) >= 0.05 - 1e-9 and heights  # the floor keeps every level in play
+
+
+def test_accel_edits_the_first_environment_on_its_first_new_decision_and_plr_does_not():
+    """ACCEL's new levels are one-step edits of the buffer's top, from the first decision on: the
+    PLR and ACCEL rows of a study differ (they were identical draws before)."""
+    space = space_from_conf(BASE, SPACE)
+    ev = training_eval(BROAD, by_height)
+    acc = ACCELEngineer(levels=2, p_replay=0.0, space=SPACE).propose(ctx(1, BROAD, {}, ev))
+    plr = PLREngineer(levels=2, p_replay=0.0, space=SPACE).propose(ctx(1, BROAD, {}, ev))
+    new_a = [c for c in acc.mixture.configs if c not in BROAD.configs]
+    new_p = [c for c in plr.mixture.configs if c not in BROAD.configs]
+    assert len(new_a) == 2 and new_a != new_p
+    parents = [c for c in BROAD.configs if c.height == 4]  # the most learnable levels
+    for child in new_a:
+        assert any(child in space.neighbours(parent) for parent in parents), child
 
 
 def test_plr_never_reads_the_suite():
@@ -163,18 +196,23 @@ def test_proposals_always_lie_in_the_space(seed, name, successes):
     def success(config):  # a fixed arbitrary success per level
         return successes[hash(level_key(config)) % len(successes)]
 
+    current = Mixture.of(BASE)
     for p in run(eng, success, 5, seed=seed):
-        check_in_space(p.mixture, space, eng.levels)
-        assert p.decision == "proposed" and abs(sum(p.mixture.weights) - 1.0) < 1e-9
+        added = [(w, c) for w, c in p.mixture if c not in current.configs]
+        if added:
+            check_in_space(added, space, len(added))
+        assert len(p.mixture) <= space.edits.max_components and abs(sum(p.mixture.weights) - 1.0) < 1e-9
+        assert len(added) <= space.edits.max_add and p.edit is not None
+        current = p.mixture
 
 
 def test_replay_prefers_learnable_levels():
     eng = PLREngineer(levels=1, p_replay=1.0, min_replay=1, temperature=0.1, staleness_coef=0.0, space=SPACE)
     state = {"buffer": update_buffer([], [(BASE.replace(height=h), p, 8) for h, p in ((3, 1.0), (4, 0.5), (6, 0.0))],
                                      1, 32)}
-    picks = [eng.propose(ctx(2, Mixture.of(BASE), state, training_eval([(1.0, BASE)], by_height), seed=s))
-             .mixture.main.height for s in range(40)]
-    assert picks.count(4) >= 36  # rank 1 at temperature 0.1 holds ~99.9 % of the mass
+    picks = [[c.height for c in eng.propose(ctx(2, Mixture.of(BASE), state, training_eval([(1.0, BASE)], by_height),
+                                                seed=s)).mixture.configs if c != BASE] for s in range(40)]
+    assert [p[0] for p in picks if p].count(4) >= 36  # rank 1 at temperature 0.1 holds ~99.9 % of the mass
 
 
 def test_accel_edits_a_replayed_level_by_one_grid_step():
@@ -184,7 +222,7 @@ def test_accel_edits_a_replayed_level_by_one_grid_step():
     space = space_from_conf(BASE, SPACE)
     for seed in range(10):
         p = eng.propose(ctx(2, Mixture.of(parent), state, training_eval([(1.0, parent)], by_height), seed=seed))
-        child = p.mixture.main
+        (child,) = [c for c in p.mixture.configs if c != parent]
         diff = [f for f in SPACE["editable"] if getattr(child, f) != getattr(parent, f)]
         assert len(diff) == 1 and child in space.neighbours(parent), (child, parent)
         assert p.record["replay"] is False and "edits" in p.reason
@@ -232,5 +270,6 @@ def test_the_shipped_engineer_scores_its_levels_on_what_the_default_suite_evalua
     for stage in (1, 2):
         p = eng.propose(ctx(stage, current, state, greedy_only(current)))
         assert not any("no per-component success" in n for n in p.record["notes"])
+        buffered = {level_key(e["config"]): e["last_seen"] for e in p.state["buffer"]}
+        assert all(buffered.get(level_key(c)) == stage for c in current.configs)  # each scored on its own lakes
         current, state = p.mixture, p.state
-    assert len(state["buffer"]) == eng.levels  # stage 2's levels, each scored on its own lakes

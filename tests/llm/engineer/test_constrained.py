@@ -1,6 +1,6 @@
-"""Constrained decoding chooses values without length bias (issue 13 item 1): the choice rule
-on hand-built tries; an indifferent model (every token equally likely) reaches every allowed
-value of every field uniformly (chi-square); a model that prefers multi-token values writes
+"""Constrained decoding chooses the edit, then values, without length bias: the choice rule on
+hand-built tries; an indifferent model (every token equally likely) reaches every kind of edit
+and every allowed value uniformly (chi-square); a model that prefers multi-token values writes
 them greedily. (tests/llm/engineer/test_local.py: the same rule on a real tiny model.)"""
 
 import json
@@ -12,8 +12,9 @@ import pytest
 from scipy.stats import chi2
 
 from jaxlake.config import LakeConfig
-from jaxlake.engineers import ConfigSpace
-from llm.engineer.constrained import ChoiceScorer, choice_logprobs, constrained_json
+from jaxlake.engineers import ConfigSpace, EditRules, check_edit, edit_from_obj
+from jaxlake.mixture import Mixture
+from llm.engineer.constrained import ChoiceScorer, choice_logprobs, constrained_edit
 from llm.engineer.prompt import chat_text
 from llm.game.tokenizer import build_game_tokenizer, to_hf_tokenizer
 
@@ -85,58 +86,74 @@ def test_choice_rule_on_hand_built_tries():
         choice_logprobs([[1, 2], [1, 2, 3]], [[0.0, 0.0], [0.0, 0.0, 0.0]])
 
 
-def draw(scorer, space, seed, max_components, fields):
-    text, choices = constrained_json(scorer.scores, "Propose a config.\n", space, np.random.default_rng(seed),
-                                     temperature=1.0, max_components=max_components)
-    obj = json.loads(text)
-    configs = [c["config"] for c in obj["mixture"]] if max_components > 1 else [obj]
-    assert 1 <= len(configs) <= max_components and all(set(c) == set(fields) for c in configs)
+def mixture_of(components):
+    return Mixture([(1.0, BASE.replace(height=h)) for h in (6, 8, 10)[:components]])
+
+
+def draw(scorer, space, seed, components):
+    text, choices = constrained_edit(scorer.scores, "Propose an edit.\n", space, components,
+                                     np.random.default_rng(seed), temperature=1.0)
+    current = mixture_of(components)
+    check_edit(edit_from_obj(json.loads(text), current), current, space, space.edits)  # valid by construction
     return choices
 
 
-@pytest.mark.parametrize("max_components,draws", [(1, 200), (2, 400)])
-def test_indifferent_model_reaches_every_value_uniformly(tokenizer, space, max_components, draws):
-    """Every value of every field, the mixture weights and the number of components: the
-    choice counts pass a chi-square test of uniformity (p > 0.001; fixed seeds). The mixture
-    draws edit two fields (the single-component draws cover all five)."""
-    fields = FIELDS if max_components == 1 else ("height", "conflict_density")
-    space = space if max_components == 1 else ConfigSpace(base=BASE, editable=fields,
-                                                          values={f: VALUES[f] for f in fields})
+def pooled(label):
+    """``add[1].height`` -> ``add.height``, ``weights[0]`` -> ``weights``: choices of one kind."""
+    import re
+
+    return re.sub(r"\[\d+\]", "", label)
+
+
+@pytest.mark.parametrize("components,draws", [(1, 240), (2, 400)])
+def test_indifferent_model_reaches_every_edit_and_value_uniformly(tokenizer, space, components, draws):
+    """Every kind of edit the rules allow, every weight, index and share, every value of every
+    field of an added config, and whether another follows: the choice counts pass a chi-square
+    test of uniformity (p > 0.001; fixed seeds)."""
     scorer = TextScorer(tokenizer)
     # the former rule (summed token log-probs) would never choose a longer value
     context, suffixes = scorer.split('{"conflict_density": ', ["0.0}", "0.25}", "0.5}"])
     assert len({len(s) for s in suffixes}) > 1
     counts: dict[str, Counter] = {}
     for seed in range(draws):
-        for c in draw(scorer, space, seed, max_components, fields):
-            counts.setdefault(c["choice"], Counter())[json.dumps(c["chosen"])] += 1
-    weights = [0.25, 0.5, 0.75, 1.0]
-    want = {f"{f}[{k}]" if max_components > 1 else f: VALUES[f] for f in fields for k in range(max_components)}
-    if max_components > 1:
-        want.update({"weight[0]": weights, "weight[1]": weights, "more_after[0]": [False, True]})
+        for c in draw(scorer, space, seed, components):
+            counts.setdefault(pooled(c["choice"]), Counter())[json.dumps(c["chosen"])] += 1
+    rules = space.edits
+    want = {"edit": rules.kinds(components), "add.weight": list(rules.shares), "more_after": [False, True],
+            **{f"add.{f}": VALUES[f] for f in FIELDS}}
+    if components > 1:
+        want.update({"weights": list(rules.weights), "drop": list(range(components))})
+    else:
+        want["drop"] = [0]
     assert set(counts) == set(want)
+    assert set(json.loads(k) for k in counts["edit"]) == set(EditRules().kinds(components))  # every edit kind
     for label, values in want.items():
+        if len(values) < 2:
+            continue
         got = counts[label]
         assert set(got) == {json.dumps(v) for v in values}, (label, got)  # every value reached
         n = np.array([got[json.dumps(v)] for v in values], dtype=float)
         expected = n.sum() / len(values)
         stat = float(((n - expected) ** 2 / expected).sum())
         assert stat < chi2.ppf(0.999, len(values) - 1), (label, dict(got))
-    if max_components > 1:  # about half the draws add a second component
-        assert 150 < counts["weight[1]"].total() < 250  # about half of 400
 
 
 def test_a_model_that_prefers_multi_token_values_writes_them_greedily(tokenizer, space):
     first = {"height": 12, "width": 11, "num_agents": 2, "hole_density": 0.3, "conflict_density": 0.75}
     second = {"height": 10, "width": 3, "num_agents": 1, "hole_density": 0.0, "conflict_density": 0.25}
-    prefix = chat_text(tokenizer, "You design environments.", "Propose a config.")
+    prefix = chat_text(tokenizer, "You design environments.", "Propose an edit.")
     rng = np.random.default_rng(0)
-    for target, components in [(json.dumps(first), 1),
-                               (json.dumps({"mixture": [{"weight": 0.25, "config": first},
-                                                        {"weight": 0.75, "config": second}]}), 2)]:
-        scorer = TextScorer(tokenizer, target=prefix + target)
-        text, _ = constrained_json(scorer.scores, prefix, space, rng, temperature=0.0, max_components=components)
-        assert text == target
+    for target, components in [
+        ({"edit": "add", "add": [{"weight": 0.25, "config": first}]}, 1),
+        ({"edit": "reweight", "weights": [2.0, 0.5]}, 2),
+        ({"edit": "drop", "drop": 1}, 2),
+        ({"edit": "replace", "drop": 1, "add": [{"weight": 0.5, "config": second}, {"weight": 0.1, "config": first}]},
+         2),
+        ({"edit": "keep"}, 3),
+    ]:
+        scorer = TextScorer(tokenizer, target=prefix + json.dumps(target))
+        text, _ = constrained_edit(scorer.scores, prefix, space, components, rng, temperature=0.0)
+        assert text == json.dumps(target)
     # the former rule (summed token log-probs) would have written 0.0 for conflict density here:
     # "0.75}" is 5 tokens the model prefers (each ~ -4.9 nats), "0.0}" 2 preferred and 2 not (~ -6.9)
     head = prefix + '{"height": 12, "width": 11, "num_agents": 2, "hole_density": 0.3, "conflict_density": '

@@ -113,7 +113,7 @@ def test_malformed_then_invalid_then_error_falls_back_without_crash():
 def test_retry_recovers_with_mixture():
     good = json.dumps({"mixture": [{"weight": 2, "config": {"num_agents": 1}}, {"weight": 1, "config": {"num_agents": 3}}]})
     with Stub([(200, "{not json"), (200, good)]) as stub:
-        p = ExternalEngineer(url=stub.url, model="m", json_mode=True, max_components=2).propose(ctx())
+        p = ExternalEngineer(url=stub.url, model="m", json_mode=True).propose(ctx())
     assert p.decision == "proposed" and len(stub.requests) == 2
     assert stub.requests[0]["body"]["response_format"] == {"type": "json_object"}
     assert [round(w, 4) for w, _ in p.mixture] == [0.6667, 0.3333]
@@ -348,7 +348,8 @@ def test_system_prompt_names_only_the_parts_shown_and_the_rules_are_stated():
     assert "failure" not in system and "environment statistics" not in system
     # the cross-field rules, so a free-text engineer need not learn them from rejections
     assert "2 * num_agents <= height * width - round(hole_density * height * width)" in user
-    assert "Fixed fields (keep them)" in user and "at most 1 component" in user
+    assert "Fixed fields (keep them)" in user and "adds at most 2 component(s)" in user
+    assert '{"edit": "add", "add": [{"weight": ' in user and '{"edit": "keep"}' in user  # what an edit is, an example
     none = LLMEngineer(context={p: False for p in ("behaviour", "failures", "env_stats", "history")})
     assert "summary" not in none.system and "current configuration" in none.system
     full = LLMEngineer()

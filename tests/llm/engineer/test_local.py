@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxlake.config import LakeConfig
-from jaxlake.engineers import ConfigSpace, EngineerContext
-from jaxlake.mixture import mixture_from_obj
-from llm.engineer.constrained import ChoiceScorer, choice_logprobs, constrained_json
+from jaxlake.engineers import ConfigSpace, EngineerContext, check_edit, edit_from_obj
+from jaxlake.mixture import Mixture, mixture_from_obj
+from llm.engineer.constrained import ChoiceScorer, choice_logprobs, constrained_edit
 from llm.engineer.local import BaseEngineer, PolicyEngineer
 from llm.engineer.prompt import build_user_prompt, chat_text, fit_user_prompt
 from llm.model.config import Qwen3Config
@@ -103,20 +103,18 @@ def test_constrained_decoding_always_valid(scorers, tokenizer, seed, model_i, sp
     base = BASE.replace(num_agents=base_agents, height=6, width=6, hole_density=0.2)
     editable = SPACES[space_i]
     space = ConfigSpace(base=base) if editable is None else ConfigSpace(base=base, editable=editable)
-    prefix = chat_text(tokenizer, "You design environments.", "Propose a config.")
-    text, choices = constrained_json(scorers[model_i].scores, prefix, space, np.random.default_rng(seed),
-                                     temperature=temperature, max_components=components)
-    obj = json.loads(text)
-    mixture = mixture_from_obj(obj, base)          # validates every component (LakeConfig)
-    assert 1 <= len(mixture) <= components
-    assert abs(sum(w for w, _ in mixture) - 1.0) < 1e-9
-    for _, cfg in mixture:
+    prefix = chat_text(tokenizer, "You design environments.", "Propose an edit.")
+    current = Mixture([(1.0, base)] + [(0.5, base.replace(height=h)) for h in (4, 5)][: components - 1])
+    text, choices = constrained_edit(scorers[model_i].scores, prefix, space, len(current), np.random.default_rng(seed),
+                                     temperature=temperature)
+    edit = edit_from_obj(json.loads(text), current, base)
+    mixture = check_edit(edit, current, space, space.edits)  # valid by construction
+    assert abs(sum(w for w, _ in mixture) - 1.0) < 1e-9 and choices[0]["choice"] == "edit"
+    for _, cfg in edit.add:
         cfg.validate()
         assert cfg.capacity == base.capacity
         for name in space.editable:
             assert getattr(cfg, name) in space.values[name]
-    assert {c["choice"].split("[")[0] for c in choices} >= set(f for f in space.editable if len(space.values[f]) > 1) - {
-        f for f in space.editable if len(space.choices(f, {})) <= 1}
 
 
 def summary_for_prompt():
@@ -153,14 +151,20 @@ def test_policy_engineer_records_prompt_output_and_choices(tokenizer, scorers):
     p = eng.propose(ctx)
     assert loaded == ["policy"]
     assert p.decision == "proposed" and p.record["validation_errors"] == []
-    assert json.loads(p.record["raw_output"]) == p.record["parsed"]
-    cfg = p.mixture[0][1]
-    assert cfg.slip_prob == BASE.slip_prob and cfg.max_steps == BASE.max_steps  # fixed fields kept
+    assert json.loads(p.record["raw_output"]) == p.record["parsed"] and p.edit is not None
+    for _, cfg in p.mixture:
+        assert cfg.slip_prob == BASE.slip_prob and cfg.max_steps == BASE.max_steps  # fixed fields kept
     prompt = p.record["prompt"]
     for text in ("## Policy behaviour", "## Failure cases", "## Stage history", "## Current environment",
-                 "- hole_density: one of 0.0, 0.05", "Propose the environment of stage 2"):
+                 "- hole_density: one of 0.0, 0.05", "Propose the environment of stage 2", '{"edit": "keep"}',
+                 "#0 weight 1.000"):
         assert text in prompt
-    assert [c["choice"] for c in p.record["choices"]] == ["height", "width", "num_agents", "hole_density"]
+    labels = [c["choice"] for c in p.record["choices"]]
+    assert labels[0] == "edit" and p.record["choices"][0]["chosen"] == p.edit.kind
+    if p.edit.add:  # each added config's fields, in order
+        assert labels[-4:] in (["add[0].height", "add[0].width", "add[0].num_agents", "add[0].hole_density"],
+                               ["add[1].height", "add[1].width", "add[1].num_agents", "add[1].hole_density"],
+                               ) or labels[-1].startswith("more_after")
     # ablation: no behaviour and no failures in the prompt; the base backend loads stage 0
     ctx2, loaded2 = make_ctx(model, tokenizer)
     ablated = BaseEngineer(context={"behaviour": False, "failures": False}).propose(ctx2)
@@ -207,8 +211,8 @@ def test_free_text_answers_outside_the_space_are_retried_with_the_error(tokenize
     p = PolicyEngineer(decoding="free", retries=2, space=space).propose(ctx)
     assert p.decision == "proposed" and (p.mixture[0][1].height, p.mixture[0][1].hole_density) == (6, 0.2)
     errors = p.record["validation_errors"]
-    assert errors[0] == "config.hole_density=0.37 is not an allowed value; allowed: [0.0, 0.1, 0.2]"
-    assert errors[1].startswith("config.max_steps=64 is fixed at 16 in this run")
+    assert errors[0] == "add[0]: hole_density=0.37 is not an allowed value; allowed: [0.0, 0.1, 0.2]"
+    assert errors[1].startswith("add[0]: max_steps=64 is fixed at 16 in this run")
     assert errors[0] in p.record["attempts"][1]["prompt"] and errors[1] in p.record["attempts"][2]["prompt"]
 
 
