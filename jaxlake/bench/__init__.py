@@ -8,11 +8,13 @@ A leaf of the simulator: it imports the simulator and nothing of the simulator i
   written as (its docstring documents every field; ``schema == "jaxlake.bench/1"``);
 * :mod:`jaxlake.bench.rollouts`: the timed rollout programs (``bench.rng``, ``bench.observations``);
 * :mod:`jaxlake.bench.peers`: the peers run on our maps (``bench.peers``);
+* :mod:`jaxlake.bench.kinds`: each kind of observation against the Jumanji Connector's
+  (``bench.like_for_like``);
 * :mod:`jaxlake.bench.report`: ours against the peers, the tables and the files written;
 * ``__main__``: ``python -m jaxlake.bench`` runs :func:`main`, the Hydra entry point (primary
   config ``conf/bench.yaml``).
 
-The public names of the four modules are importable from here as well
+The public names of the five modules are importable from here as well
 (``jaxlake.bench.run_bench``, ``jaxlake.bench.make_rollout``, ``jaxlake.bench.measure_peers``,
 ``jaxlake.bench.plot_throughput``, ...).
 """
@@ -21,27 +23,34 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from jaxlake.bench.kinds import (OBSERVATION_KINDS, PEER_MODE, PEER_MODES, TARGETS, like_for_like,
+                                 make_jaxmarl_rollout, make_kind_rollout, observation_bytes)
 from jaxlake.bench.peers import measure_peers, peer_spec
 from jaxlake.bench.report import autoreset_overheads, format_report, peer_ratios, plot_throughput, write_outputs
 from jaxlake.bench.rollouts import (OBSERVATION_DTYPES, RNG_MODES, keyed_actions, make_autoreset_rollout, make_rollout,
                                     observation_dtype, random_actions, rng_mode)
-from jaxlake.bench.throughput import (AUTORESET_FIELDS, GENERATOR_FIELDS, GENERATOR_STATS_FIELDS, META_FIELDS,
-                                      OK_ROW_FIELDS, OVERHEAD_FIELDS, RATIO_FIELDS, RESULT_FILES, ROLLOUT_FIELDS,
-                                      ROW_FIELDS, SCHEMA, TOP_FIELDS, VERSION_FIELDS, cost_of, device_memory_limit,
-                                      environment_info, make_generator, measure_autoreset, measure_generator,
+from jaxlake.bench.throughput import (AUTORESET_FIELDS, GENERATOR_FIELDS, GENERATOR_STATS_FIELDS, LIKE_FOR_LIKE_FIELDS,
+                                      META_FIELDS, OBSERVE_FIELDS, OK_ROW_FIELDS, OVERHEAD_FIELDS, RATIO_FIELDS,
+                                      RESULT_FILES, ROLLOUT_FIELDS, ROW_FIELDS, SCHEMA, TOP_FIELDS, VERSION_FIELDS,
+                                      cost_of, device_memory_limit, environment_info, make_generator,
+                                      measure_autoreset, measure_generator, measure_jaxmarl, measure_kind,
                                       measure_rollout, memory_of, parse_envs, run_bench, time_calls)
 
 __all__ = [
     # the entry point and the measurements (jaxlake.bench.throughput)
     "main", "run_bench", "parse_envs", "make_generator", "measure_generator", "measure_rollout", "measure_autoreset",
+    "measure_kind", "measure_jaxmarl",
     "environment_info", "device_memory_limit", "cost_of", "memory_of", "time_calls",
     # the JSON's documented fields (jaxlake.bench.throughput)
     "SCHEMA", "RESULT_FILES", "TOP_FIELDS", "META_FIELDS", "VERSION_FIELDS", "ROW_FIELDS", "OK_ROW_FIELDS",
     "GENERATOR_FIELDS", "GENERATOR_STATS_FIELDS", "ROLLOUT_FIELDS", "AUTORESET_FIELDS", "RATIO_FIELDS",
-    "OVERHEAD_FIELDS",
+    "OVERHEAD_FIELDS", "OBSERVE_FIELDS", "LIKE_FOR_LIKE_FIELDS",
     # the timed rollouts (jaxlake.bench.rollouts)
     "OBSERVATION_DTYPES", "RNG_MODES", "keyed_actions", "make_autoreset_rollout", "make_rollout",
     "observation_dtype", "random_actions", "rng_mode",
+    # the observation kinds against the Connector (jaxlake.bench.kinds)
+    "OBSERVATION_KINDS", "PEER_MODE", "PEER_MODES", "TARGETS", "like_for_like", "make_jaxmarl_rollout",
+    "make_kind_rollout", "observation_bytes",
     # the peers (jaxlake.bench.peers)
     "measure_peers", "peer_spec",
     # the report (jaxlake.bench.report)

@@ -3,7 +3,7 @@
 
 * :func:`peer_spec`: what a peer is asked to run for one of our envs (the same map size, agent
   count, hole density, slip probability and horizon; ``bench.peer``'s batch, timing and
-  observation settings);
+  observation settings; with ``bench.like_for_like`` the Connector's ``modes``);
 * :func:`measure_peers`: the peers' result rows, each peer measured in its own subprocess by
   :func:`jaxlake.peers.measure_peer` (a missing peer is a skipped row with a note, never an error).
 
@@ -31,6 +31,7 @@ def peer_spec(config: LakeConfig, settings: Mapping[str, Any], steps: int, seed:
         "vector_num_envs": int(settings.get("vector_num_envs", 256)),
         "connector_default": bool(settings.get("jumanji_default", False)),
         "observations": bool(settings.get("observations", False)),
+        **({"modes": list(settings["modes"])} if settings.get("modes") else {}),
     }
 
 

@@ -1,7 +1,9 @@
 """The report of ``python -m jaxlake.bench``: what its measurements (:mod:`jaxlake.bench.throughput`) mean
 side by side, and the files they are written to.
 
-* :func:`peer_ratios`: ours against each peer simulator at the same environment and batch;
+* :func:`peer_ratios`: ours against each peer simulator at the same environment and batch (the
+  like-for-like rows of ``bench.like_for_like`` are set side by side by
+  :func:`jaxlake.bench.kinds.like_for_like`);
   :func:`autoreset_overheads`: the cost of auto-reset against the plain rollout;
 * :func:`format_report`: the markdown tables printed at the end of a run;
 * :func:`write_outputs`: ``bench.json``, ``bench.csv`` and the throughput plot ``bench.png``
@@ -43,6 +45,9 @@ def peer_ratios(results: Sequence[dict], peer_rows: Sequence[dict], envs: Mappin
                 break
         plain = _find(results, "rollout", env_name, batch)
         auto = _find(results, "rollout_autoreset", env_name, batch)
+        observed = bool((plain or auto or {}).get("observations", False))
+        if p.get("obs_mode", "returned" if observed else "none") != ("returned" if observed else "none"):
+            continue  # a like-for-like row of the Connector (bench.like_for_like), not for these rollouts
         ours = plain["agent_steps_per_s"] if plain else None
         ours_auto = auto["agent_steps_per_s"] if auto else None
         theirs = float(p["agent_steps_per_s"])
@@ -113,7 +118,8 @@ def format_report(result: Mapping[str, Any]) -> str:
         flops = r.get("flops_per_lake") if r["kind"] == "generator" else r.get("flops_per_instance_step")
         nbytes = r.get("bytes_per_lake") if r["kind"] == "generator" else r.get("bytes_per_instance_step")
         cpu_rate = r.get("lakes_per_cpu_s") if r["kind"] == "generator" else r.get("agent_steps_per_cpu_s")
-        rows.append([r["kind"], r["env"], r["batch_size"], r["devices"], r.get("compile_s"), r.get("median_s"),
+        kind = f"observe {r.get('observation_kind')}" if r["kind"] == "observe" else r["kind"]
+        rows.append([kind, r["env"], r["batch_size"], r["devices"], r.get("compile_s"), r.get("median_s"),
                      rate, cpu_rate, unit if r["status"] == "ok" else r["note"], r.get("env_steps_per_s"),
                      flops, nbytes, r.get("achieved_gflops"), r.get("achieved_gbytes_per_s")])
     out.write(_table(["kind", "env", "batch", "dev", "compile s", "median s", "rate", "rate per CPU-s", "unit",
@@ -136,6 +142,15 @@ def format_report(result: Mapping[str, Any]) -> str:
                          q["ratio_autoreset"], q.get("ratio_cpu")])
         out.write(_table(["peer", "our env", "our batch", "theirs", "ours", "ours/theirs",
                           "ours (auto-reset)", "ours/theirs (auto-reset)", "ours/theirs per CPU-s"], rows))
+    if result.get("like_for_like"):
+        out.write("\n\nlike for like (agent-steps/s; observation bytes per lake-step; jaxlake.bench.kinds)\n\n")
+        out.write(_table(["env", "ours", "peer", "batch", "ours", "theirs", "ours/theirs", "per CPU-s",
+                          "our bytes", "their bytes", "target", "met"],
+                         [[q["env"], q["kind"], f"{q['peer']} {q['peer_mode']}", q["batch_size"],
+                           q["ours_agent_steps_per_s"], q["peer_agent_steps_per_s"], q["ratio"], q["ratio_cpu"],
+                           q["ours_obs_bytes_per_lake_step"], q["peer_obs_bytes_per_lake_step"], q["target"],
+                           "-" if q["met"] is None else ("yes" if q["met"] else "NO")]
+                          for q in result["like_for_like"]]))
     return out.getvalue()
 
 

@@ -8,6 +8,7 @@ for CI, ``gpu.yaml`` up to a million lakes), which calls :func:`run_bench`::
     python -m jaxlake.bench                                   # CPU default, a few minutes
     python -m jaxlake.bench bench=tiny                        # ~30 s smoke run (CI)
     python -m jaxlake.bench bench=tiny bench.observations=true  # observations built every step
+    python -m jaxlake.bench bench=like_for_like               # every observation kind against Connector
     python -m jaxlake.bench bench.peers=[gymnasium,gymnasium_vector,pogema,jumanji_connector]
     JAX_PLATFORMS=cuda python -m jaxlake.bench bench=gpu      # one GPU or all GPUs of a host
     python -m jaxlake.bench bench=tpu                         # a TPU host / slice
@@ -39,6 +40,14 @@ every batch size ``B`` (capped by device memory):
   environment that returns observations does (Jumanji, POGEMA and gymnasium do): the
   like-for-like figure for the peer ratios (``ratios`` then compare these rows; the JAX peer
   Jumanji Connector then keeps its observations in its carry too, else XLA drops them).
+
+* ``observe`` (``bench.like_for_like``, :mod:`jaxlake.bench.kinds`): the rollout with one kind
+  of observation built every step and kept (``observation_kind``: ``none``, ``global``,
+  ``packed``, ``grids``, or ``jaxmarl``, the JaxMARL adapter's default observation stepped with
+  ``jax.vmap(env.step)`` and its auto-reset), at ``bench.like_for_like.batch_size``, with the
+  observation's bytes per lake-step; ``like_for_like`` sets each against the Jumanji Connector
+  peer's matching mode (its returned observation, plus its per-agent relabel, plus its
+  ``AutoResetWrapper``) and POGEMA, with the project's targets.
 
 Compile time is excluded from the rates and reported apart (``compile_s``); every rate is
 ``work / median(times_s)`` over ``bench.repeats`` timed calls after one warm-up, each ended by
@@ -75,7 +84,7 @@ JSON fields (``schema == "jaxlake.bench/1"``):
     the resolved ``bench`` settings.
 ``results``
     list of measurement rows. Every row: ``kind`` (``generator`` | ``rollout`` |
-    ``rollout_autoreset``), ``env`` (name), ``height``, ``width``, ``num_agents``,
+    ``rollout_autoreset`` | ``observe``), ``env`` (name), ``height``, ``width``, ``num_agents``,
     ``max_agents``, ``hole_density``, ``conflict_density``, ``slip_prob``, ``max_steps``,
     ``batch_size``, ``devices``, ``status`` (``ok`` | ``skipped``), ``note``. When ``ok``:
     ``compile_s``, ``times_s`` (list, wall), ``cpu_times_s`` (process CPU seconds of the same
@@ -86,7 +95,8 @@ JSON fields (``schema == "jaxlake.bench/1"``):
     ``lakes_per_cpu_s`` (per process-CPU second).
     Rollout rows: ``steps``, ``rng``, ``observations`` (bool, ``bench.observations``),
     ``env_steps_per_s``, ``agent_steps_per_s``, ``agent_steps_per_cpu_s``, ``flops_per_instance_step``,
-    ``bytes_per_instance_step``, ``achieved_gflops``, ``achieved_gbytes_per_s``; autoreset rows add ``pool_size`` and ``episodes_per_s``.
+    ``bytes_per_instance_step``, ``achieved_gflops``, ``achieved_gbytes_per_s``; autoreset rows add ``pool_size`` and ``episodes_per_s``;
+    observe rows add ``observation_kind`` and ``obs_bytes_per_lake_step`` (null for ``none``).
 ``peers``
     rows from :mod:`jaxlake.peers`: ``peer``, ``status``, ``note``, and when ``ok``
     ``system``, ``version``, ``env`` (our env it was matched to), ``height``, ``width``,
@@ -99,6 +109,13 @@ JSON fields (``schema == "jaxlake.bench/1"``):
     ``ours_autoreset_agent_steps_per_s``, ``ratio`` (plain / peer), ``ratio_autoreset``,
     ``ratio_cpu`` (agent-steps per process-CPU second, ours / theirs: robust to a loaded
     machine; null when the peer does not report CPU time).
+``like_for_like``
+    one row per ``observe`` row and matching peer row (the Connector's mode for that kind, and
+    POGEMA for ``none``): ``env``, ``kind``, ``batch_size``, ``peer``, ``peer_mode``,
+    ``peer_num_envs``, ``ours_agent_steps_per_s``, ``peer_agent_steps_per_s``,
+    ``ours_obs_bytes_per_lake_step``, ``peer_obs_bytes_per_lake_step``, ``ratio`` (wall),
+    ``ratio_cpu`` (per process-CPU second), ``target`` and ``met`` (null where the project sets
+    no target).
 ``autoreset_overhead``
     per env and batch size: ``plain_agent_steps_per_s``, ``autoreset_agent_steps_per_s``,
     ``overhead_pct`` (``100 * (plain / autoreset - 1)``).
@@ -121,7 +138,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlake import autoreset, env
+from jaxlake import autoreset, env, observations
+from jaxlake.bench.kinds import (PEER_MODE, kinds_settings, like_for_like, make_jaxmarl_rollout, make_kind_rollout,
+                                 observation_bytes)
 from jaxlake.bench.peers import measure_peers
 from jaxlake.bench.report import autoreset_overheads, format_report, peer_ratios, write_outputs
 from jaxlake.bench.rollouts import (OBSERVATION_DTYPES, make_autoreset_rollout, make_rollout, observation_dtype,
@@ -138,7 +157,8 @@ _ENV_FIELDS = ("height", "width", "num_agents", "max_agents", "hole_density", "c
                "slip_prob", "max_steps")
 
 # Documented JSON fields (module docstring); tests/jaxlake/test_bench.py checks a real run has them.
-TOP_FIELDS = ("schema", "meta", "config", "results", "peers", "ratios", "autoreset_overhead", "files")
+TOP_FIELDS = ("schema", "meta", "config", "results", "peers", "ratios", "autoreset_overhead", "like_for_like",
+              "files")
 META_FIELDS = ("device_kind", "platform", "device_count", "local_device_count", "process_count",
                "versions", "git_commit", "git_dirty", "hostname", "cpu_count", "time_utc",
                "memory_limit_bytes", "xla_flags")
@@ -151,6 +171,10 @@ GENERATOR_STATS_FIELDS = ("hole_density", "conflict_density", "dist_ok", "attemp
 ROLLOUT_FIELDS = ("steps", "rng", "observations", "observation_dtype", "env_steps_per_s", "agent_steps_per_s", "agent_steps_per_cpu_s",
                   "flops_per_instance_step", "bytes_per_instance_step", "achieved_gflops", "achieved_gbytes_per_s")
 AUTORESET_FIELDS = ROLLOUT_FIELDS + ("pool_size", "episodes_per_s")
+OBSERVE_FIELDS = ROLLOUT_FIELDS + ("observation_kind", "obs_bytes_per_lake_step")
+LIKE_FOR_LIKE_FIELDS = ("env", "kind", "batch_size", "peer", "peer_mode", "peer_num_envs", "ours_agent_steps_per_s",
+                        "peer_agent_steps_per_s", "ours_obs_bytes_per_lake_step", "peer_obs_bytes_per_lake_step",
+                        "ratio", "ratio_cpu", "target", "met")
 RATIO_FIELDS = ("peer", "system", "env", "batch_size", "peer_agent_steps_per_s", "ours_agent_steps_per_s",
                 "ours_autoreset_agent_steps_per_s", "ratio", "ratio_autoreset", "ratio_cpu")
 OVERHEAD_FIELDS = ("env", "batch_size", "plain_agent_steps_per_s", "autoreset_agent_steps_per_s",
@@ -446,6 +470,55 @@ def measure_autoreset(name: str, config: LakeConfig, pool: Lake, batch: int, ste
                          cap, mesh, config, episodes_per_s)
 
 
+def measure_kind(name: str, config: LakeConfig, lakes: Lake, kind: str, steps: int, key: jax.Array,
+                 repeats: int, cap: _Cap, dtype: str = "uint8") -> dict:
+    """``observe`` row: the rollout of :func:`jaxlake.bench.kinds.make_kind_rollout` building the
+    ``kind`` observation every step (``bench.like_for_like``)."""
+    batch = int(lakes.num_agents.shape[0])
+    mesh = mesh_for_batch(batch)
+    row = _rollout_row("observe", name, config, batch, mesh, steps, "bits", kind != "none")
+    row.update(observation_kind=kind, observation_dtype=dtype if kind in ("grids", "crop") else None,
+               obs_bytes_per_lake_step=None)
+    why = cap.reason(f"observe_{kind}", batch, mesh.size)
+    if why:
+        return _skip(row, why)
+    lakes = shard_batch(lakes, mesh)
+    caches = shard_batch(jax.jit(jax.vmap(observations.make_cache))(lakes), mesh)  # once per lake
+    state = shard_batch(env.reset(lakes), mesh)
+    if kind != "none":
+        dt = OBSERVATION_DTYPES[dtype]
+        one = jax.vmap(lambda lake, cache, st: observations.observe(lake, st, kind=kind, dtype=dt, cache=cache))
+        row["obs_bytes_per_lake_step"] = observation_bytes(one, lakes, caches, state, batch=batch)
+    row["kind"] = f"observe_{kind}"  # the memory cap's key; the row's kind is "observe"
+    row = _time_rollout(row, lambda: make_kind_rollout(kind, steps, mesh, dtype), (lakes, caches, state), key,
+                        repeats, cap, mesh, config)
+    row["kind"] = "observe"
+    return row
+
+
+def measure_jaxmarl(name: str, config: LakeConfig, pool: Lake, batch: int, steps: int, key: jax.Array,
+                    repeats: int, cap: _Cap) -> dict:
+    """``observe`` row of kind ``jaxmarl``: the JaxMARL adapter's default observation, stepped as a
+    JaxMARL user steps it (:func:`jaxlake.bench.kinds.make_jaxmarl_rollout`) over ``pool``."""
+    mesh = mesh_for_batch(batch)
+    row = _rollout_row("observe", name, config, batch, mesh, steps, "bits", True)
+    row.update(observation_kind="jaxmarl", observation_dtype="uint8", obs_bytes_per_lake_step=None)
+    try:
+        from jaxlake.adapters.jaxmarl import MAPFFrozenLake
+    except ImportError as err:  # the ecosystem extra is missing
+        return _skip(row, f"the JaxMARL adapter needs the ecosystem extra: {err}")
+    marl = MAPFFrozenLake(pool)
+    keys = shard_batch(jax.random.split(jax.random.fold_in(key, 1), batch), mesh)
+    obs, state = jax.jit(jax.vmap(marl.reset))(keys)
+    obs, state = shard_batch(obs, mesh), shard_batch(state, mesh)
+    row["obs_bytes_per_lake_step"] = observation_bytes(lambda o: o, obs, batch=batch)
+    row["kind"] = "observe_jaxmarl"
+    row = _time_rollout(row, lambda: make_jaxmarl_rollout(marl, steps, mesh), (state, obs), key, repeats, cap, mesh,
+                        config)
+    row["kind"] = "observe"
+    return row
+
+
 # ============================================================================ driver
 def parse_envs(entries: Sequence[Mapping[str, Any]]) -> dict[str, tuple[LakeConfig, Optional[list[int]]]]:
     """``bench.envs`` -> ``{name: (LakeConfig, batch_sizes or None)}`` (validated)."""
@@ -513,7 +586,27 @@ def run_bench(settings: Mapping[str, Any], out_dir: Optional[Path] = None, *,
                 print(f"[bench] {name} B={batch}: rollout with auto-reset", flush=True)
                 results.append(measure_autoreset(name, config, pool, batch, steps, k_auto, repeats, cap, rng,
                                                  observe))
+    like = kinds_settings(settings.get("like_for_like") or {})
+    if like["enabled"]:
+        for e, name in enumerate(like["envs"] or list(envs)):
+            if name not in envs:
+                raise ValueError(f"bench.like_for_like.envs names {name!r}, not in bench.envs {sorted(envs)}")
+            config = envs[name][0]
+            k_env = jax.random.fold_in(key, 1000 + e)
+            lakes = gen(jax.random.split(jax.random.fold_in(k_env, 0), like["batch_size"]),
+                        repeat_config(config, like["batch_size"]))
+            for kind in like["kinds"]:
+                print(f"[bench] {name} B={like['batch_size']}: like for like, {kind}", flush=True)
+                k_kind = jax.random.fold_in(k_env, 1 + like["kinds"].index(kind))
+                if kind == "jaxmarl":
+                    pool_n = int(auto.get("pool_size", 1024))
+                    pool = jax.tree_util.tree_map(lambda x: x[:pool_n], lakes)
+                    results.append(measure_jaxmarl(name, config, pool, like["batch_size"], steps, k_kind, repeats, cap))
+                else:
+                    results.append(measure_kind(name, config, lakes, kind, steps, k_kind, repeats, cap, like["dtype"]))
     peer_settings = {**dict(settings.get("peer") or {}), "observations": bool(observe)}
+    if like["enabled"]:  # the Connector's rows for every kind measured
+        peer_settings["modes"] = sorted({PEER_MODE[k] for k in like["kinds"]}, key=list(PEER_MODE.values()).index)
     configs = {n: c for n, (c, _) in envs.items()}
     peers = measure_peers(list(settings.get("peers") or []), configs, peer_settings, steps,
                           int(settings.get("seed", 0))) if settings.get("peers") else []
@@ -526,6 +619,7 @@ def run_bench(settings: Mapping[str, Any], out_dir: Optional[Path] = None, *,
         "ratios": peer_ratios(results, peers, configs, int(peer_settings.get("batch_size", 16384))),
         "autoreset_overhead": autoreset_overheads(results),
     }
+    result["like_for_like"] = like_for_like(results, peers)
     print(format_report(result), flush=True)
     if out_dir is not None:
         files = write_outputs(result, Path(out_dir), plot=bool(settings.get("plot", True)))

@@ -35,6 +35,7 @@ SPEC_FIELDS = {
     "repeats": "timed windows; the median is reported",
     "seed": "random seed",
     "observations": "JAX peers: keep every step's observation (bench.observations); Python peers always build it",
+    "modes": "Jumanji Connector: what each row keeps of a step (none, returned, relabel, relabel_autoreset)",
 }
 
 #: Environment variable that moves the folder holding the peers' virtual environments.

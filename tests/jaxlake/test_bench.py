@@ -45,12 +45,18 @@ def test_tiny_run_writes_json_with_documented_fields(tiny_run):
     assert set(bench.VERSION_FIELDS) <= set(result["meta"]["versions"])
     assert result["meta"]["device_count"] >= 1 and result["meta"]["device_kind"]
     kinds = {(r["kind"], r["batch_size"]) for r in result["results"]}
-    assert kinds == {(k, b) for k in ("generator", "rollout", "rollout_autoreset") for b in (1, 8)}
+    assert kinds == {(k, b) for k in ("generator", "rollout", "rollout_autoreset") for b in (1, 8)} | {("observe", 8)}
+    observed = {r["observation_kind"]: r for r in result["results"] if r["kind"] == "observe"}
+    assert set(observed) == {"packed", "jaxmarl"}  # bench.like_for_like.kinds of the tiny setting
+    # one lake's observation: [A, H, W] packed bits; JaxMARL's A vectors of H * W * C + 2 bytes
+    assert observed["packed"]["obs_bytes_per_lake_step"] == 2 * 16 + 2 * 2 * 4 + 2 * 5
+    assert observed["jaxmarl"]["obs_bytes_per_lake_step"] == 2 * (16 * 6 + 2)
+    assert result["like_for_like"] == []  # no Connector, no POGEMA in this run
     for row in result["results"]:
         assert row["status"] == "ok", row
         wanted = bench.ROW_FIELDS + bench.OK_ROW_FIELDS + {
             "generator": bench.GENERATOR_FIELDS, "rollout": bench.ROLLOUT_FIELDS,
-            "rollout_autoreset": bench.AUTORESET_FIELDS}[row["kind"]]
+            "rollout_autoreset": bench.AUTORESET_FIELDS, "observe": bench.OBSERVE_FIELDS}[row["kind"]]
         missing = [f for f in wanted if f not in row]
         assert not missing, (row["kind"], missing)
         assert len(row["times_s"]) == result["config"]["repeats"] or row["kind"] == "generator"
@@ -58,7 +64,7 @@ def test_tiny_run_writes_json_with_documented_fields(tiny_run):
         rate = row["lakes_per_s"] if row["kind"] == "generator" else row["env_steps_per_s"]
         assert rate == pytest.approx(row["batch_size"] * row.get("steps", 1) / row["median_s"])
         if row["kind"] != "generator":
-            assert row["observations"] is False  # bench.observations: off by default
+            assert row["observations"] is (row["kind"] == "observe")  # bench.observations: off by default
             assert row["agent_steps_per_s"] == pytest.approx(rate * row["num_agents"])
             assert row["flops_per_instance_step"] > 0 and row["bytes_per_instance_step"] > 0
     gen = next(r for r in result["results"] if r["kind"] == "generator" and r["batch_size"] == 8)
@@ -114,6 +120,58 @@ def test_ratios_and_overheads_are_computed_from_matching_rows():
                                           "versions": {"jax": "x"}, "git_commit": None},
                                  "results": [], "peers": peers, "ratios": [pog, jum], "autoreset_overhead": []})
     assert "skipped: missing" in text and "| P " in text
+
+
+def test_like_for_like_matches_each_kind_with_its_peer_mode():
+    def ours(kind, rate, h=8, a=4):
+        return _row("observe", f"{h}x{h}", 16, rate, height=h, width=h, num_agents=a, observation_kind=kind,
+                    agent_steps_per_cpu_s=rate / 2, obs_bytes_per_lake_step=None if kind == "none" else 64.0)
+
+    def connector(mode, rate, h=8, a=4):
+        return {"peer": "jumanji_connector", "status": "ok", "height": h, "width": h, "num_agents": a,
+                "obs_mode": mode, "agent_steps_per_s": rate, "agent_steps_per_cpu_s": rate, "num_envs": 16,
+                "obs_bytes_per_lake_step": None if mode == "none" else 100.0}
+
+    results = [ours("none", 300.0), ours("global", 200.0), ours("packed", 150.0), ours("grids", 90.0),
+               ours("jaxmarl", 100.0), ours("global", 50.0, 10, 10), _row("rollout", "8x8", 16, 1.0)]
+    peers = [connector(m, 100.0) for m in bench.PEER_MODES] + [connector("returned", 100.0, 10, 10)] + [
+        {"peer": "pogema", "status": "ok", "height": 8, "width": 8, "num_agents": 4, "agent_steps_per_s": 1.0},
+        {"peer": "jumanji_connector", "status": "skipped", "note": "missing"}]
+    rows = {(q["kind"], q["peer"], q["env"]): q for q in bench.like_for_like(results, peers)}
+    assert set(rows) == {("none", "jumanji_connector", "8x8"), ("none", "pogema", "8x8"),
+                         ("global", "jumanji_connector", "8x8"), ("packed", "jumanji_connector", "8x8"),
+                         ("grids", "jumanji_connector", "8x8"), ("jaxmarl", "jumanji_connector", "8x8"),
+                         ("global", "jumanji_connector", "10x10")}
+    assert [rows[("packed", "jumanji_connector", "8x8")][f] for f in ("peer_mode", "ratio", "target", "met")] == \
+        ["relabel", 1.5, 1.5, True]
+    assert rows[("jaxmarl", "jumanji_connector", "8x8")]["peer_mode"] == "relabel_autoreset"
+    assert rows[("global", "jumanji_connector", "10x10")]["met"] is False  # 0.5 < 1
+    assert rows[("none", "pogema", "8x8")]["ratio"] == 300.0 and rows[("grids", "jumanji_connector", "8x8")]["met"] is None
+    assert all(set(bench.LIKE_FOR_LIKE_FIELDS) == set(q) for q in rows.values())
+    text = report.format_report({"meta": {"local_device_count": 1, "device_kind": "cpu", "platform": "cpu",
+                                          "versions": {"jax": "x"}, "git_commit": None},
+                                 "results": [], "peers": [], "ratios": [], "autoreset_overhead": [],
+                                 "like_for_like": list(rows.values())})
+    assert "like for like" in text and "relabel_autoreset" in text and "NO" in text
+    with pytest.raises(ValueError, match=r"bench.like_for_like.kinds=\['local'\] not in"):
+        bench.run_bench({"envs": [], "like_for_like": {"enabled": True, "kinds": ["local"]}})
+
+
+def test_connector_relabel_is_process_grids_arithmetic():
+    """The peer's inline relabel on a hand-made Connector grid: agent i's path / position / target
+    are 1 + 3i / 2 + 3i / 3 + 3i; its own channel reads 1 / 2 / 3, the other channel every other
+    agent's, collapsed to 1 / 2 / 3."""
+    import jax.numpy as jnp
+
+    from jaxlake.peers.jumanji_connector import relabel
+
+    grid = jnp.asarray([[1, 2, 0], [4, 5, 6], [0, 3, 0]], jnp.int32)  # agent 0: path, head, target; agent 1: all
+    out = np.asarray(relabel(grid, 2))
+    assert out.shape == (2, 3, 3, 2) and out.dtype == np.float32
+    np.testing.assert_array_equal(out[0, ..., 0], [[1, 2, 0], [0, 0, 0], [0, 3, 0]])
+    np.testing.assert_array_equal(out[0, ..., 1], [[0, 0, 0], [1, 2, 3], [0, 0, 0]])
+    np.testing.assert_array_equal(out[1, ..., 0], [[0, 0, 0], [1, 2, 3], [0, 0, 0]])
+    np.testing.assert_array_equal(out[1, ..., 1], [[1, 2, 0], [0, 0, 0], [0, 3, 0]])
 
 
 def test_memory_cap_skips_batches_that_do_not_fit():
@@ -207,12 +265,12 @@ def test_unknown_or_missing_peer_is_a_skipped_row():
 def test_the_package_reexports_its_modules_public_names():
     """``jaxlake.bench.<name>`` is the object its module defines, for every name of ``__all__``;
     the modules' own ``__all__`` are all in it."""
-    from jaxlake.bench import peers, rollouts
+    from jaxlake.bench import kinds, peers, rollouts
 
-    modules = (throughput, rollouts, peers, report)
+    modules = (throughput, rollouts, peers, report, kinds)
     for name in bench.__all__:
         obj = getattr(bench, name)
         if name != "main":
             assert any(getattr(m, name, None) is obj for m in modules), name
-    for module in (rollouts, peers):
+    for module in (rollouts, peers, kinds):
         assert set(module.__all__) <= set(bench.__all__), module.__name__
