@@ -80,19 +80,24 @@ def test_two_ippo_stages_with_the_heuristic_engineer(heuristic_run, capfd):
 
 
 def test_two_ippo_stages_with_the_oracle_engineer(runs, monkeypatch):
-    """``engineer=oracle``: stage 1's engineer trains two probes from stage 1's policy (the
-    current environment first), scores them on the validation suite, keeps their records and
-    proposes the better one as stage 2's environment; the probes' weights are gone. (The
-    other engineers with this student: their unit tests, tests/jaxlake/engineers/; the
-    pipeline does not depend on which engineer decides.)"""
-    args = [f"runs_dir={runs}", "experiment=oracle", "engineer=oracle", "engineer.candidates=2",
+    """``engineer=oracle`` (over edits): stage 1's engineer plays the student's rollouts on the
+    components and candidates (IPPOStudent.success: sampled closed-loop plays), trains a probe of
+    each distinct edit from stage 1's policy (the current environment first), scores them on the
+    validation suite, keeps their records and proposes the best as stage 2's environment; the
+    probes' weights are gone. (The other engineers with this student: their unit tests,
+    tests/jaxlake/engineers/; the pipeline does not depend on which engineer decides.)"""
+    args = [f"runs_dir={runs}", "experiment=oracle", "engineer=oracle", "engineer.pool=2", "engineer.lakes=2",
+            "engineer.samples=1",
             "engineer.probe_steps=2", "engineer.validation_lakes_per_cell=2", *SMOKE]
     assert run_cli(monkeypatch, args) is None
     d = runs / "oracle" / "stage_1"
     record = read_json(d / "engineer.json")
     probes = record["probes"]
-    assert record["engineer"] == "oracle" and len(probes) == 2 and probes[0]["current"]
-    on_disk = [read_json(d / "probes" / f"candidate_{i}" / "probe.json") for i in range(2)]
+    assert record["engineer"] == "oracle" and len(probes) >= 2 and probes[0]["current"] and probes[0]["name"] == "keep"
+    learn = record["learnability"]
+    assert len(learn["candidates"]) == 2 and all(0 <= x["p"] <= 1 and x["n"] == 2 for x in learn["current"])
+    assert record["edit"]["edit"] in ("keep", "reweight", "drop", "add", "replace")
+    on_disk = [read_json(d / "probes" / f"candidate_{i}" / "probe.json") for i in range(len(probes))]
     assert [p["score"] for p in probes] == [p["score"] for p in on_disk]
     for p in on_disk:
         assert p["score"] == pytest.approx(np.mean(p["success"])) and p["n"] == len(p["success"])
