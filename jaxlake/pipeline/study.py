@@ -57,7 +57,8 @@ BEGIN = "<!-- study:begin -->"
 END = "<!-- study:end -->"
 #: Table order: the paper's method, its ablations, then the baselines.
 ORDER = ("policy", "policy_answer_only", "policy_no_failures", "policy_no_env_stats", "policy_no_history", "base",
-         "heuristic", "plr", "accel", "random", "manual", "fixed")
+         "oracle", "oracle_single", "oracle_strong", "sfl", "heuristic", "plr", "accel", "random", "manual",
+         "fixed_broad", "fixed")
 BASELINE = "fixed"
 
 
@@ -133,6 +134,7 @@ def collect_rows(root: Path) -> list[dict]:
                 "attempts": len(eng["attempts"]) if isinstance(eng.get("attempts"), list) else None,
                 "changed": eng.get("changed"),
                 "proposal": eng.get("proposal"),
+                "edit": (eng.get("edit") or {}).get("edit"),
                 "shared": (sd / "shared_from.json").is_file(),
                 "train_wall_s": train.get("wall_s"),
                 "eval_wall_s": ev.get("wall_s"),
@@ -262,8 +264,11 @@ def env_table(rows: Sequence[dict]) -> str:
 def decision_table(rows: Sequence[dict]) -> str:
     """Per engineer: its decisions over every run and stage (``proposed`` / ``kept`` /
     ``fallback``, the last when no valid answer came in any attempt and the current
-    environment was kept) and how many answers needed a retry (model-backed engineers)."""
-    out = ["| engineer | decisions | proposed | kept | fallback | answers retried |", "|---|---|---|---|---|---|"]
+    environment was kept), how many answers needed a retry (model-backed engineers), and the
+    kinds of edit of the mixture its answers made (``add×3 reweight×1``; runs of earlier versions,
+    before every answer was an edit, show none)."""
+    out = ["| engineer | decisions | proposed | kept | fallback | answers retried | edits |",
+           "|---|---|---|---|---|---|---|"]
     for v in _variants(rows):
         made = [r for r in rows if r["variant"] == v and r.get("decision")]
         count = {d: sum(r["decision"] == d for r in made) for d in ("proposed", "kept", "fallback")}
@@ -271,7 +276,12 @@ def decision_table(rows: Sequence[dict]) -> str:
         fb_cell = f"{fb} ({100 * fb / len(made):.0f} %)" if fb and made else str(fb)
         tried = [r["attempts"] for r in made if r.get("attempts")]
         retried = f"{sum(a > 1 for a in tried)} of {len(tried)}" if tried else "–"
-        out.append(f"| {v} | {len(made)} | {count['proposed']} | {count['kept']} | {fb_cell} | {retried} |")
+        kinds: dict[str, int] = {}
+        for r in made:
+            if r.get("edit"):
+                kinds[r["edit"]] = kinds.get(r["edit"], 0) + 1
+        edits = " ".join(f"{k}×{c}" for k, c in sorted(kinds.items(), key=lambda kc: (-kc[1], kc[0]))) or "–"
+        out.append(f"| {v} | {len(made)} | {count['proposed']} | {count['kept']} | {fb_cell} | {retried} | {edits} |")
     return "\n".join(out)
 
 

@@ -268,19 +268,19 @@ def test_study_needs_runs(tmp_path, capsys):
     assert not (tmp_path / "r.md").exists()
 
 
-def test_decision_table_counts_fallbacks_per_engineer():
-    rows = [{"variant": v, "seed": s, "stage": k, "decision": d, "attempts": a}
-            for v, s, k, d, a in [
-                ("fixed", 0, 1, "kept", None), ("fixed", 0, 2, None, None),
-                ("external", 0, 1, "fallback", 3), ("external", 0, 2, "proposed", 2),
-                ("external", 1, 1, "proposed", 1), ("external", 1, 2, None, None),
-                ("policy", 0, 1, "proposed", 1)]]
+def test_decision_table_counts_fallbacks_and_edits_per_engineer():
+    rows = [{"variant": v, "seed": s, "stage": k, "decision": d, "attempts": a, "edit": e}
+            for v, s, k, d, a, e in [
+                ("fixed", 0, 1, "kept", None, "keep"), ("fixed", 0, 2, None, None, None),
+                ("external", 0, 1, "fallback", 3, None), ("external", 0, 2, "proposed", 2, "add"),
+                ("external", 1, 1, "proposed", 1, "add"), ("external", 1, 2, None, None, None),
+                ("policy", 0, 1, "proposed", 1, "reweight")]]
     table = study.decision_table(rows)
     lines = table.splitlines()
-    assert lines[0] == "| engineer | decisions | proposed | kept | fallback | answers retried |"
-    assert "| fixed | 1 | 0 | 1 | 0 | – |" in lines
-    assert "| external | 3 | 2 | 0 | 1 (33 %) | 2 of 3 |" in lines
-    assert "| policy | 1 | 1 | 0 | 0 | 0 of 1 |" in lines
+    assert lines[0] == "| engineer | decisions | proposed | kept | fallback | answers retried | edits |"
+    assert "| fixed | 1 | 0 | 1 | 0 | – | keep×1 |" in lines
+    assert "| external | 3 | 2 | 0 | 1 (33 %) | 2 of 3 | add×2 |" in lines
+    assert "| policy | 1 | 1 | 0 | 0 | 0 of 1 | reweight×1 |" in lines
 
 
 def _proposal(*configs):
