@@ -24,8 +24,9 @@ P = 16
 def setting():
     env = lake_env(ENV, pool_lakes=P)
     network = ActorCritic(num_actions=env.num_actions, hidden=(16,))
-    _, obs = env.init(jax.random.PRNGKey(0), 4)
-    params = network.init(jax.random.PRNGKey(1), obs.grid[0], obs.scalars[0], obs.avail[0])  # a fixed policy
+    obs = jax.eval_shape(lambda k: env.init(k, 4)[1], jax.random.PRNGKey(0))  # shapes only, nothing compiled
+    one = [jnp.zeros(x.shape[1:], x.dtype) for x in (obs.grid, obs.scalars, obs.avail)]
+    params = network.init(jax.random.PRNGKey(1), *one)  # a fixed policy
 
     def success(params, lakes, key, repeats=4):
         return ued.success_rates(params, network.apply, lakes, actors=env.actors, radius=4, horizon=ENV.max_steps,

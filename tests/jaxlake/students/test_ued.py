@@ -119,6 +119,9 @@ def lakes():
     return fresh_pool(jax.random.PRNGKey(0), ENV, 8)
 
 
+INSERT = jax.jit(ued.insert)
+
+
 def _take(tree, idx):
     return jax.tree_util.tree_map(lambda x: x[np.asarray(idx)], tree)
 
@@ -128,7 +131,7 @@ def test_insertion_keeps_the_top_scores_and_updates_duplicates_and_staleness(lak
     buf = ued.empty_buffer(template, 4).replace(clock=jnp.int32(3))
     scores = jnp.asarray([0.5, 0.1, 0.9, 0.3, 0.7, 0.2], jnp.float32)
     ok = jnp.asarray([True, True, True, True, True, False])  # the last one was not played
-    buf = jax.jit(ued.insert)(buf, _take(lakes, range(6)), scores, jnp.zeros(6), ok)
+    buf = INSERT(buf, _take(lakes, range(6)), scores, jnp.zeros(6), ok)
     assert bool(jnp.all(buf.filled))
     assert sorted(np.asarray(buf.scores).tolist()) == pytest.approx([0.3, 0.5, 0.7, 0.9])
     kept = set(np.asarray(buf.hashes).tolist())
@@ -137,7 +140,7 @@ def test_insertion_keeps_the_top_scores_and_updates_duplicates_and_staleness(lak
     np.testing.assert_array_equal(np.asarray(buf.last_seen), 3)
     # a level already in the buffer takes its new score (no second copy); a low one is dropped
     buf = buf.replace(clock=jnp.int32(5))
-    again = jax.jit(ued.insert)(buf, _take(lakes, [3, 5]), jnp.asarray([0.05, 0.01]), jnp.asarray([1.0, 0.0]),
+    again = INSERT(buf, _take(lakes, [3, 5]), jnp.asarray([0.05, 0.01]), jnp.asarray([1.0, 0.0]),
                                 jnp.asarray([True, True]))
     slot = int(np.flatnonzero(np.asarray(again.hashes) == int(lake_hash(_take(lakes, 3))))[0])
     assert float(again.scores[slot]) == pytest.approx(0.05)
@@ -156,8 +159,9 @@ def test_insertion_keeps_the_top_scores_and_updates_duplicates_and_staleness(lak
         assert int(buf3.last_seen[j]) == int(buf.last_seen[j]) and float(buf3.scores[j]) == float(buf.scores[j])
 
 
-def _reference_insert(scores, filled, last_seen, hashes, clock, new, temperature, rho):
-    """JaxUED's insertion, level by level, with the replay weights recomputed from scratch."""
+def _reference_insert(scores, filled, last_seen, hashes, clock, new, temperature, rho, by="weight"):
+    """JaxUED's insertion, level by level, with the replay weights recomputed from scratch
+    (``by="score"``: the rule it replaced, the lowest score)."""
     scores, filled, last_seen, hashes = list(scores), list(filled), list(last_seen), list(hashes)
     for h, score in new:
         if h in [hashes[i] for i in range(len(scores)) if filled[i]]:
@@ -166,42 +170,40 @@ def _reference_insert(scores, filled, last_seen, hashes, clock, new, temperature
             slot = filled.index(False)
         else:
             w = _reference_weights(np.asarray(scores), np.asarray(filled), np.asarray(last_seen), clock, temperature, rho)
-            slot = int(np.argmin(w))
+            slot = int(np.argmin(w if by == "weight" else scores))
             if not score > scores[slot]:
                 continue
         scores[slot], filled[slot], last_seen[slot], hashes[slot] = score, True, clock, h
     return scores, filled, last_seen, hashes
 
 
+def _full(lakes, idx, scores, last_seen, clock):
+    """A filled buffer of ``lakes[idx]`` (built directly, nothing compiled)."""
+    chosen = _take(lakes, idx)
+    n = len(idx)
+    template = jax.tree_util.tree_map(lambda x: x[0], lakes)
+    return ued.empty_buffer(template, n).replace(
+        lakes=chosen, scores=jnp.asarray(scores, jnp.float32), filled=jnp.ones((n,), bool),
+        hashes=jax.vmap(lake_hash)(chosen), last_seen=jnp.asarray(last_seen, jnp.int32), clock=jnp.int32(clock))
+
+
 def test_insertion_replaces_the_lowest_weight_not_the_lowest_score(lakes):
     """A full buffer whose lowest-scored level is the stalest: its staleness weight keeps it,
-    and the new level replaces the slot of lowest replay weight (JaxUED), not of lowest score."""
-    template = jax.tree_util.tree_map(lambda x: x[0], lakes)
-    buf = ued.insert(ued.empty_buffer(template, 4), _take(lakes, range(4)), jnp.asarray([0.1, 0.2, 0.9, 0.8]),
-                     jnp.zeros(4), jnp.ones(4, bool))
-    buf = buf.replace(last_seen=jnp.asarray([0, 10, 10, 10], jnp.int32), clock=jnp.int32(10))
+    and a new level replaces the slot of lowest replay weight (JaxUED), not of lowest score;
+    level by level, the weights before every insertion are exact (the ranks kept up to date)."""
+    buf = _full(lakes, [0, 1, 2, 3], [0.1, 0.2, 0.9, 0.8], [0, 10, 10, 10], 10)
     w = np.asarray(ued.replay_weights(buf, 0.3, 0.3))
     assert np.argmin(np.asarray(buf.scores)) == 0 and np.argmin(w) == 1
-    out = jax.jit(ued.insert)(buf, _take(lakes, [4]), jnp.asarray([0.5]), jnp.zeros(1), jnp.ones(1, bool))
-    assert np.asarray(out.scores).tolist() == pytest.approx([0.1, 0.5, 0.9, 0.8])
-    # a batch, level by level: the weights before every insertion are exact (ranks kept up to date)
-    rng = np.random.default_rng(0)
-    many = fresh_pool(jax.random.PRNGKey(5), ENV, 40)
-    big = ued.empty_buffer(template, 12)
-    big = ued.insert(big, _take(many, range(12)), jnp.asarray(rng.random(12), jnp.float32), jnp.zeros(12),
-                     jnp.ones(12, bool))
-    big = big.replace(last_seen=jnp.asarray(rng.integers(0, 6, 12), jnp.int32), clock=jnp.int32(6))
-    new_scores = rng.random(28).astype(np.float32)
-    new_scores[[3, 9]] = np.asarray(big.scores)[[0, 1]]  # ties with scores already in the buffer
-    order = list(range(12, 40)) + [2, 5]  # and two duplicates of levels in the buffer
-    all_scores = np.concatenate([new_scores, [0.95, 0.01]]).astype(np.float32)
-    out = jax.jit(ued.insert)(big, _take(many, order), jnp.asarray(all_scores), jnp.zeros(30), jnp.ones(30, bool))
-    hashes = np.asarray(jax.vmap(lake_hash)(many))
-    ref = _reference_insert(np.asarray(big.scores), np.asarray(big.filled), np.asarray(big.last_seen),
-                            np.asarray(big.hashes), 6, list(zip(hashes[order], all_scores)), 0.3, 0.3)
+    order, scores = [4, 5, 6, 7, 1, 2], np.asarray([0.5, 0.05, 0.3, 0.95, 0.4, 0.9], np.float32)  # a tie, two dups
+    out = INSERT(buf, _take(lakes, order), jnp.asarray(scores), jnp.zeros(6), jnp.ones(6, bool))
+    hashes = np.asarray(jax.vmap(lake_hash)(lakes))
+    args = (np.asarray(buf.scores), np.asarray(buf.filled), np.asarray(buf.last_seen), np.asarray(buf.hashes), 10,
+            list(zip(hashes[order], scores)), 0.3, 0.3)
+    ref = _reference_insert(*args)
     np.testing.assert_allclose(np.asarray(out.scores), ref[0], rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(out.hashes), ref[3])
     np.testing.assert_array_equal(np.asarray(out.last_seen), ref[2])
+    assert _reference_insert(*args, by="score")[3] != ref[3]  # the old rule keeps other levels
 
 
 def _reference_weights(scores, filled, last_seen, clock, temperature, rho):
@@ -256,20 +258,35 @@ def test_config_names_the_bad_field():
 
 
 # --------------------------------------------------------------------------- ACCEL's mutations
-def test_accel_children_are_small_in_support_edits_of_the_buffer_top():
+@pytest.fixture(scope="module")
+def accel():
+    """An ACCEL hook over pools of 4 and its jitted ``start`` and ``finish`` (every branch compiled once)."""
+    P = 4
+    env = lake_env(ENV, pool_lakes=P)
+    config = UEDConfig(method="accel", buffer_size=8, num_edits=2, replay_prob=1.0, min_fill=0.0)
+    hook = ued.make_levels(config, env, P, min_dist=ENV.min_dist, max_dist=ENV.max_dist)
+    return P, hook, jax.jit(hook.start), jax.jit(hook.finish)
+
+
+def _played(P, upto, value=0.0):
+    """A two-step trajectory that reached pool levels ``0 .. upto-1`` (every step valid and done;
+    MaxMC scores ``-value``)."""
+    T, K = 2, 2
+    level = np.tile(np.arange(P, dtype=np.int32), (T, 1))
+    level[:, upto:] = -1
+    return _Traj(level=jnp.asarray(level), obs=_Obs(valid=jnp.ones((T, P, K), bool)), reward=jnp.zeros((T, P, K)),
+                 done=jnp.ones((T, P, K), bool), value=jnp.full((T, P, K), value)), jnp.zeros((T, P, K))
+
+
+def test_accel_children_are_small_in_support_edits_of_the_buffer_top(lakes, accel):
     """ACCEL's parents are the buffer's top-scored levels (not the replay draws, most of them
     copies of one lake); each child is 1-2 in-support edits: starts and goals frozen, distinct,
     reachable, the hole count and the conflicting pairs kept (a lake the generator could make)."""
-    P = 8
-    env = lake_env(ENV, pool_lakes=P)
-    config = UEDConfig(method="accel", buffer_size=32, num_edits=2)
-    hook = ued.make_levels(config, env, P, min_dist=ENV.min_dist, max_dist=ENV.max_dist)
+    P, hook, start, finish = accel
+    scores = np.asarray([3, 7, 0, 5, 1, 6, 2, 4], np.float32)
     state = hook.init(jax.random.PRNGKey(0))
-    lakes = env.draw(jax.random.PRNGKey(1), 24)
-    scores = np.random.default_rng(0).permutation(24).astype(np.float32)
-    buf = ued.insert(state.buffer, lakes, jnp.asarray(scores), jnp.zeros(24), jnp.ones(24, bool))
-    state = state._replace(buffer=buf, mode=jnp.int32(ued.REPLAY))  # the update after a replay
-    state, plan = jax.jit(hook.start)(jax.random.PRNGKey(2), state)
+    state = state._replace(buffer=_full(lakes, range(8), scores, [0] * 8, 1), mode=jnp.int32(ued.REPLAY))
+    state, plan = start(jax.random.PRNGKey(2), state)  # the update after a replay
     assert int(plan.mode) == ued.MUTATE and not bool(hook.learns(plan))
     top = np.argsort(-scores)[:P]  # best first
     kids, dads = to_numpy(plan.pool), to_numpy(_take(lakes, top))
@@ -286,36 +303,24 @@ def test_accel_children_are_small_in_support_edits_of_the_buffer_top():
         changed += int(moved > 0)
     assert changed >= 1
     assert not bool(jnp.any(jax.vmap(is_held_out)(plan.pool)))
-    # every child played (one step each) enters the buffer
-    T, E, K = 1, P, 2
-    traj = _Traj(level=jnp.arange(P, dtype=jnp.int32)[None], obs=_Obs(valid=jnp.ones((T, E, K), bool)),
-                 reward=jnp.zeros((T, E, K)), done=jnp.ones((T, E, K), bool), value=jnp.zeros((T, E, K)))
-    state, metrics = jax.jit(hook.finish)(state, plan, traj, jnp.zeros((T, E, K)))
+    # every child played with a score above the buffer's enters it (a child equal to its parent updates it)
+    state, metrics = finish(state, plan, *_played(P, P, value=-10.0))
     assert set(np.asarray(jax.vmap(lake_hash)(plan.pool)).tolist()) <= set(np.asarray(state.buffer.hashes).tolist())
 
 
-def test_a_replay_marks_only_the_levels_its_rollout_played(lakes):
-    P = 8
-    env = lake_env(ENV, pool_lakes=P)
-    hook = ued.make_levels(UEDConfig(method="plr", buffer_size=8, min_fill=0.0, replay_prob=1.0), env, P)
+def test_a_replay_marks_only_the_levels_its_rollout_played(lakes, accel):
+    P, hook, start, finish = accel
     state = hook.init(jax.random.PRNGKey(0))
-    buf = ued.insert(state.buffer, lakes, jnp.arange(8, dtype=jnp.float32), jnp.zeros(8), jnp.ones(8, bool))
-    state = state._replace(buffer=buf.replace(clock=jnp.int32(4)))
-    state, plan = jax.jit(hook.start)(jax.random.PRNGKey(1), state)
+    state = state._replace(buffer=_full(lakes, range(8), np.arange(8), [0] * 8, 4))
+    state, plan = start(jax.random.PRNGKey(1), state)
     assert int(plan.mode) == ued.REPLAY
-    T, E, K = 2, P, 2
-    level = np.tile(np.arange(P, dtype=np.int32), (T, 1))
-    level[:, 3:] = -1  # the rollout reached only pool levels 0-2
-    traj = _Traj(level=jnp.asarray(level), obs=_Obs(valid=jnp.ones((T, E, K), bool)), reward=jnp.zeros((T, E, K)),
-                 done=jnp.zeros((T, E, K), bool), value=jnp.zeros((T, E, K)))
-    after, _ = jax.jit(hook.finish)(state, plan, traj, jnp.zeros((T, E, K)))
+    after, _ = finish(state, plan, *_played(P, 2))  # the rollout reached only pool levels 0 and 1
     seen = np.asarray(after.buffer.last_seen)
-    reached = set(np.asarray(plan.idx)[:3].tolist())
+    reached = set(np.asarray(plan.idx)[:2].tolist())
     for slot in range(8):
         assert seen[slot] == (5 if slot in reached else 0), (slot, seen, reached)
 
 
-# --------------------------------------------------------------------------- in the trainer
 def test_dr_equals_the_plain_trainer_bit_for_bit():
     config = IPPOConfig(**SMALL, ued=dict(method="dr"))
     env = lake_env(ENV, pool_lakes=config.pool_lakes)
@@ -367,41 +372,45 @@ def _counts(opt_state):
     return np.asarray(adam.count), np.asarray(sched.count)
 
 
-@pytest.mark.parametrize("method,budget", [("plr", "grad_steps"), ("accel", "lake_steps")])
-def test_plr_and_accel_train_under_jit_and_vmap(method, budget):
-    config = IPPOConfig(**SMALL, ued=dict(method=method, buffer_size=16, min_fill=0.25, replay_prob=0.5, budget=budget))
+def test_accel_trains_under_jit_and_vmap_at_equal_gradient_steps():
+    """At the grad_steps budget every step of the loop is a policy update on replayed levels
+    (new levels and ACCEL's children played before it): the same gradient steps as dr, and the
+    learning-rate schedule (Adam's count) runs to its end, lr 0 (it once ended at 1/2 for PLR
+    and 2/3 for ACCEL, whose skipped updates did not advance it)."""
+    config = IPPOConfig(**SMALL, ued=dict(method="accel", buffer_size=16, min_fill=0.25, replay_prob=0.5))
     env = lake_env(ENV, pool_lakes=config.pool_lakes)
     trainer = build(config, env)  # no held-out evaluation: the UED loop alone
     runner, chunks = jax.jit(jax.vmap(trainer.train))(jax.random.split(jax.random.PRNGKey(0), 2))
     u = chunks.updates.ued
     modes, plays, learned = (np.asarray(x).reshape(2, -1) for x in (u.mode, u.plays, u.learned))  # [seed, step]
-    steps = config.num_updates * config.update_epochs * config.num_minibatches
-    adam, sched = _counts(runner.opt_state)
     fill = np.asarray(runner.ued.buffer.filled)
     assert fill.shape == (2, 16) and fill.sum(axis=1).min() > 0
     for x in jax.tree_util.tree_leaves(runner.params):
         assert np.isfinite(np.asarray(x)).all()
-    loss = np.asarray(chunks.updates.loss.loss).reshape(2, -1)
-    if budget == "grad_steps":
-        # every step is a policy update on replayed levels, the new levels' plays before it:
-        # the same gradient steps as dr, and the schedule (Adam's count) runs to its end (lr 0)
-        assert (learned == 1).all() and (modes == ued.REPLAY).all()
-        assert (plays[:, 0] >= 2).all()  # an empty buffer cannot replay: new levels first
-        assert (loss != 0).all()
-        np.testing.assert_array_equal(adam, steps)
-        np.testing.assert_array_equal(sched, steps)
-        return
-    assert (plays == 1).all()
-    assert modes[:, 0].tolist() == [ued.NEW, ued.NEW]  # an empty buffer cannot replay
-    assert (modes == ued.REPLAY).any(), modes
-    for row in modes:  # a mutation update follows every replay
-        for k in range(len(row) - 1):
-            if row[k] == ued.REPLAY:
-                assert row[k + 1] == ued.MUTATE
-    # robust: the policy is not updated on new or mutated levels (their loss terms are zeros)
-    assert (loss[modes != ued.REPLAY] == 0).all()
-    np.testing.assert_array_equal(learned, modes == ued.REPLAY)
-    # fewer policy updates than updates, yet the schedule ran to its end (lr 0), as dr's does
-    np.testing.assert_array_equal(adam, (modes == ued.REPLAY).sum(axis=1) * config.update_epochs
-                                  * config.num_minibatches)
+    assert (learned == 1).all() and (modes == ued.REPLAY).all()
+    assert (plays[:, 0] >= 2).all()  # an empty buffer cannot replay: new levels first
+    assert (plays[:, 1:] >= 2).all()  # a replay is followed by its children, unless the step is the first
+    assert (np.asarray(chunks.updates.loss.loss) != 0).all()
+    adam, sched = _counts(runner.opt_state)
+    steps = config.num_updates * config.update_epochs * config.num_minibatches
+    np.testing.assert_array_equal(adam, steps)
     np.testing.assert_array_equal(sched, steps)
+
+
+def test_a_play_without_a_policy_update_advances_only_the_schedule():
+    """At the lake_steps budget a skipped update moves the learning-rate schedule on (not Adam's
+    count or moments), so the schedule ends at 0 after every play, as dr's does."""
+    import optax
+
+    from jaxlake.students.ippo import advance_schedule
+
+    tx = optax.chain(optax.clip_by_global_norm(0.5), optax.adam(optax.linear_schedule(1e-3, 0.0, 8), eps=1e-5))
+    state = tx.init({"w": jnp.ones(3)})
+    moved = advance_schedule(state, 4)
+    adam, sched = _counts(moved)
+    assert int(adam) == 0 and int(sched) == 4
+    for a, b in zip(jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(moved)):
+        if a.shape:  # the moments
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    updates, _ = tx.update({"w": jnp.ones(3)}, advance_schedule(state, 8), {"w": jnp.ones(3)})
+    np.testing.assert_array_equal(np.asarray(updates["w"]), 0.0)  # lr 0 at the schedule's end
