@@ -11,6 +11,7 @@ An engineer's ``space:`` node (``editable``, ``values``) becomes one with :func:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -20,7 +21,6 @@ import numpy as np
 
 from jaxlake.config import DYNAMIC_FIELDS, FIELD_BOUNDS, ConfigError, LakeConfig, reject_unknown
 from jaxlake.engineers.base import ProposalError
-from jaxlake.engineers.edits import EditRules
 from jaxlake.mixture import CAPACITY_FIELDS, Mixture
 
 #: Order in which fields are chosen (constrained decoding, random sampling); later fields'
@@ -28,6 +28,72 @@ from jaxlake.mixture import CAPACITY_FIELDS, Mixture
 FIELD_ORDER = DYNAMIC_FIELDS
 #: Fields an engineer may change by default; the rest stay at the current config's values.
 DEFAULT_EDITABLE = ("height", "width", "num_agents", "hole_density", "conflict_density", "slip_prob", "max_steps")
+
+
+@dataclass(frozen=True)
+class EditRules:
+    """What an engineer's edit may do, and how it is applied.
+
+    Attributes:
+      max_add: new components one edit may add.
+      max_drop: components one edit may drop.
+      max_components: components the edited mixture may have.
+      floor: the least weight any component keeps after an edit (so a re-weight never makes a
+        component vanish; capped at ``1 / components``).
+      min_keep: the least share of the mass the kept components keep between them when
+        components are added (adds asking for more are scaled down); 0 lets adds take all.
+      weights: the relative weights constrained decoding offers for a re-weight.
+      shares: the shares constrained decoding offers for an added component.
+    """
+
+    max_add: int = 2
+    max_drop: int = 1
+    max_components: int = 12
+    floor: float = 0.05
+    min_keep: float = 0.5
+    weights: tuple = (0.5, 1.0, 2.0)
+    shares: tuple = (0.1, 0.25, 0.5)
+
+    def __post_init__(self) -> None:
+        for name, low in (("max_add", 0), ("max_drop", 0), ("max_components", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ConfigError(f"engineer.space.edits.{name}={v!r} must be an integer in [{low}, inf)")
+        for name in ("floor", "min_keep"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= float(v) < 1.0:
+                raise ConfigError(f"engineer.space.edits.{name}={v!r} not in [0, 1)")
+        for name, hi in (("weights", math.inf), ("shares", 1.0)):
+            vals = getattr(self, name)
+            if (not isinstance(vals, (list, tuple)) or not vals
+                    or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= hi for v in vals)):
+                raise ConfigError(f"engineer.space.edits.{name}={vals!r} must be a non-empty list of numbers in (0, {hi}]")
+        object.__setattr__(self, "weights", tuple(float(v) for v in self.weights))
+        object.__setattr__(self, "shares", tuple(float(v) for v in self.shares))
+
+    @classmethod
+    def from_node(cls, node: Optional[Mapping[str, Any]]) -> "EditRules":
+        """Rules from an engineer's ``space.edits`` node (missing keys at their defaults)."""
+        node = dict(node or {})
+        reject_unknown("engineer.space.edits", node, [f.name for f in dataclasses.fields(cls)])
+        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in node.items()})
+
+    def kinds(self, components: int) -> list[str]:
+        """The kinds of edit these rules allow on a mixture of ``components`` components."""
+        out = ["keep"]
+        if components >= 2:
+            out.append("reweight")
+        if components >= 2 and self.max_drop >= 1:
+            out.append("drop")
+        if self.max_add >= 1 and components + 1 <= self.max_components:
+            out.append("add")
+        if self.max_drop >= 1 and self.max_add >= 1:
+            out.append("replace")
+        return out
+
+
+#: Loose rules: any edit (a hand-written curriculum, the oracle's "broad" candidate).
+ANY_EDIT = EditRules(max_add=64, max_drop=64, max_components=64, floor=0.0, min_keep=0.0)
 
 
 def _float_grid(lo: float, hi: float, step: float) -> list[float]:
