@@ -232,3 +232,24 @@ def test_free_text_hostile_answers_are_failed_attempts_never_raises(tokenizer, s
     assert "ValueError" in errors[2] and "digits" in errors[2]
     raw = p.record["raw_output"]
     assert len(raw) < len(long_chatter) and raw.endswith('{"height": 6}') and "characters cut" in raw
+
+
+def test_a_random_models_constrained_edits_cover_every_kind(tokenizer, scorers):
+    """A random (untrained) model decoding under constraints reaches every kind of edit the rules
+    allow on a three-component mixture, each a valid edit (the kinds: jaxlake.engineers.EDIT_KINDS)."""
+    from jaxlake.engineers import EDIT_KINDS
+
+    base = BASE.replace(height=6, width=6, hole_density=0.2)
+    space = ConfigSpace(base=base, editable=("height", "num_agents"), values={"height": [4, 6], "num_agents": [1, 2]})
+    current = Mixture([(0.5, base), (0.25, base.replace(height=4)), (0.25, base.replace(num_agents=1))])
+    prefix = chat_text(tokenizer, "You design environments.", "Propose an edit.")
+    kinds = set()
+    for seed in range(40):
+        text, _ = constrained_edit(scorers[seed % 2].scores, prefix, space, len(current), np.random.default_rng(seed),
+                                   temperature=3.0)
+        edit = edit_from_obj(json.loads(text), current, base)
+        check_edit(edit, current, space, space.edits)
+        kinds.add(edit.kind)
+        if kinds == set(EDIT_KINDS):
+            break
+    assert kinds == set(EDIT_KINDS)
