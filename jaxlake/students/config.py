@@ -123,7 +123,8 @@ class IPPOConfig:
     Attributes:
       num_envs: lakes played in parallel.
       num_steps: steps of every lake per update (the rollout length).
-      num_updates: PPO updates in all (``num_envs * num_steps * num_updates`` environment steps).
+      num_updates: PPO updates in all (``num_envs * num_steps * num_updates`` environment steps;
+        with a UED method, what they count is ``ued.budget``'s).
       update_epochs: passes over each rollout.
       num_minibatches: minibatches per pass (must divide the rollout's samples).
       lr: Adam's learning rate; ``anneal_lr`` decays it linearly to 0 over the run.
@@ -231,7 +232,9 @@ class IPPOConfig:
 
     @property
     def env_steps(self) -> int:
-        """Environment steps (lake steps, every agent's move counted once per lake) of the run."""
+        """Environment steps (lake steps, every agent's move counted once per lake) of the run:
+        ``dr``'s, and a UED method's at ``ippo.ued.budget=lake_steps``; at ``grad_steps`` a robust
+        method plays more (:attr:`jaxlake.students.ued.UEDMetrics.plays`), SFL scores on top."""
         return self.num_envs * self.num_steps * self.num_updates
 
     @property
