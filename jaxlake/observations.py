@@ -107,6 +107,7 @@ __all__ = [
     "agent_scalars",
     "avail_actions",
     "crop_grids",
+    "crop_packed",
     "decode_shared_map",
     "egocentric",
     "global_scalars",
@@ -114,6 +115,7 @@ __all__ = [
     "make_cache",
     "observe",
     "packed_grids",
+    "planes",
     "present_mask",
     "shared_map",
     "unpack",
@@ -302,9 +304,8 @@ def decode_shared_map(grid: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array,
     return (grid & 1).astype(bool), ((grid >> 1) & 1).astype(bool), agent, goal
 
 
-def crop_grids(lake: Lake, state: State, radius: int, dtype: jnp.dtype = jnp.float32,
-               cache: Optional[ObsCache] = None) -> jax.Array:
-    """``[A, 2r + 1, 2r + 1, C]``: the :func:`egocentric` crops of :func:`agent_grids`, without
+def crop_packed(lake: Lake, state: State, radius: int, cache: Optional[ObsCache] = None) -> jax.Array:
+    """``[A, 2r + 1, 2r + 1]`` uint8: the :func:`egocentric` crops of :func:`packed_grids`, without
     building them: each agent's window of the shared map (:func:`shared_map`) padded by ``r``
     empty cells (read as outside), relabelled for that agent.
 
@@ -316,7 +317,6 @@ def crop_grids(lake: Lake, state: State, radius: int, dtype: jnp.dtype = jnp.flo
       lake: an unbatched :class:`Lake`.
       state: its :class:`State`.
       radius: static, ``>= 0``.
-      dtype: static output dtype.
       cache: the lake's :class:`ObsCache` (computed here when ``None``).
     """
     radius = _radius(radius)
@@ -333,7 +333,22 @@ def crop_grids(lake: Lake, state: State, radius: int, dtype: jnp.dtype = jnp.flo
     agent = ((win >> AGENT_SHIFT) & ID_BITS).astype(jnp.uint8)
     goal = ((win >> GOAL_SHIFT) & ID_BITS).astype(jnp.uint8)
     me = jnp.arange(1, lake.max_agents + 1, dtype=jnp.uint8)[:, None, None]
-    return unpack(_relabel(cells, agent, goal, me), dtype)
+    return _relabel(cells, agent, goal, me)
+
+
+def crop_grids(lake: Lake, state: State, radius: int, dtype: jnp.dtype = jnp.float32,
+               cache: Optional[ObsCache] = None) -> jax.Array:
+    """``[A, 2r + 1, 2r + 1, C]``: :func:`crop_packed` unpacked, the :func:`egocentric` crops of
+    :func:`agent_grids` without building the grids (static ``radius >= 0``, ``dtype``)."""
+    return unpack(crop_packed(lake, state, radius, cache), dtype)
+
+
+def planes(packed: jax.Array, dtype: jnp.dtype = jnp.float32) -> list[jax.Array]:
+    """Packed channels ``[..., G, G']`` -> the ``C`` planes ``[..., G * G']`` in ``dtype``, channel
+    ``c`` first to last: the grid channels-first, flattened by concatenating them (XLA's CPU
+    backend writes a channels-last flat vector of unpacked bits an order of magnitude slower)."""
+    flat = packed.reshape(*packed.shape[:-2], -1)
+    return [((flat >> c) & jnp.uint8(1)).astype(dtype) for c in range(NUM_CHANNELS)]
 
 
 def global_scalars(lake: Lake, state: State) -> jax.Array:

@@ -5,7 +5,8 @@
     import jaxlake.adapters.jumanji  # registers the id
     env = jumanji.make("MAPFFrozenLake-v0", pool_size=64)
 
-``reset(key)`` draws a lake from a pre-generated pool (:class:`jaxlake.levels.PoolSampler`) and
+``reset(key)`` draws a lake from a pre-generated pool (by ``weights``, one random number a draw:
+:func:`jaxlake.adapters.pools.make_pool_draw`) and
 ``step(state, action)`` plays one joint step; Jumanji's ``AutoResetWrapper`` /
 ``VmapAutoResetWrapper`` reset with the state's ``key``, as for its own environments.
 
@@ -46,7 +47,7 @@ from jumanji.types import StepType, TimeStep, restart
 from jaxlake import env as core
 from jaxlake import levels, observations
 from jaxlake.adapters.common import joint_actions, observation_dtype
-from jaxlake.adapters.pools import EnvSource, make_pool
+from jaxlake.adapters.pools import EnvSource, make_pool, make_pool_draw
 from jaxlake.text import render_text
 from jaxlake.types import ACTIVE, NUM_ACTIONS, TIMED_OUT, Lake, State
 
@@ -104,6 +105,7 @@ class MAPFFrozenLake(Environment[JumanjiState, specs.MultiDiscreteArray, Observa
         self.dtype = observation_dtype(dtype)
         self.pool = make_pool(pool, env=env, size=pool_size, seed=seed)
         self.pool_cache = jax.jit(jax.vmap(observations.make_cache))(self.pool)
+        self.draw = make_pool_draw(self.pool.num_agents.shape[0], weights)
         self.sampler = (levels.PoolSampler.uniform(self.pool) if weights is None
                         else levels.PoolSampler(pool=self.pool, weights=jnp.asarray(weights, jnp.float32)))
         self.num_agents = self.pool.max_agents
@@ -122,8 +124,9 @@ class MAPFFrozenLake(Environment[JumanjiState, specs.MultiDiscreteArray, Observa
 
     def reset(self, key: jax.Array) -> tuple[JumanjiState, TimeStep[Observation]]:
         k_level, k_next = jax.random.split(key)
-        lake, level = self.sampler.sample(k_level)
-        cache = jax.tree_util.tree_map(lambda x: jnp.take(x, level, axis=0, mode="clip"), self.pool_cache)
+        level = self.draw(k_level)
+        lake, cache = jax.tree_util.tree_map(lambda x: jnp.take(x, level, axis=0, mode="clip"),
+                                             (self.pool, self.pool_cache))
         game = core.reset(lake)
         state = JumanjiState(lake=lake, state=game, level=level, key=k_next, cache=cache)
         none = jnp.zeros((self.num_agents,), bool)

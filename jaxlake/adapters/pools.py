@@ -6,6 +6,9 @@
 * :func:`make_level_sampler`: a jittable ``key -> Lake`` drawing a fresh lake from a config or a
   mixture (a component by weight, then :func:`jaxlake.generator.generate` with its config):
   JaxUED's ``sample_random_level``, or a :data:`jaxlake.levels.Sampler`.
+* :func:`make_pool_draw`: a jittable ``key -> index`` into a pool by weight, one random number a
+  draw (the pool adapters' resets run on every step under ``vmap``, where a categorical over the
+  pool, one Gumbel number a lake, cost as much as thousands of steps).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from jaxlake.generator import generate, generate_mixture, lift_configs
 from jaxlake.mixture import Mixture
 from jaxlake.types import Lake
 
-__all__ = ["EnvSource", "make_level_sampler", "make_pool"]
+__all__ = ["EnvSource", "make_level_sampler", "make_pool", "make_pool_draw"]
 
 #: What an adapter's lakes come from: a config or a mixture (``[(weight, config), ...]``).
 EnvSource = Union[LakeConfig, Mixture, Sequence[Any]]
@@ -69,3 +72,25 @@ def make_level_sampler(env: EnvSource) -> Callable[[jax.Array], Lake]:
 
     return sample
 
+
+
+def make_pool_draw(size: int, weights: Optional[Any] = None) -> Callable[[jax.Array], jax.Array]:
+    """A pure ``key -> []`` int32 index into a pool of ``size`` lakes: uniform
+    (``jax.random.randint``) when ``weights`` is ``None``, else by weight from one uniform number
+    (the inverse of the cumulative weights; lakes of weight 0 are never drawn)."""
+    size = int(size)
+    if weights is None:
+        return lambda key: jax.random.randint(key, (), 0, size, dtype=jnp.int32)
+    w = jnp.asarray(weights, jnp.float32)
+    if w.shape != (size,) or not bool(jnp.all(w >= 0)) or not float(jnp.sum(w)) > 0:
+        raise ConfigError(f"weights must be {size} non-negative numbers with a positive sum (one per pool lake), "
+                          f"got shape {tuple(w.shape)}")
+    cdf = jnp.cumsum(w) / jnp.sum(w)
+    last = int(jnp.max(jnp.nonzero(w > 0, size=size, fill_value=0)[0]))
+    cdf = jnp.where(jnp.arange(size) >= last, 1.0, cdf)  # rounding never reaches a trailing weight-0 lake
+
+    def draw(key: jax.Array) -> jax.Array:
+        u = jax.random.uniform(key, (), jnp.float32)
+        return jnp.clip(jnp.searchsorted(cdf, u, side="right"), 0, size - 1).astype(jnp.int32)
+
+    return draw

@@ -49,10 +49,10 @@ PEER_MODES = ("none", "returned", "relabel", "relabel_autoreset")
 #: The Connector mode each of our kinds is set against.
 PEER_MODE = {"none": "none", "global": "returned", "packed": "relabel", "grids": "relabel",
              "jaxmarl": "relabel_autoreset"}
-#: The project's targets, ours / theirs in agent-steps/s: ``(kind, peer, (height, width, agents))``.
+#: The project's targets, ours / theirs in agent-steps/s: ``(kind, peer, (height, width, agents))``
+#: (the step alone keeps its headline targets, set at 8x8 with 4 agents).
 TARGETS = {
-    ("none", "jumanji_connector", (8, 8, 4)): 3.0, ("none", "jumanji_connector", (10, 10, 10)): 3.0,
-    ("none", "pogema", (8, 8, 4)): 300.0, ("none", "pogema", (10, 10, 10)): 300.0,
+    ("none", "jumanji_connector", (8, 8, 4)): 3.0, ("none", "pogema", (8, 8, 4)): 300.0,
     ("global", "jumanji_connector", (8, 8, 4)): 2.0, ("global", "jumanji_connector", (10, 10, 10)): 1.0,
     ("packed", "jumanji_connector", (8, 8, 4)): 1.5, ("packed", "jumanji_connector", (10, 10, 10)): 1.5,
     ("jaxmarl", "jumanji_connector", (8, 8, 4)): 1.5, ("jaxmarl", "jumanji_connector", (10, 10, 10)): 1.0,

@@ -40,7 +40,7 @@ def test_agents_spaces_and_names(env):
 
 
 def test_observations_and_avail_actions_are_the_cores(env):
-    """Each agent's vector is its grid channels then its scalars (uint8 by default: the scalars
+    """Each agent's vector is its grid channels (channels first) then its scalars (uint8 by default: the scalars
     x 255, rounded; float32 on request: exact); the masks are the core's, and absent slots are
     done from the start with only STAY available."""
     step_env = jax.jit(env.step_env)
@@ -53,8 +53,9 @@ def test_observations_and_avail_actions_are_the_cores(env):
         avail = env.get_avail_actions(state)
         for i, a in enumerate(env.agents):
             assert obs[a].dtype == jnp.uint8 and floats[a].dtype == jnp.float32
-            np.testing.assert_array_equal(floats[a], jnp.concatenate([core.grid[i].reshape(-1), core.scalars[i]]))
-            np.testing.assert_array_equal(obs[a][:-2], core.grid[i].reshape(-1))
+            channels_first = core.grid[i].transpose(2, 0, 1).reshape(-1)  # C planes of G x G'
+            np.testing.assert_array_equal(floats[a], jnp.concatenate([channels_first, core.scalars[i]]))
+            np.testing.assert_array_equal(obs[a][:-2], channels_first)
             np.testing.assert_array_equal(obs[a][-2:], np.round(np.asarray(core.scalars[i]) * 255))
             np.testing.assert_array_equal(avail[a], core.avail_actions[i])
             if i >= int(state.lake.num_agents):
@@ -71,6 +72,10 @@ def test_grid_observations_and_crops():
     crop = marl.MAPFFrozenLake(lakes, radius=1, flatten=False)
     assert grid.observation_space("agent_0").shape == (4, 4, observations.NUM_CHANNELS + 2)
     assert crop.observation_space("agent_1").shape == (3, 3, observations.NUM_CHANNELS + 2)
+    flat = marl.MAPFFrozenLake(lakes, radius=1)
+    obs, state = flat.reset(jax.random.PRNGKey(1))
+    core = observations.observe(state.lake, state.state, radius=1)
+    np.testing.assert_array_equal(obs["agent_2"][:-2], core.grid[2].transpose(2, 0, 1).reshape(-1))
     crop = marl.MAPFFrozenLake(lakes, radius=1, flatten=False, dtype=jnp.float32)
     obs, state = crop.reset(jax.random.PRNGKey(1))
     core = observations.observe(state.lake, state.state, radius=1)
