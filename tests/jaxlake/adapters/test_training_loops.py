@@ -160,3 +160,16 @@ def test_action_shapes_and_dtypes():
         agent_action(jnp.float32(1.0))
     with pytest.raises(ValueError, match=r"dtype='int3' not in \('bool', 'uint8', 'float32'\)"):
         jum.MAPFFrozenLake(pool(), dtype="int3")
+
+
+def test_pool_draws_one_number_each_by_weight():
+    from jaxlake.adapters.pools import make_pool_draw
+    from jaxlake.config import ConfigError
+
+    draws = jax.vmap(make_pool_draw(4, [0.0, 1.0, 0.0, 3.0]))(jax.random.split(jax.random.PRNGKey(0), 4000))
+    counts = np.bincount(np.asarray(draws), minlength=4)
+    assert counts[0] == counts[2] == 0 and 0.2 < counts[1] / 4000 < 0.3
+    uniform = np.asarray(jax.vmap(make_pool_draw(3))(jax.random.split(jax.random.PRNGKey(1), 300)))
+    assert set(uniform.tolist()) == {0, 1, 2}
+    with pytest.raises(ConfigError, match="weights must be 4 non-negative numbers"):
+        make_pool_draw(4, [1.0, -1.0, 0.0, 0.0])
