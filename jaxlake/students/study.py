@@ -566,6 +566,11 @@ def verdict(payload: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
+def _steps(x: float) -> str:
+    """Lake steps: millions with two decimals from a million on, else the count."""
+    return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x:,.0f}"
+
+
 def ued_text(u: Mapping[str, Any]) -> str:
     """A row's ``ippo.ued`` in a few words."""
     method = u["method"]
@@ -634,7 +639,7 @@ def render(payload: Mapping[str, Any]) -> str:
         grad = v.get("grad_steps") or [v["updates"]] * n
         lake = v.get("lake_steps") or [v["env_steps"]] * n
         out.append(f"| {v['name']} | {ued_text(v['ued'])} | {len(v['seeds'])} | {np.mean(grad):.0f} | "
-                   f"{np.mean(lake) / 1e6:.2f} M | {_ci(v['suite'])} | "
+                   f"{_steps(np.mean(lake))} | {_ci(v['suite'])} | "
                    + " | ".join(_ci(v["cells"][c]) for c in cells) + f" | {v['cpu_s'] / n:.0f} |")
     out += ["", f"### Paired with `{base}`", "",
             f"*Over seeds*: per seed, the row's suite success minus `{base}`'s on the same lakes; mean ± 95 % t "
