@@ -10,6 +10,7 @@ which the simulator does not, and never imports ``llm`` (tests/test_layering.py)
 * :mod:`~jaxlake.students.lakes` -- fresh training lakes from any mixture, the held-out split;
 * :mod:`~jaxlake.students.gae`, :mod:`~jaxlake.students.update` -- GAE and the PPO update;
 * :mod:`~jaxlake.students.evaluate` -- greedy evaluation on held-out lakes;
+* :mod:`~jaxlake.students.ued` -- DR, robust PLR, ACCEL and SFL over lakes inside the trainer's jit;
 * :mod:`~jaxlake.students.checkpoint`, :mod:`~jaxlake.students.plots`,
   :mod:`~jaxlake.students.run` -- the command ``python -m jaxlake.ippo`` and its run folder;
 * :mod:`~jaxlake.students.bench` -- training throughput against JaxMARL's IPPO
