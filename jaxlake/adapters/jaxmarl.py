@@ -12,7 +12,7 @@ the reset of a fresh pool lake drawn with the second half instead of the termina
   canvas, or the egocentric crop of ``radius``) and its two scalars (time left, slip
   probability), as one vector ``[C * G * G' + 2]`` (``flatten=True``: the ``C`` channel planes,
   each ``G x G'`` row by row, then the two scalars; channels first, as XLA's CPU backend writes
-  it about eight times as fast as channels last) or a grid ``[G, G', C + 2]`` whose last two
+  it about ten times as fast as channels last) or a grid ``[G, G', C + 2]`` whose last two
   channels are the scalars as constant planes. In ``dtype``
   ``uint8`` (the default: one byte a value) the channels are 0/1 and the scalars
   ``round(255 * x)``, ``Box(0, 255)``; in ``float32`` everything is exact, ``Box(0, 1)``.
