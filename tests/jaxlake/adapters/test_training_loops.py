@@ -173,3 +173,16 @@ def test_pool_draws_one_number_each_by_weight():
     assert set(uniform.tolist()) == {0, 1, 2}
     with pytest.raises(ConfigError, match="weights must be 4 non-negative numbers"):
         make_pool_draw(4, [1.0, -1.0, 0.0, 0.0])
+
+
+def test_the_benchmarks_jaxmarl_rollout():
+    """``python -m jaxlake.bench``'s ``jaxmarl`` kind (``bench.like_for_like``): the adapter stepped
+    with ``jax.vmap(env.step)`` and ``(1,)`` actions, its observations kept; its bytes per lake."""
+    from jaxlake.bench import make_jaxmarl_rollout, observation_bytes
+
+    env = marl.MAPFFrozenLake(pool())
+    obs, state = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), NUM_ENVS))
+    final, total = make_jaxmarl_rollout(env, STEPS)(state, obs, jax.random.PRNGKey(1))
+    assert total.shape == (NUM_ENVS,) and (np.round(np.asarray(total)) == np.asarray(total)).all()  # +-1 a step
+    assert final.state.t.shape == (NUM_ENVS,)
+    assert observation_bytes(lambda o: o, obs, batch=NUM_ENVS) == A * (4 * 4 * 6 + 2)
