@@ -28,7 +28,7 @@ class ACCELEngineer(PLREngineer):
     """PLR with new levels made by one small edit of a replayed level (see the module docstring)."""
 
     name = "accel"
-    new_kind = "one-step edits of replayed levels"
+    new_kind = "one-step edits of the buffer's most learnable levels"
 
     def __init__(self, name: str = "accel", **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
