@@ -200,7 +200,7 @@ def build(config: IPPOConfig, env: StudentEnv, *, heldout: Optional[Callable[[An
     config.check_batch(env.actors)
     if levels is None and config.ued.method != "dr":
         levels = make_levels(config.ued, env, config.pool_lakes)
-    network = ActorCritic(num_actions=env.num_actions, hidden=config.hidden, conv=config.conv)
+    network = ActorCritic(num_actions=env.num_actions, hidden=config.hidden, conv=config.conv, crop=env.crop)
     apply = network.apply
     steps_per_update = config.update_epochs * config.num_minibatches
     lr = (optax.linear_schedule(config.lr, 0.0, config.num_updates * steps_per_update) if config.anneal_lr
@@ -314,7 +314,7 @@ def lake_student(config: IPPOConfig, mixture: Any) -> IPPO:
     mixture = Mixture.of(mixture)
     env = lake_env(mixture, radius=config.radius, pool_lakes=config.pool_lakes,
                    arrive_reward=config.arrive_reward, fall_reward=config.fall_reward)
-    network = ActorCritic(num_actions=env.num_actions, hidden=config.hidden, conv=config.conv)
+    network = ActorCritic(num_actions=env.num_actions, hidden=config.hidden, conv=config.conv, crop=env.crop)
     levels = None
     if config.ued.method != "dr":  # mutations keep the loosest distance bounds of the mixture
         uncapped = any(c.max_dist is None for c in mixture.configs)

@@ -4,7 +4,16 @@
 crop ``[G, G, C]`` of :mod:`jaxlake.observations`, the whole canvas, or any feature array),
 a vector of ``scalars`` and the ``avail`` mask ``[5]``, with leading batch axes. Optional 3x3
 convolutions run over a rank-3 grid; the rest is flattened, joined with the scalars and fed to
-two separate MLP torsos (actor and critic, tanh, orthogonal initialisation). The actor's
+two separate MLP torsos (actor and critic, tanh, orthogonal initialisation).
+
+**Packed grids.** A ``uint8`` grid of rank 2 per actor (``[G, G']``, channel ``c`` as bit ``c``:
+the lakes' rollout, :func:`jaxlake.students.envs.lake_obs`) is unpacked here, channels first
+(:func:`jaxlake.observations.planes`, the fast layout on XLA's CPU backend), and each first
+layer reads the rows of its kernel in that order: the kernel keeps the float grid's layout
+(``[G * G' * C + S, width]``, channels last), so parameters trained on either grid read both
+and give the same outputs. With ``crop`` set (an egocentric crop), the ``self`` plane is read at
+the centre cell only: an actor stands at the centre of its own crop, so the plane's other cells
+are always 0 and their rows (which get no gradient) are skipped; a sixth fewer inputs. The actor's
 logits of unavailable actions are replaced by :data:`MASKED` (a large negative number, not
 ``-inf``, so that probabilities, log-probabilities and the entropy stay finite): a masked
 action has probability exactly 0 in float32 and is never sampled nor chosen greedily.
@@ -20,6 +29,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxlake.observations import NUM_CHANNELS, SELF, unpack
 
 __all__ = ["MASKED", "ActorCritic", "entropy", "greedy", "log_prob", "masked_logits", "sample"]
 
@@ -54,8 +65,39 @@ def greedy(logits: jax.Array) -> jax.Array:
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
 
-def _dense(width: int, scale: float) -> nn.Dense:
-    return nn.Dense(width, kernel_init=nn.initializers.orthogonal(scale), bias_init=nn.initializers.zeros)
+def _dense(width: int, scale: float, name: str) -> nn.Dense:
+    return nn.Dense(width, kernel_init=nn.initializers.orthogonal(scale), bias_init=nn.initializers.zeros, name=name)
+
+
+class _Planes(nn.Module):
+    """The first dense layer over packed grids: :class:`nn.Dense`'s parameters and
+    initialisation (kernel ``[G * G' * C + S, features]``, the float grid's layout), its rows
+    read channel by channel (slices of the kernel, no gather), as the inputs are unpacked."""
+
+    features: int
+    scale: float
+
+    @nn.compact
+    def __call__(self, grid: jax.Array, scalars: jax.Array, lead: tuple, crop: bool) -> jax.Array:
+        g, g2 = grid.shape[len(lead):]
+        cells, s = g * g2, scalars.shape[-1]
+        kernel = self.param("kernel", nn.initializers.orthogonal(self.scale),
+                            (cells * NUM_CHANNELS + s, self.features))
+        bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        by_cell = kernel[:cells * NUM_CHANNELS].reshape(cells, NUM_CHANNELS, self.features)
+        centre = (g // 2) * g2 + g2 // 2
+        flat = grid.reshape(lead + (cells,))
+        inputs, rows = [], []
+        for c in range(NUM_CHANNELS):
+            if crop and c == SELF:  # an actor stands at the centre of its own crop
+                inputs.append(((flat[..., centre:centre + 1] >> c) & jnp.uint8(1)).astype(jnp.float32))
+                rows.append(by_cell[centre:centre + 1, c])
+            else:
+                inputs.append(((flat >> c) & jnp.uint8(1)).astype(jnp.float32))
+                rows.append(by_cell[:, c])
+        inputs.append(scalars.astype(jnp.float32))
+        rows.append(kernel[cells * NUM_CHANNELS:])
+        return jnp.concatenate(inputs, axis=-1) @ jnp.concatenate(rows, axis=0) + bias
 
 
 class ActorCritic(nn.Module):
@@ -65,31 +107,44 @@ class ActorCritic(nn.Module):
       num_actions: size of the action set (5 for the lakes).
       hidden: hidden widths of each torso.
       conv: channels of the 3x3 convolutions over a rank-3 grid (``()``: none).
+      crop: packed grids are egocentric crops (module docstring: the ``self`` plane is read at
+        the centre only; the outputs are the same without it).
     """
 
     num_actions: int = 5
     hidden: Sequence[int] = (128, 128)
     conv: Sequence[int] = ()
+    crop: bool = False
 
     @nn.compact
     def __call__(self, grid: jax.Array, scalars: jax.Array, avail: jax.Array) -> tuple[jax.Array, jax.Array]:
         """``(masked logits [..., num_actions], value [...])``."""
         lead = avail.shape[:-1]
-        x = grid.astype(jnp.float32)
-        if self.conv:
-            x = x.reshape((-1,) + x.shape[len(lead):])
-            for ch in self.conv:
-                x = nn.relu(nn.Conv(ch, (3, 3), padding="SAME", kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
-        x = x.reshape(lead + (-1,))
-        x = jnp.concatenate([x, scalars.astype(jnp.float32)], axis=-1)
+        packed = grid.dtype == jnp.uint8 and grid.ndim == len(lead) + 2
+        depth = len(self.hidden)
+        names = [f"Dense_{i}" for i in range(2 * depth + 2)]  # nn.compact's names: the same parameter tree
+        if packed and not self.conv:
+            def first(name: str) -> jax.Array:
+                return nn.tanh(_Planes(self.hidden[0], np.sqrt(2), name=name)(grid, scalars, lead, self.crop))
 
-        actor = x
-        for width in self.hidden:
-            actor = nn.tanh(_dense(width, np.sqrt(2))(actor))
-        logits = _dense(self.num_actions, 0.01)(actor)
+            actor, critic = first(names[0]), first(names[depth + 1])
+        else:
+            x = unpack(grid) if packed else grid.astype(jnp.float32)
+            if self.conv:
+                x = x.reshape((-1,) + x.shape[len(lead):])
+                for ch in self.conv:
+                    x = nn.relu(nn.Conv(ch, (3, 3), padding="SAME",
+                                        kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+            x = x.reshape(lead + (-1,))
+            x = jnp.concatenate([x, scalars.astype(jnp.float32)], axis=-1)
+            actor = nn.tanh(_dense(self.hidden[0], np.sqrt(2), names[0])(x))
+            critic = nn.tanh(_dense(self.hidden[0], np.sqrt(2), names[depth + 1])(x))
 
-        critic = x
-        for width in self.hidden:
-            critic = nn.tanh(_dense(width, np.sqrt(2))(critic))
-        value = _dense(1, 1.0)(critic)[..., 0]
+        for i, width in enumerate(self.hidden[1:], start=1):
+            actor = nn.tanh(_dense(width, np.sqrt(2), names[i])(actor))
+        logits = _dense(self.num_actions, 0.01, names[depth])(actor)
+
+        for i, width in enumerate(self.hidden[1:], start=1):
+            critic = nn.tanh(_dense(width, np.sqrt(2), names[depth + 1 + i])(critic))
+        value = _dense(1, 1.0, names[2 * depth + 1])(critic)[..., 0]
         return masked_logits(logits, avail), value

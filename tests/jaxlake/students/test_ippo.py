@@ -13,7 +13,10 @@ from jaxlake.students.config import IPPOConfig, StudentConfigError
 from jaxlake.students.gae import gae
 from jaxlake.students.ippo import collect, lake_student
 from jaxlake.students.lakes import HELD_OUT_BUCKETS, heldout_lakes, is_held_out, lake_hash
-from jaxlake.students.network import MASKED, entropy, greedy, log_prob, sample
+from jaxlake import levels
+from jaxlake.observations import observe, unpack
+from jaxlake.students.envs import crop_radius
+from jaxlake.students.network import MASKED, ActorCritic, entropy, greedy, log_prob, sample
 
 def _smoke() -> dict:
     """conf/ippo/smoke.yaml (4 lakes, 8 steps, 2 updates in 2 chunks), as the entry point's
@@ -91,6 +94,24 @@ def test_a_rollout_takes_available_actions_only(student, jitted):
     # agents that are not ACTIVE only have STAY, and some moves were masked somewhere
     assert bool(jnp.all(traj.obs.valid | (traj.action == 0)))
     assert not bool(jnp.all(traj.obs.avail))
+
+
+def test_the_rollout_observes_packed_crops_of_the_actors_only(student, jitted):
+    """The rollout's grids are packed crops of the actor slots, equal to the observations'
+    float crops; the network reads them as it reads those floats (the same parameters)."""
+    runner = jitted[0](jax.random.PRNGKey(0))
+    k, radius = student.env.actors, SMALL["radius"]
+    obs, rs = runner.obs, runner.env_state.rs
+    assert obs.grid.dtype == jnp.uint8 and obs.grid.shape == (SMALL["num_envs"], k, 2 * radius + 1, 2 * radius + 1)
+    full = jax.vmap(lambda lake, st: observe(lake, st, radius=radius))(rs.lake, levels.observe(rs))
+    np.testing.assert_array_equal(np.asarray(unpack(obs.grid)), np.asarray(full.grid[:, :k]))
+    np.testing.assert_array_equal(np.asarray(obs.avail), np.asarray(full.avail_actions[:, :k]))
+    assert student.network.crop and runner.env_state.cache is not None
+    floats = ActorCritic(num_actions=5, hidden=student.network.hidden)
+    for a, b in zip(student.network.apply(runner.params, obs.grid, obs.scalars, obs.avail),
+                    floats.apply(runner.params, full.grid[:, :k], full.scalars[:, :k], obs.avail)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    assert crop_radius(radius, (5, 5)) == 4 and crop_radius(9, (8, 6)) == 7 and crop_radius(None, (8, 8)) is None
 
 
 def test_a_few_updates_change_the_parameters_and_keep_shapes(jitted):
