@@ -1,25 +1,27 @@
-"""Training throughput of the IPPO student on the lakes against the same IPPO on a JaxMARL
-environment: ``python -m jaxlake.students.bench``.
+"""Training throughput of the IPPO student on the lakes against IPPO written as JaxMARL's
+baselines write it: ``python -m jaxlake.students.bench``.
 
-Both run the *same algorithm code*: :func:`jaxlake.students.ippo.build` (PureJaxRL's loop:
-rollout, GAE, PPO epochs) with the same :class:`~jaxlake.students.config.IPPOConfig` and the
-same :class:`~jaxlake.students.network.ActorCritic` widths, once over :func:`jaxlake.students.envs.lake_env`
-(``env=tiny`` by default: observations, masks and sampler-driven auto-reset onto fresh lakes
-included) and once over a JaxMARL environment through :func:`jaxmarl_env` (JaxMARL's own
-``reset`` / ``step``, whose step auto-resets and returns observations; MPE simple spread by
-default). JaxMARL's baselines are not in its wheel, so the peer's IPPO is this loop over its
-environment API. Only the network's input width differs (the lake's crop against MPE's
-vector); the parameter counts are reported.
+Three trainings at the same :class:`~jaxlake.students.config.IPPOConfig` (64 environments x 32
+steps, 4 epochs of 4 minibatches, 64-64 torsos), timed in one process:
 
-The two are timed in one process, on the same device, alternating (``--repeats`` rounds of
-one ``train`` each, compile excluded, medians kept), so a machine shared with other work
-slows both alike. A rate is *environment steps a second*: lake (instance) steps,
-``num_envs * num_steps * updates`` per ``train``, every agent's observation built in each;
-agent steps (times the actors per instance) are reported too. The JSON (``--out``) holds both
-rates, the ratio, the settings and the machine. The held-out evaluation is off (it is not
-training throughput). Beside the training rates, the environments alone are timed the same
-way (:func:`env_only`: random available actions, observations built, no network), which
-separates the simulator's share from the network's. Needs ``pip install jaxmarl``.
+* ``student``: the student (:func:`jaxlake.students.ippo.build`, PureJaxRL's loop) on
+  :func:`jaxlake.students.envs.lake_env` (``env=tiny``'s lakes: packed crops, masks, a fresh
+  pool of lakes every update);
+* ``jaxmarl_ippo_lakes``: JaxMARL's IPPO (:mod:`jaxlake.students.marl_ippo`: ``batchify`` /
+  ``unbatchify``, the feed-forward actor-critic) on the same lakes through the JaxMARL adapter
+  (:class:`jaxlake.adapters.jaxmarl.MAPFFrozenLake`: a fixed pool, every agent slot an actor,
+  float32 observation vectors of the same crop);
+* ``jaxmarl_ippo_<peer>``: JaxMARL's IPPO on a JaxMARL environment (``MPE_simple_spread_v3``),
+  the reference rate.
+
+The calls alternate (``--repeats`` rounds of one ``train`` each, compile excluded, medians kept),
+so a machine shared with other work slows all alike. A rate is *environment steps a second*:
+``num_envs * num_steps * updates`` per ``train``; agent steps (times the actors per instance)
+are reported too. The held-out evaluation is off (it is not training throughput). Beside the
+training rates, the environments alone are timed (:func:`env_only`: random available actions,
+no network; every observation summed into the loop's carry, so none is dead code), which
+separates the simulator's share from the network's. :func:`jaxmarl_env` runs the student's own
+loop on a JaxMARL environment. Needs ``pip install jaxmarl``.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ from jaxlake.io import write_json
 from jaxlake.students.config import IPPOConfig
 from jaxlake.students.envs import Obs, Outcome, StudentEnv, lake_env
 from jaxlake.students.ippo import build
+from jaxlake.students import marl_ippo
 
-__all__ = ["jaxmarl_env", "main", "measure"]
+__all__ = ["env_only", "jaxmarl_env", "main", "measure", "trainers"]
 
 
 def jaxmarl_env(name: str = "MPE_simple_spread_v3", **kwargs: Any) -> StudentEnv:
@@ -86,25 +89,36 @@ def _params(tree: Any) -> int:
     return int(sum(x.size for x in jax.tree_util.tree_leaves(tree)))
 
 
-def measure(config: IPPOConfig, envs: dict[str, StudentEnv], repeats: int, seed: int = 0) -> dict:
-    """``{name: record}``: each environment's compiled ``train`` timed ``repeats`` times,
-    alternating between the environments."""
+def trainers(config: IPPOConfig, peer: str, lakes: LakeConfig) -> dict[str, tuple[Any, int]]:
+    """``{name: (train(key) -> params, actors per instance)}``: the student on the lakes, JaxMARL's
+    IPPO on the lakes (the adapter) and on ``peer`` (module docstring)."""
+    import jaxmarl
+
+    from jaxlake.adapters.jaxmarl import MAPFFrozenLake
+
+    student = build(config, lake_env(lakes, radius=config.radius, pool_lakes=config.pool_lakes))
+    adapter = MAPFFrozenLake(env=lakes, pool_size=config.pool_lakes, radius=config.radius, dtype="float32")
+    mpe = jaxmarl.make(peer)
+    return {"student": (lambda k: student.train(k)[0].params, student.env.actors),
+            "jaxmarl_ippo_lakes": (lambda k: marl_ippo.make_train(config, adapter)(k)[0], adapter.num_agents),
+            f"jaxmarl_ippo_{peer}": (lambda k: marl_ippo.make_train(config, mpe)(k)[0], mpe.num_agents)}
+
+
+def measure(config: IPPOConfig, runs: dict[str, tuple[Any, int]], repeats: int, seed: int = 0) -> dict:
+    """``{name: record}``: each ``train(key) -> params`` of ``runs`` (:func:`trainers`) jitted
+    and timed ``repeats`` times, alternating between them."""
     trains, records = {}, {}
-    for name, env in envs.items():
-        student = build(config, env)
-        train = jax.jit(student.train)
+    for name, (fn, actors) in runs.items():
+        train = jax.jit(fn)
         t0 = time.perf_counter()
-        state, _ = train(jax.random.PRNGKey(seed))
-        jax.block_until_ready(state.params)
+        params = jax.block_until_ready(train(jax.random.PRNGKey(seed)))
         trains[name] = train
-        records[name] = {"actors": env.actors, "params": _params(state.params),
-                         "obs_features": int(state.obs.grid[0, 0].size + state.obs.scalars[0, 0].size),
+        records[name] = {"actors": actors, "params": _params(params),
                          "compile_and_first_s": round(time.perf_counter() - t0, 3), "seconds": []}
     for r in range(repeats):
         for name, train in trains.items():
             t0 = time.perf_counter()
-            state, _ = train(jax.random.PRNGKey(seed + 1 + r))
-            jax.block_until_ready(state.params)
+            jax.block_until_ready(train(jax.random.PRNGKey(seed + 1 + r)))
             records[name]["seconds"].append(time.perf_counter() - t0)
     steps = config.num_envs * config.num_steps * config.num_updates
     for rec in records.values():
@@ -139,8 +153,10 @@ def env_only(envs: dict[str, StudentEnv], num_envs: int, steps: int, repeats: in
 
 
 def _timed_steps(env: StudentEnv, num_envs: int, steps: int, refresh: bool, seed: int):
-    """A jitted ``(key, state, obs) -> sum of rewards`` of ``steps`` steps from a made state
-    (``refresh`` first when asked), and that state; compiled here."""
+    """A jitted ``(key, state, obs) -> sum`` of ``steps`` steps from a made state (``refresh``
+    first when asked), and that state; compiled here. The sum is of every step's rewards and
+    observations (grids, scalars, masks), carried through the loop, so XLA cannot drop the
+    observations as dead code."""
     state, obs = jax.jit(lambda k: env.init(k, num_envs))(jax.random.PRNGKey(seed))
 
     def run(key, state, obs):
@@ -148,12 +164,15 @@ def _timed_steps(env: StudentEnv, num_envs: int, steps: int, refresh: bool, seed
             state = env.refresh(key, state)
 
         def body(carry, k):
-            state, obs = carry
+            state, obs, total = carry
             a = jax.random.categorical(k, jnp.where(obs.avail, 0.0, -1e9)).astype(jnp.int32)
             state, obs, o = env.step(k, state, a)
-            return (state, obs), jnp.sum(o.reward)
+            seen = (jnp.sum(obs.grid, dtype=jnp.float32) + jnp.sum(obs.scalars) + jnp.sum(obs.avail)
+                    + jnp.sum(obs.valid))
+            return (state, obs, total + jnp.sum(o.reward) + seen), None
 
-        return jnp.sum(jax.lax.scan(body, (state, obs), jax.random.split(key, steps))[1])
+        zero = jnp.zeros((), jnp.float32)
+        return jax.lax.scan(body, (state, obs, zero), jax.random.split(key, steps))[0][2]
 
     fn = jax.jit(run)
     fn(jax.random.PRNGKey(seed), state, obs).block_until_ready()
@@ -162,32 +181,37 @@ def _timed_steps(env: StudentEnv, num_envs: int, steps: int, refresh: bool, seed
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m jaxlake.students.bench",
-                                description="IPPO training throughput: the lakes against a JaxMARL environment, "
-                                            "same algorithm code, same network widths, same process.")
+                                description="IPPO training throughput: the student on the lakes, JaxMARL's IPPO on "
+                                            "the lakes (the adapter) and on a JaxMARL environment, same settings, "
+                                            "same process.")
     p.add_argument("--peer", default="MPE_simple_spread_v3", help="JaxMARL environment (jaxmarl.make name)")
     p.add_argument("--num-envs", type=int, default=64)
     p.add_argument("--num-steps", type=int, default=32)
     p.add_argument("--updates", type=int, default=20, help="PPO updates per timed train call")
     p.add_argument("--hidden", type=int, nargs="+", default=[64, 64])
-    p.add_argument("--repeats", type=int, default=7, help="timed train calls per environment (median kept)")
+    p.add_argument("--repeats", type=int, default=7, help="timed train calls per training (median kept)")
     p.add_argument("--out", default="outputs/bench/ippo_throughput.json", help="the JSON written")
     args = p.parse_args(argv)
     config = IPPOConfig(num_envs=args.num_envs, num_steps=args.num_steps, num_updates=args.updates,
                         eval_every=args.updates, hidden=tuple(args.hidden), pool_lakes=args.num_envs * 8)
     lakes = LakeConfig()  # env=tiny's values (conf/env/tiny.yaml)
-    envs = {"jaxlake_tiny": lake_env(lakes, radius=config.radius, pool_lakes=config.pool_lakes),
-            f"jaxmarl_{args.peer}": jaxmarl_env(args.peer)}
-    records = measure(config, envs, args.repeats)
+    peer_name = f"jaxmarl_ippo_{args.peer}"
+    records = measure(config, trainers(config, args.peer, lakes), args.repeats)
+    envs = {"student": lake_env(lakes, radius=config.radius, pool_lakes=config.pool_lakes),
+            peer_name: jaxmarl_env(args.peer)}
     alone = env_only(envs, config.num_envs, config.num_steps, args.repeats * 4)
     for name, rates in alone.items():
         records[name]["env_only_steps_per_s"] = rates
-    ours, peer = records["jaxlake_tiny"], records[f"jaxmarl_{args.peer}"]
+    ours, peer = records["student"], records[peer_name]
     result = {
-        "what": "IPPO training throughput (environment steps per second, observations included), same algorithm "
-                "code and network widths; compile excluded, median of the repeats",
+        "what": "IPPO training throughput (environment steps per second, observations included): the student on the "
+                "lakes, JaxMARL's IPPO on the lakes (adapter) and on the peer, same settings; compile excluded, "
+                "median of the repeats",
         "ratio_env_steps": round(ours["env_steps_per_s"] / peer["env_steps_per_s"], 3),
         "ratio_agent_steps": round(ours["agent_steps_per_s"] / peer["agent_steps_per_s"], 3),
         "ratio_best_env_steps": round(ours["best_env_steps_per_s"] / peer["best_env_steps_per_s"], 3),
+        "ratio_student_to_jaxmarl_ippo_lakes": round(
+            ours["env_steps_per_s"] / records["jaxmarl_ippo_lakes"]["env_steps_per_s"], 3),
         "ratio_env_only": {mode: round(ours["env_only_steps_per_s"][mode] / peer["env_only_steps_per_s"][mode], 3)
                            for mode in ("with_refresh", "step_only")},
         "runs": records,
@@ -200,11 +224,12 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out, result)
     for name, rec in records.items():
-        print(f"{name:32s} {rec['env_steps_per_s']:>12,.0f} env steps/s  {rec['agent_steps_per_s']:>12,.0f} agent "
-              f"steps/s  ({rec['actors']} actors, {rec['params']:,} params, {rec['obs_features']} obs features)")
+        print(f"{name:36s} {rec['env_steps_per_s']:>10,.0f} env steps/s (best {rec['best_env_steps_per_s']:>9,.0f}) "
+              f"{rec['agent_steps_per_s']:>10,.0f} agent steps/s  ({rec['actors']} actors, {rec['params']:,} params)")
     eo = result["ratio_env_only"]
-    print(f"ratio (lakes / {args.peer}): training {result['ratio_env_steps']:.2f}x env steps/s (best runs "
-          f"{result['ratio_best_env_steps']:.2f}x; {result['ratio_agent_steps']:.2f}x agent steps/s); environments "
+    print(f"ratio (student / JaxMARL's IPPO on {args.peer}): training {result['ratio_env_steps']:.2f}x env steps/s "
+          f"(best runs {result['ratio_best_env_steps']:.2f}x; {result['ratio_agent_steps']:.2f}x agent steps/s); "
+          f"student / JaxMARL's IPPO on the lakes {result['ratio_student_to_jaxmarl_ippo_lakes']:.2f}x; environments "
           f"alone, random available actions, no network: {eo['with_refresh']:.2f}x with a fresh pool per "
           f"{config.num_steps} steps, {eo['step_only']:.2f}x stepping only -> {out}")
     return result
