@@ -6,19 +6,21 @@ a vector of ``scalars`` and the ``avail`` mask ``[5]``, with leading batch axes.
 convolutions run over a rank-3 grid; the rest is flattened, joined with the scalars and fed to
 two separate MLP torsos (actor and critic, tanh, orthogonal initialisation).
 
-**Packed grids.** A ``uint8`` grid of rank 2 per actor (``[G, G']``, channel ``c`` as bit ``c``:
-the lakes' rollout, :func:`jaxlake.students.envs.lake_obs`) is unpacked here, channels first
-(:func:`jaxlake.observations.planes`, the fast layout on XLA's CPU backend), and each first
-layer reads the rows of its kernel in that order: the kernel keeps the float grid's layout
-(``[G * G' * C + S, width]``, channels last), so parameters trained on either grid read both
-and give the same outputs. With ``crop`` set (an egocentric crop), the ``self`` plane is read at
-the centre cell only: an actor stands at the centre of its own crop, so the plane's other cells
-are always 0 and their rows (which get no gradient) are skipped; a sixth fewer inputs. The actor's
-logits of unavailable actions are replaced by :data:`MASKED` (a large negative number, not
-``-inf``, so that probabilities, log-probabilities and the entropy stay finite): a masked
-action has probability exactly 0 in float32 and is never sampled nor chosen greedily.
+The actor's logits of unavailable actions are replaced by :data:`MASKED` (a large negative
+number, not ``-inf``, so that probabilities, log-probabilities and the entropy stay finite): a
+masked action has probability exactly 0 in float32 and is never sampled nor chosen greedily.
 Every agent uses the same parameters; the channels are egocentric (self, own goal, others),
 so no agent id is needed.
+
+**Packed grids.** A ``uint8`` grid of rank 2 per actor (``[G, G']``, channel ``c`` as bit ``c``:
+the lakes' rollout, :func:`jaxlake.students.envs.lake_obs`) is unpacked here, channels first
+(as :func:`jaxlake.observations.planes`, the fast layout on XLA's CPU backend), and the first
+layers read the rows of their kernels in that order: a kernel keeps the float grid's layout
+(``[G * G' * C + S, width]``, channels last), so parameters trained on either grid read both
+and give the same outputs; the two torsos' first layers run as one product. With ``crop`` set
+(an egocentric crop), the ``self`` plane is read at the centre cell only: an actor stands at
+the centre of its own crop, so the plane's other cells are always 0 and their rows (which get
+no gradient) are skipped, a sixth fewer inputs.
 """
 
 from __future__ import annotations
@@ -70,34 +72,38 @@ def _dense(width: int, scale: float, name: str) -> nn.Dense:
 
 
 class _Planes(nn.Module):
-    """The first dense layer over packed grids: :class:`nn.Dense`'s parameters and
-    initialisation (kernel ``[G * G' * C + S, features]``, the float grid's layout), its rows
-    read channel by channel (slices of the kernel, no gather), as the inputs are unpacked."""
+    """A first dense layer's parameters for packed grids: :class:`nn.Dense`'s (kernel
+    ``[G * G' * C + S, features]``, the float grid's layout, and its initialisation), returned
+    as the kernel's rows in :func:`_packed_inputs`' order (slices, no gather) and the bias."""
 
     features: int
     scale: float
 
     @nn.compact
-    def __call__(self, grid: jax.Array, scalars: jax.Array, lead: tuple, crop: bool) -> jax.Array:
-        g, g2 = grid.shape[len(lead):]
-        cells, s = g * g2, scalars.shape[-1]
+    def __call__(self, shape: tuple, scalars: int, crop: bool) -> tuple[jax.Array, jax.Array]:
+        cells = shape[0] * shape[1]
         kernel = self.param("kernel", nn.initializers.orthogonal(self.scale),
-                            (cells * NUM_CHANNELS + s, self.features))
+                            (cells * NUM_CHANNELS + scalars, self.features))
         bias = self.param("bias", nn.initializers.zeros, (self.features,))
         by_cell = kernel[:cells * NUM_CHANNELS].reshape(cells, NUM_CHANNELS, self.features)
-        centre = (g // 2) * g2 + g2 // 2
-        flat = grid.reshape(lead + (cells,))
-        inputs, rows = [], []
-        for c in range(NUM_CHANNELS):
-            if crop and c == SELF:  # an actor stands at the centre of its own crop
-                inputs.append(((flat[..., centre:centre + 1] >> c) & jnp.uint8(1)).astype(jnp.float32))
-                rows.append(by_cell[centre:centre + 1, c])
-            else:
-                inputs.append(((flat >> c) & jnp.uint8(1)).astype(jnp.float32))
-                rows.append(by_cell[:, c])
-        inputs.append(scalars.astype(jnp.float32))
-        rows.append(kernel[cells * NUM_CHANNELS:])
-        return jnp.concatenate(inputs, axis=-1) @ jnp.concatenate(rows, axis=0) + bias
+        centre = _centre(shape)
+        rows = [by_cell[centre:centre + 1, c] if crop and c == SELF else by_cell[:, c] for c in range(NUM_CHANNELS)]
+        return jnp.concatenate(rows + [kernel[cells * NUM_CHANNELS:]], axis=0), bias
+
+
+def _centre(shape: tuple) -> int:
+    return (shape[0] // 2) * shape[1] + shape[1] // 2
+
+
+def _packed_inputs(grid: jax.Array, scalars: jax.Array, lead: tuple, crop: bool) -> jax.Array:
+    """``[..., F]`` float32: the packed grids' planes, channel by channel (with ``crop``, the
+    ``self`` plane's centre cell only), then the scalars."""
+    shape = grid.shape[len(lead):]
+    flat = grid.reshape(lead + (shape[0] * shape[1],))
+    centre = _centre(shape)
+    planes = [flat[..., centre:centre + 1] if crop and c == SELF else flat for c in range(NUM_CHANNELS)]
+    bits = [((p >> c) & jnp.uint8(1)).astype(jnp.float32) for c, p in enumerate(planes)]
+    return jnp.concatenate(bits + [scalars.astype(jnp.float32)], axis=-1)
 
 
 class ActorCritic(nn.Module):
@@ -124,10 +130,13 @@ class ActorCritic(nn.Module):
         depth = len(self.hidden)
         names = [f"Dense_{i}" for i in range(2 * depth + 2)]  # nn.compact's names: the same parameter tree
         if packed and not self.conv:
-            def first(name: str) -> jax.Array:
-                return nn.tanh(_Planes(self.hidden[0], np.sqrt(2), name=name)(grid, scalars, lead, self.crop))
-
-            actor, critic = first(names[0]), first(names[depth + 1])
+            # both torsos' first layers in one product (the same outputs as two)
+            shape, first = grid.shape[len(lead):], self.hidden[0]
+            ka, ba = _Planes(first, np.sqrt(2), name=names[0])(shape, scalars.shape[-1], self.crop)
+            kc, bc = _Planes(first, np.sqrt(2), name=names[depth + 1])(shape, scalars.shape[-1], self.crop)
+            h = nn.tanh(_packed_inputs(grid, scalars, lead, self.crop) @ jnp.concatenate([ka, kc], axis=1)
+                        + jnp.concatenate([ba, bc]))
+            actor, critic = h[..., :first], h[..., first:]
         else:
             x = unpack(grid) if packed else grid.astype(jnp.float32)
             if self.conv:
