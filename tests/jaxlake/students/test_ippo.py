@@ -103,13 +103,20 @@ def test_the_rollout_observes_packed_crops_of_the_actors_only(student, jitted):
     k, radius = student.env.actors, SMALL["radius"]
     obs, rs = runner.obs, runner.env_state.rs
     assert obs.grid.dtype == jnp.uint8 and obs.grid.shape == (SMALL["num_envs"], k, 2 * radius + 1, 2 * radius + 1)
-    full = jax.vmap(lambda lake, st: observe(lake, st, radius=radius))(rs.lake, levels.observe(rs))
-    np.testing.assert_array_equal(np.asarray(unpack(obs.grid)), np.asarray(full.grid[:, :k]))
-    np.testing.assert_array_equal(np.asarray(obs.avail), np.asarray(full.avail_actions[:, :k]))
     assert student.network.crop and runner.env_state.cache is not None
     floats = ActorCritic(num_actions=5, hidden=student.network.hidden)
-    for a, b in zip(student.network.apply(runner.params, obs.grid, obs.scalars, obs.avail),
-                    floats.apply(runner.params, full.grid[:, :k], full.scalars[:, :k], obs.avail)):
+
+    @jax.jit
+    def both(runner):
+        full = jax.vmap(lambda lake, st: observe(lake, st, radius=radius))(rs.lake, levels.observe(rs))
+        ours = student.network.apply(runner.params, obs.grid, obs.scalars, obs.avail)
+        theirs = floats.apply(runner.params, full.grid[:, :k], full.scalars[:, :k], obs.avail)
+        return unpack(obs.grid), full.grid[:, :k], full.avail_actions[:, :k], ours, theirs
+
+    grid, full_grid, full_avail, ours, theirs = both(runner)
+    np.testing.assert_array_equal(np.asarray(grid), np.asarray(full_grid))
+    np.testing.assert_array_equal(np.asarray(obs.avail), np.asarray(full_avail))
+    for a, b in zip(ours, theirs):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     assert crop_radius(radius, (5, 5)) == 4 and crop_radius(9, (8, 6)) == 7 and crop_radius(None, (8, 8)) is None
 
