@@ -99,9 +99,10 @@ def trainers(config: IPPOConfig, peer: str, lakes: LakeConfig) -> dict[str, tupl
     student = build(config, lake_env(lakes, radius=config.radius, pool_lakes=config.pool_lakes))
     adapter = MAPFFrozenLake(env=lakes, pool_size=config.pool_lakes, radius=config.radius, dtype="float32")
     mpe = jaxmarl.make(peer)
+    on_lakes, on_peer = marl_ippo.make_train(config, adapter), marl_ippo.make_train(config, mpe)
     return {"student": (lambda k: student.train(k)[0].params, student.env.actors),
-            "jaxmarl_ippo_lakes": (lambda k: marl_ippo.make_train(config, adapter)(k)[0], adapter.num_agents),
-            f"jaxmarl_ippo_{peer}": (lambda k: marl_ippo.make_train(config, mpe)(k)[0], mpe.num_agents)}
+            "jaxmarl_ippo_lakes": (lambda k: on_lakes(k)[0], adapter.num_agents),
+            f"jaxmarl_ippo_{peer}": (lambda k: on_peer(k)[0], mpe.num_agents)}
 
 
 def measure(config: IPPOConfig, runs: dict[str, tuple[Any, int]], repeats: int, seed: int = 0) -> dict:
