@@ -22,8 +22,9 @@ and a JaxMARL environment in :mod:`jaxlake.students.bench`.
 unpacks it, :mod:`jaxlake.students.network`), the egocentric crop of ``radius`` (or the whole
 canvas), each actor's window of the lake's shared map (:func:`jaxlake.observations.shared_map`)
 built from the lake's :class:`~jaxlake.observations.ObsCache`, which is computed once per lake
-(for the whole pool at each refresh) and kept in the state; ``radius`` is capped at the canvas
-(``max(max_height, max_width) - 1``: a wider crop only adds cells beyond it, always 0). Only the
+(for the whole pool at each refresh) and kept in the state. The crop is the configured
+``radius`` whatever lakes are observed (the network's input width, so a policy reads the
+evaluation's lakes, of any canvas, as it read the training lakes). Only the
 first ``K`` agent slots are actors, ``K`` the largest ``num_agents`` of the mixture (the slots
 beyond it are absent in every lake): no observation is built and no network time is spent on
 the others. An actor is ``valid`` while
@@ -57,7 +58,7 @@ from jaxlake.observations import (AGENT_SHIFT, GOAL, GOAL_SHIFT, ID_BITS, OTHER_
 from jaxlake.students.lakes import fresh_pool, train_sampler
 from jaxlake.types import ABSENT, ACTIVE, ARRIVED, NUM_ACTIONS, Lake
 
-__all__ = ["LakeState", "Obs", "Outcome", "StudentEnv", "crop_radius", "lake_env", "lake_obs"]
+__all__ = ["LakeState", "Obs", "Outcome", "StudentEnv", "lake_env", "lake_obs"]
 
 
 class Obs(NamedTuple):
@@ -115,12 +116,6 @@ def _where(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
                                   on_true, on_false)
 
 
-def crop_radius(radius: Optional[int], canvas: tuple[int, int]) -> Optional[int]:
-    """``radius`` capped at ``max(canvas) - 1`` (``None`` stays ``None``): the widest crop that
-    can hold a non-empty cell."""
-    return None if radius is None else min(int(radius), max(int(canvas[0]), int(canvas[1])) - 1)
-
-
 def _relabel(cells: jax.Array, agent: jax.Array, goal: jax.Array, me: jax.Array) -> jax.Array:
     """Packed channels of agents ``me`` (slot + 1) from a window's static bits and its agent and
     goal codes (:func:`jaxlake.observations.shared_map`'s fields)."""
@@ -149,12 +144,12 @@ def _crops(lake: Lake, state: Any, cache: ObsCache, actors: int, radius: int) ->
 
 def lake_obs(lakes: Lake, states: Any, actors: int, radius: Optional[int], cache: Optional[ObsCache] = None) -> Obs:
     """:class:`Obs` of a batch of lakes and states, the first ``actors`` slots: packed grids
-    ``[B, K, G, G']`` uint8 (module docstring; ``radius`` capped by :func:`crop_radius`),
+    ``[B, K, G, G']`` uint8 (module docstring),
     scalars, masks; ``cache``: the lakes' :class:`~jaxlake.observations.ObsCache` (``None``:
     computed here)."""
     if cache is None:
         cache = jax.vmap(make_cache)(lakes)
-    r = crop_radius(radius, lakes.canvas_shape)
+    r = None if radius is None else int(radius)
 
     def one(lake, st, c):
         grid = packed_grids(lake, st, c)[:actors] if r is None else _crops(lake, st, c, actors, r)

@@ -15,7 +15,6 @@ from jaxlake.students.ippo import collect, lake_student
 from jaxlake.students.lakes import HELD_OUT_BUCKETS, heldout_lakes, is_held_out, lake_hash
 from jaxlake import levels
 from jaxlake.observations import observe, unpack
-from jaxlake.students.envs import crop_radius
 from jaxlake.students.network import MASKED, ActorCritic, entropy, greedy, log_prob, sample
 
 def _smoke() -> dict:
@@ -118,7 +117,6 @@ def test_the_rollout_observes_packed_crops_of_the_actors_only(student, jitted):
     np.testing.assert_array_equal(np.asarray(obs.avail), np.asarray(full_avail))
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    assert crop_radius(radius, (5, 5)) == 4 and crop_radius(9, (8, 6)) == 7 and crop_radius(None, (8, 8)) is None
 
 
 def test_a_few_updates_change_the_parameters_and_keep_shapes(jitted):
