@@ -13,8 +13,10 @@ which the simulator does not, and never imports ``llm`` (tests/test_layering.py)
 * :mod:`~jaxlake.students.ued` -- DR, robust PLR, ACCEL and SFL over lakes inside the trainer's jit;
 * :mod:`~jaxlake.students.checkpoint`, :mod:`~jaxlake.students.plots`,
   :mod:`~jaxlake.students.run` -- the command ``python -m jaxlake.ippo`` and its run folder;
-* :mod:`~jaxlake.students.bench` -- training throughput against JaxMARL's IPPO
-  (``python -m jaxlake.students.bench``);
+* :mod:`~jaxlake.students.marl_ippo` -- IPPO written the way JaxMARL's baselines write it
+  (batchify / unbatchify), the peer of the benchmark;
+* :mod:`~jaxlake.students.bench` -- training throughput against JaxMARL's IPPO on the lakes and
+  on MPE (``python -m jaxlake.students.bench``);
 * :mod:`~jaxlake.students.study` -- the UED study: every method over seeds on a held-out
   suite, paired with domain randomisation (``python -m jaxlake.students.study``).
 
