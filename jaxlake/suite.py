@@ -30,7 +30,7 @@ import functools
 import itertools
 import os
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +38,7 @@ import numpy as np
 
 from jaxlake import env as lake_env
 from jaxlake.config import ConfigError, LakeConfig, reject_unknown, stack_configs, to_plain
+from jaxlake.generator import mixture_components
 from jaxlake.mixture import Mixture
 from jaxlake.text import format_plan, parse_plan_detailed, render_text
 from jaxlake.types import ACTION_LETTERS, Lake
@@ -705,3 +706,38 @@ def aggregate(records: Sequence[Mapping[str, Any]], cells: Sequence[Mapping[str,
             groups[k].extend(by_id.get(c["id"], []))
         by_dim[dim] = {k: metrics(groups[k]) for k in order}
     return {**metrics(records), "by_dim": by_dim, "by_cell": by_cell}
+
+
+# ============================================================================ the training environment
+def current_env_eval(mixture: Mixture, lakes: Any, n: int, modes: Sequence[tuple[str, int]], solve: bool,
+                     play: Callable[..., list]) -> dict:
+    """``eval.json["current_env"]``: a student on ``n`` lakes drawn from its training mixture.
+
+    ``lakes`` come in ``mixture``'s component blocks (:func:`jaxlake.generator.generate_mixture`),
+    so each component is one cell; ``play(lakes, cells_of=..., opt_soc=...)`` plays them in every
+    mode of ``modes`` and returns the episodes (the student's own rollouts: the LLM's
+    :func:`run_modes`, the IPPO student's in :mod:`jaxlake.pipeline.student`); ``solve``: the
+    reference planner's sums of costs for the optimality gap. Each mode's metrics are pooled
+    and per component (:func:`_by_component`).
+    """
+    opt_soc = reference_soc(lakes) if solve else None
+    cells = [{"id": i, "values": {}, "config": c} for i, c in enumerate(mixture.configs)]
+    episodes = play(lakes, cells_of=mixture_components(mixture, n).astype(np.int64), opt_soc=opt_soc)
+    return {
+        "env": [{"weight": float(w), "config": c.to_dict()} for w, c in mixture],
+        "grids": render_grids(lakes),
+        "modes": {mode: by_component(aggregate([e for e in episodes if e["mode"] == mode], cells, []),
+                                      mixture.weights) for mode, _ in modes},
+        "episodes": episodes,
+    }
+
+
+def by_component(agg: Mapping[str, Any], weights: Sequence[float]) -> dict:
+    """A mode's metrics on the training mixture: pooled over its lakes, and ``by_component``
+    (each component's weight, config and metrics on its own lakes, in the mixture's order:
+    the per-level success that PLR scores)."""
+    out = {k: v for k, v in agg.items() if k not in ("by_dim", "by_cell")}
+    out["by_component"] = [{"weight": float(w), "config": c["config"], **{k: v for k, v in c.items()
+                                                                           if k not in ("id", "values", "config")}}
+                           for w, c in zip(weights, agg["by_cell"])]
+    return out

@@ -46,6 +46,7 @@ from typing import Any, Mapping, Optional
 from jaxlake.config import cfg_get, reject_unknown, to_plain
 from jaxlake.io import read_json, write_json, write_text
 from jaxlake.mixture import Mixture, mixture_to_yaml
+from jaxlake.pipeline.engineer_role import EngineerRole, side_rows
 from jaxlake.pipeline.folder import check_model, log, run_lock
 from jaxlake.pipeline.settings import PipelineError, RunSettings, resolve
 
@@ -65,11 +66,14 @@ class PretrainSettings:
       ship: copy the result into the package, as the shipped policy ``model.shipped`` names
         (:data:`llm.game.default.SHIPPED_DIRS`).
       ship_to: another folder to ship to (tests; ``None``: the package's).
+      engineer: the engineer's role taught beside the plans
+        (:class:`jaxlake.pipeline.engineer_role.EngineerRole`; ``rows: 0``, the default: plans only).
     """
 
     curve: bool = True
     ship: bool = False
     ship_to: Optional[Path] = None
+    engineer: EngineerRole = EngineerRole()
 
     @classmethod
     def from_node(cls, node: Optional[Mapping[str, Any]]) -> "PretrainSettings":
@@ -80,6 +84,7 @@ class PretrainSettings:
                 raise PipelineError(f"pretrain.{key}={node[key]!r} must be true or false")
         if node.get("ship_to") is not None:
             node["ship_to"] = Path(str(node["ship_to"]))
+        node["engineer"] = EngineerRole.from_node(node.get("engineer"))
         return cls(**node)
 
 
@@ -202,7 +207,8 @@ def _pretrain(s: RunSettings, p: PretrainSettings) -> dict:
     d = s.run_dir / "stage"
     log(f"pretrain: the supervised warm start on {len(mixture)} configs of the engineer's space, "
         f"{s.train.train.warmstart.steps} steps of {s.train.train.warmstart.batch_size} lakes")
-    res = train_stage(s.stage_config(1), mixture, d)
+    side = side_rows(s, p.engineer, s.run_dir)
+    res = train_stage(s.stage_config(1), mixture, d, side_rows=side)
     if res.policy_dir is None:
         raise PipelineError(f"pretraining stopped after {res.warmstart_steps} steps without a policy folder "
                             "(train.export_hf=false?)")
@@ -220,6 +226,8 @@ def _pretrain(s: RunSettings, p: PretrainSettings) -> dict:
         "success": curve[-1]["success"] if curve else None,
         "curve": curve,
     }
+    if side is not None:
+        record["engineer"] = dataclasses.asdict(p.engineer)
     parent = started_from(s)
     if parent is not None:  # a continuation of the shipped planner: its record, and the totals
         record["started_from"] = parent

@@ -56,12 +56,12 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
-from jaxlake.suite import (FAILURE_KINDS, Suite, aggregate, build_suite, cell_label, decoding_modes, failed_by_kind,
+from jaxlake.suite import (FAILURE_KINDS, Suite, aggregate, build_suite, cell_label, current_env_eval, decoding_modes,
+                           failed_by_kind,
                            lake_outcomes, load_eval_conf, moved_cells, reference_soc, render_grids, score_texts, take_lakes)
 from jaxlake.text import format_plan
 from jaxlake.conf import CONF_DIR
 from jaxlake.config import to_plain
-from jaxlake.generator import mixture_components
 from jaxlake.io import write_json
 from jaxlake.mixture import Mixture
 from jaxlake.stats import PairedDifference, paired_difference
@@ -211,40 +211,6 @@ def evaluate_policy(
     }
     result["wall_s"] = round(time.perf_counter() - t0, 2)
     return result
-
-
-def current_env_eval(mixture: Mixture, lakes: Any, n: int, modes: Sequence[tuple[str, int]], solve: bool,
-                     play: Callable[..., list]) -> dict:
-    """``eval.json["current_env"]``: a student on ``n`` lakes drawn from its training mixture.
-
-    ``lakes`` come in ``mixture``'s component blocks (:func:`jaxlake.generator.generate_mixture`),
-    so each component is one cell; ``play(lakes, cells_of=..., opt_soc=...)`` plays them in every
-    mode of ``modes`` and returns the episodes (the student's own rollouts: the LLM's
-    :func:`run_modes`, the IPPO student's in :mod:`jaxlake.pipeline.student`); ``solve``: the
-    reference planner's sums of costs for the optimality gap. Each mode's metrics are pooled
-    and per component (:func:`_by_component`).
-    """
-    opt_soc = reference_soc(lakes) if solve else None
-    cells = [{"id": i, "values": {}, "config": c} for i, c in enumerate(mixture.configs)]
-    episodes = play(lakes, cells_of=mixture_components(mixture, n).astype(np.int64), opt_soc=opt_soc)
-    return {
-        "env": [{"weight": float(w), "config": c.to_dict()} for w, c in mixture],
-        "grids": render_grids(lakes),
-        "modes": {mode: _by_component(aggregate([e for e in episodes if e["mode"] == mode], cells, []),
-                                      mixture.weights) for mode, _ in modes},
-        "episodes": episodes,
-    }
-
-
-def _by_component(agg: Mapping[str, Any], weights: Sequence[float]) -> dict:
-    """A mode's metrics on the training mixture: pooled over its lakes, and ``by_component``
-    (each component's weight, config and metrics on its own lakes, in the mixture's order:
-    the per-level success that PLR scores)."""
-    out = {k: v for k, v in agg.items() if k not in ("by_dim", "by_cell")}
-    out["by_component"] = [{"weight": float(w), "config": c["config"], **{k: v for k, v in c.items()
-                                                                           if k not in ("id", "values", "config")}}
-                           for w, c in zip(weights, agg["by_cell"])]
-    return out
 
 
 def write_eval(path: str | os.PathLike, result: Mapping[str, Any]) -> Path:

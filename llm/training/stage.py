@@ -47,7 +47,7 @@ from llm.training.phase import Checkpoints
 from llm.training.policy import Policy, load_policy
 from llm.game.prompter import Prompter
 from llm.training.config import StageConfig
-from llm.training.warmstart import run_warmstart
+from llm.training.warmstart import SideRows, run_warmstart
 
 PHASES = ("warmstart", "grpo")
 
@@ -108,6 +108,7 @@ def train_stage(
     mesh=None,
     max_steps: Optional[Mapping[str, int]] = None,
     warmstart_env: Optional[Mixture] = None,
+    side_rows: Optional[SideRows] = None,
 ) -> StageResult:
     """Train one stage: (optional) supervised warm start, then GRPO; resumable.
 
@@ -128,6 +129,8 @@ def train_stage(
       warmstart_env: the warm start's environment (default ``env_config``): a stage may warm
         start on a broad mixture (the engineers' whole space) and run GRPO on its own. GRPO's
         supervised anchor (``train.grpo.anchor``) draws its lakes from it too.
+      side_rows: supervised rows of another task in every warm-start step
+        (:class:`llm.training.warmstart.SideRows`: pretraining the engineer's role).
 
     Metrics go to the back ends of ``config.logger`` (:mod:`jaxlake.metrics`; default
     ``[jsonl]``: ``<stage_dir>/metrics.jsonl``; ``tensorboard``: ``<stage_dir>/tb/<phase>/``;
@@ -184,7 +187,7 @@ def _train_stage(config: StageConfig, env_config: Mixture, stage_dir: Path, init
     ckpt_dir = stage_dir / "checkpoint"
     if wc.enabled and wc.steps > 0:
         res = run_warmstart(policy, tcfg, warmstart_env, stage_dir / "warmstart", metrics, prompter,
-                                  gc.max_new_tokens, mesh, max_steps.get("warmstart"))
+                                  gc.max_new_tokens, mesh, max_steps.get("warmstart"), side=side_rows)
         policy, ws_steps, resumed = dataclasses.replace(res.policy, owned=True), res.step, res.resumed_from is not None
         if ws_steps < wc.steps:  # stopped early on purpose
             return StageResult(stage_dir, stage_dir / "warmstart", None, metrics.path, stage_dir / "train_eval.json", None,

@@ -340,28 +340,58 @@ def reference_rows(lakes, tokenizer: Any, prompter: Prompter, completion_len: in
     return ids, pmask, tokens, mask, token_weights(tokens, mask, tokenizer, mark_weight), solved
 
 
+@dataclasses.dataclass(frozen=True)
+class SideRows:
+    """Supervised rows of another task trained beside the plans in every warm-start step.
+
+    ``rows(step)`` gives step ``step``'s :class:`~llm.rl.batches.TokenBatch` (numpy, a fixed
+    shape; weights summing to 1 over its rows), deterministic in the step; the step's loss is
+    the plans' plus ``weight`` times these rows'. The engineer's role is taught this way
+    (:mod:`llm.engineer.examples`, from :mod:`jaxlake.pipeline.pretrain`); ``name`` prefixes
+    its metrics (``engineer_nll``, ``engineer_acc``).
+    """
+
+    rows: Callable[[int], TokenBatch]
+    weight: float = 1.0
+    name: str = "engineer"
+
+
 @reused
 def make_sft_update(graphdef: Any, optimizer: optax.GradientTransformation, *, micro_batches: int = 1,
-                    mesh=None) -> Callable:
+                    mesh=None, side_weight: float = 0.0, side_name: str = "side") -> Callable:
     """Jitted ``(state, opt_state, batch) -> (state, opt_state, metrics)`` for the warm start.
 
     ``batch``: a :class:`llm.rl.batches.TokenBatch` (weights = :func:`token_weights` over their
-    sum on the global batch: the token mean when ``mark_weight`` is 1). Metrics: ``nll`` (that weighted mean),
-    ``token_acc`` (arg-max == target), ``loss``, ``grad_norm``.
+    sum on the global batch: the token mean when ``mark_weight`` is 1), or a packed one; or
+    ``(plans, side)`` with a :class:`SideRows` batch beside them (the loss adds ``side_weight``
+    times the side rows' weighted nll). Metrics: ``nll`` (the plans' weighted mean),
+    ``token_acc`` (arg-max == target), ``loss``, ``grad_norm``; with side rows
+    ``<side_name>_nll`` and ``<side_name>_acc``.
     """
 
-    def loss_fn(state, mb):
+    def plan_loss(state, mb):
         if not isinstance(mb, PackedBatch):  # the pytree's type is static: one branch is traced
             return token_nll(graphdef, state, mb)
         return weighted_nll(*packed_forward(graphdef, state, mb), mb.weights)
 
+    def loss_fn(state, mb):
+        if not isinstance(mb, tuple):
+            loss, m = plan_loss(state, mb)
+            return loss, {**m, "nll": loss}
+        plans, side = mb
+        loss, m = plan_loss(state, plans)
+        s_loss, s_m = token_nll(graphdef, state, side)
+        return loss + side_weight * s_loss, {**m, "nll": loss, f"{side_name}_nll": s_loss,
+                                             f"{side_name}_acc": s_m["token_acc"]}
+
     def update(state, opt_state, batch):
-        if not isinstance(batch, (TokenBatch, PackedBatch)):
+        first = batch[0] if isinstance(batch, tuple) else batch
+        if not isinstance(first, (TokenBatch, PackedBatch)):
             raise TypeError(f"the warm-start update takes a llm.rl.batches.TokenBatch or a "
-                            f"llm.training.packing.PackedBatch, got {type(batch).__name__}")
+                            f"llm.training.packing.PackedBatch, got {type(first).__name__}")
         loss, msum, grads = accumulate_gradients(loss_fn, state, batch, micro_batches, mesh)
         state, opt_state, gnorm = apply_gradients(optimizer, state, opt_state, grads, mesh)
-        return state, opt_state, {"nll": loss, "loss": loss, "token_acc": msum["token_acc"], "grad_norm": gnorm}
+        return state, opt_state, {**msum, "loss": loss, "grad_norm": gnorm}
 
     return jax.jit(update, donate_argnums=(0, 1))
 
@@ -377,13 +407,15 @@ def run_warmstart(
     mesh=None,
     max_steps: Optional[int] = None,
     prefetch: Optional[bool] = None,
+    side: Optional[SideRows] = None,
 ) -> PhaseResult:
     """Run (or resume) the warm start; rows ``phase="warmstart"`` go to ``metrics``.
 
     ``prefetch``: prepare each step's batch (lakes drawn, planned, encoded, packed) on a
     thread while the step before it updates; ``None``: whenever the run has one process
     (several prepare in line: the row gather is a collective whose order they must keep). The
-    data is keyed by step, so both ways train on the same batches."""
+    data is keyed by step, so both ways train on the same batches. ``side``: rows of another
+    task in every step (:class:`SideRows`; one process)."""
     wc = config.warmstart
     optimizer = make_optimizer(wc.optim, wc.steps)
     if mesh is not None:
@@ -399,7 +431,11 @@ def run_warmstart(
                              "rows); set it to 0 for a multi-process warm start")
         if mesh is not None:
             shd.check_divisible(wc.pack_rows // wc.micro_batches, mesh, "warmstart packed rows per micro-batch")
-    update = make_sft_update(policy.graphdef, optimizer, micro_batches=wc.micro_batches, mesh=mesh)
+    if side is not None and (jax.process_count() > 1 or mesh is not None):
+        raise ValueError("side rows in the warm start (pretraining the engineer's role) run in one process without a mesh")
+    update = make_sft_update(policy.graphdef, optimizer, micro_batches=wc.micro_batches, mesh=mesh,
+                             side_weight=0.0 if side is None else float(side.weight),
+                             side_name="side" if side is None else side.name)
     data_key = jax.random.fold_in(rng, 21)
     reasoning = prompter.config.reasoning
     thinking_tokens = None
@@ -437,6 +473,8 @@ def run_warmstart(
             batch = TokenBatch(prompt_ids=ids, prompt_mask=pmask, tokens=tokens, mask=mask,
                                weights=weights.astype(np.float32))
             batch = dist.global_batch(batch, rows_sharding, wc.batch_size) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, batch)
+        if side is not None:
+            batch = (batch, jax.tree_util.tree_map(jnp.asarray, side.rows(step)))
         return batch, shares, dropped, solved_all, target_all, prompt_all
 
     if prefetch is None:
@@ -465,6 +503,7 @@ def run_warmstart(
                 metrics.append(row)
             else:
                 metrics.append({"phase": "warmstart", "step": step + 1, "nll": row["nll"],
+                                **({f"{side.name}_nll": row[f"{side.name}_nll"]} if side is not None else {}),
                                 "time/step_s": row["time/step_s"]})
             bar.update(1)
             bar.set_postfix(nll=f"{row['nll']:.3f}", acc=f"{row['token_acc']:.3f}")

@@ -84,3 +84,41 @@ def test_a_draw_reuses_its_solutions_only_at_the_batch_horizon(monkeypatch):
     got = drawn.take(slice(0, 2)).solve()
     assert calls == [2]  # planned at 20 in the pool; the short rows alone plan at 12: solved again
     assert all(s.actions.shape[-1] == 12 for s in got)
+
+
+def test_side_rows_train_beside_the_plans_and_are_logged(tmp_path):
+    """``SideRows`` (how pretraining teaches the engineer's role): every step adds the rows'
+    weighted nll to the plans' loss; the rows' nll falls as they are learned, and a warm start
+    without them logs none."""
+    import json
+
+    from llm.rl.batches import TokenBatch
+
+    policy, tokenizer = small_policy(num_layers=1)
+    pcfg = PromptConfig(system="", user="{grid}\n{agents}", use_system=False)
+    prompter = Prompter.fit(tokenizer, pcfg, sample_lakes(jax.random.PRNGKey(0), CROWD, 4), None, 16)
+    ids = np.asarray([tokenizer.encode("propose an edit", add_special_tokens=False)] * 2, np.int32)
+    ans = np.asarray([tokenizer.encode('{"edit": "keep"}', add_special_tokens=False)] * 2, np.int32)
+    mask = np.ones_like(ans, bool)
+    side_batch = TokenBatch(prompt_ids=ids, prompt_mask=np.ones_like(ids, bool), tokens=ans, mask=mask,
+                            weights=(mask / mask.sum()).astype(np.float32))
+    seen = []
+
+    def rows(step):
+        seen.append(step)
+        return side_batch
+
+    wc = WarmStartConfig(steps=6, batch_size=4, log_every=1, checkpoint_every=6, optim=OptimConfig(lr=1e-2, warmup_steps=0))
+    config = TrainConfig(seed=2, warmstart=wc, prompt=pcfg, progress=False)
+    ws.run_warmstart(policy, config, Mixture.of(CROWD), tmp_path / "ws", MetricsLog(tmp_path / "m.jsonl"), prompter,
+                     32, mesh=None, prefetch=False, side=ws.SideRows(rows=rows, weight=0.5))
+    logged = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert seen == list(range(6)) and len(logged) == 6
+    for r in logged:
+        assert r["loss"] == pytest.approx(r["nll"] + 0.5 * r["engineer_nll"], rel=1e-5)
+    assert logged[-1]["engineer_nll"] < 0.85 * logged[0]["engineer_nll"]  # the fixed rows are being learned
+    policy, _ = small_policy(num_layers=1)
+    ws.run_warmstart(policy, config, Mixture.of(CROWD), tmp_path / "plain", MetricsLog(tmp_path / "p.jsonl"),
+                     prompter, 32, mesh=None, prefetch=False)
+    plain = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert "engineer_nll" not in plain[0] and plain[0]["loss"] == pytest.approx(plain[0]["nll"])

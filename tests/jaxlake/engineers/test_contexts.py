@@ -1,0 +1,81 @@
+"""Engineer contexts of scripted policies (jaxlake/engineers/contexts.py): every number a
+summary shows comes from real rollouts of the plan each lake was given, the policy's skill and
+failure profile move what the summary shows, and the teacher's label moves with it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jaxlake.config import LakeConfig, to_plain
+from jaxlake.engineers.contexts import BEHAVIOURS, ContextPool, ScriptedPolicy, lake_load
+from jaxlake.engineers.space import ConfigSpace
+from jaxlake.engineers.teacher import read_summary, teacher_edit
+from jaxlake.suite import build_suite, load_eval_conf
+from jaxlake.summaries import render_summary
+
+BASE = LakeConfig(height=4, width=4, num_agents=2, hole_density=0.1, conflict_density=0.5, max_steps=12,
+                  max_height=5, max_width=5, max_agents=3)
+SPACE = ConfigSpace(BASE, editable=("height", "width", "num_agents", "hole_density", "conflict_density"),
+                    values={"height": [3, 4, 5], "width": [3, 4, 5], "hole_density": [0.0, 0.1, 0.2, 0.3],
+                            "conflict_density": [0.0, 0.5, 1.0]})
+
+
+@pytest.fixture(scope="module")
+def pool():
+    return ContextPool(build_suite(to_plain(load_eval_conf("tiny")), solve=True), SPACE, mixtures=3,
+                       current_env_lakes=8, env_stats_lakes=8, k_failures=4, seed=3)
+
+
+def test_each_behaviour_plays_what_it_names(pool):
+    recs = pool.suite_records
+    ref = [r["success"] for r in recs["reference"]]
+    solvable = pool.suite.opt_soc >= 0
+    assert np.mean(ref) == pytest.approx(np.mean(solvable))  # the planner's plan wins where it found one
+    assert not any(r["fell"] for r in recs["alone"])  # shortest paths around holes never fall
+    holes = np.asarray([c["values"]["hole_density"] > 0 for c in pool.suite.cells])[pool.suite.cell_of]
+    fell = np.asarray([bool(r["fell"]) for r in recs["straight"]])
+    assert fell[holes].mean() > 0 and not fell[~holes].any()  # the blind walk falls only where there are holes
+    short = [r for r in recs["short"] if r["opt_soc"] is not None and r["opt_soc"] > 1]
+    assert short and np.mean([r["success"] for r in short]) < 0.2  # cut at half its length: it times out
+    assert np.mean([r["timed_out"] > 0 for r in short]) > 0.8
+
+
+def test_a_context_is_deterministic_and_its_numbers_are_its_rollouts(pool):
+    ctx, label = pool.context(5)
+    again, label2 = pool.context(5)
+    assert ctx.summary == again.summary and label["edit"] == label2["edit"]
+    cur = ctx.eval_result["current_env"]["episodes"]
+    assert len(cur) == 8
+    assert ctx.summary["behaviour"]["current_env"]["score"] == pytest.approx(np.mean([r["success"] for r in cur]), abs=1e-3)
+    assert ctx.summary["behaviour"]["n"] == pool.suite.size
+    text = render_summary(ctx.summary)
+    assert "on the training environment (8 lakes)" in text and f"stage {ctx.stage}:" in text
+    assert len(ctx.summary["history"]) == ctx.stage
+
+
+def test_skill_moves_the_success_and_the_profile_moves_the_failures(pool):
+    load = lake_load(pool.suite.lakes)
+    rng = np.random.default_rng(0)
+    strong = ScriptedPolicy(0.95, (1 / 3, 1 / 3, 1 / 3)).choose(load, rng)
+    weak = ScriptedPolicy(0.2, (1 / 3, 1 / 3, 1 / 3)).choose(load, rng)
+    assert (strong == 0).mean() > (weak == 0).mean() + 0.3
+    falls = ScriptedPolicy(0.2, (0.0, 1.0, 0.0)).choose(load, rng)
+    assert set(np.unique(falls)) <= {0, BEHAVIOURS.index("straight")}
+    skills, success = [], []
+    for i in range(40):
+        ctx, label = pool.context(i)
+        skills.append(label["skill"])
+        success.append(read_summary(ctx.summary)["success"])
+    assert np.corrcoef(skills, success)[0, 1] > 0.4
+
+
+def test_the_label_is_the_teachers_answer_and_moves_with_the_context(pool):
+    kinds, reads = set(), set()
+    for i in range(40):
+        ctx, label = pool.context(i)
+        edit, read = teacher_edit(ctx.summary, ctx.current, SPACE)
+        assert edit == label["edit"] and read == label["read"]
+        kinds.add(edit.kind)
+        reads.add((read["level"], read["focus"]))
+    assert len(reads) >= 4 and {"add"} < kinds
