@@ -124,16 +124,26 @@ class ContextPool:
       suite: the held-out suite the summaries' behaviour part reads (the run's ``eval``).
       space: the engineer's space (the mixtures' components are drawn from it; the teacher
         answers in it).
-      mixtures: how many training mixtures (1 to 3 components each, drawn from the space).
+      mixtures: how many training mixtures (1 to 3 components each, drawn from the space), or
+        the mixtures themselves.
       current_env_lakes: fresh lakes of each mixture the ``current_env`` line plays.
       env_stats_lakes: lakes of the environment statistics.
       k_failures: failure cases a summary shows.
       seed: everything is deterministic in it.
+      start: a run's first environment: then ``reachable`` of the mixtures (the start among
+        them) are those a curriculum from it visits (the teacher's edits for scripted
+        policies, one to three stages deep), the rest drawn at random; :meth:`context` draws
+        the start with probability ``start_share``, another reachable mixture with
+        ``reachable``, a random one otherwise.
+      reachable: the share of the mixtures (and of the contexts) reached from ``start``.
+      start_share: the share of the contexts on ``start`` itself.
     """
 
-    def __init__(self, suite: Suite, space: ConfigSpace, mixtures: int = 32, current_env_lakes: int = 16,
-                 env_stats_lakes: int = 32, k_failures: int = 6, seed: int = 0) -> None:
+    def __init__(self, suite: Suite, space: ConfigSpace, mixtures: int | Sequence[Any] = 32, current_env_lakes: int = 16,
+                 env_stats_lakes: int = 32, k_failures: int = 6, seed: int = 0, start: Any = None,
+                 reachable: float = 0.5, start_share: float = 0.2) -> None:
         self.suite, self.space, self.k_failures, self.seed = suite, space, int(k_failures), int(seed)
+        self.env_stats_lakes, self.start_share, self.reach_share = int(env_stats_lakes), float(start_share), float(reachable)
         self.n_current = int(current_env_lakes)
         rng = np.random.default_rng([seed, 1])
         horizon = int(np.max(np.asarray(suite.lakes.max_steps)))
@@ -141,14 +151,30 @@ class ContextPool:
                                                suite.opt_soc, horizon, seed)
         self.suite_load = lake_load(suite.lakes)
         self.envs: list[_Env] = []
-        for m in range(int(mixtures)):
-            mix = self.draw_mixture(rng)
-            key = jax.random.PRNGKey(10_007 * seed + m)
-            lakes = generate_mixture(key, mix, self.n_current)
-            cells_of = mixture_components(mix, self.n_current).astype(np.int64)
-            recs = behaviour_records(lakes, cells_of, reference_soc(lakes), mix.horizon, seed + m + 1)
-            stats = environment_stats(mix, int(env_stats_lakes), jax.random.fold_in(key, 1), solve=True)
-            self.envs.append(_Env(mix, lakes, recs, render_grids(lakes), stats))
+        self.reached = 0  # envs[:reached] are the start and the mixtures reached from it
+        if start is not None and isinstance(mixtures, int):
+            n_reach = max(1, int(round(reachable * int(mixtures))))
+            self.envs.append(self._env(Mixture.of(start), 0))
+            for _ in range(50 * n_reach):
+                if len(self.envs) >= n_reach:
+                    break
+                parent = int(rng.integers(len(self.envs)))
+                ctx, label = self.context_of(parent, ScriptedPolicy.draw(rng), 1, rng)
+                child = label["next"]
+                if len(child) <= 3 and all(child != e.mixture for e in self.envs):
+                    self.envs.append(self._env(child, len(self.envs)))
+            self.reached = len(self.envs)
+        given = None if isinstance(mixtures, int) else [Mixture.of(m) for m in mixtures]
+        for m in range(len(self.envs), len(given) if given is not None else int(mixtures)):
+            self.envs.append(self._env(given[m] if given is not None else self.draw_mixture(rng), m))
+
+    def _env(self, mix: Mixture, m: int) -> _Env:
+        key = jax.random.PRNGKey(10_007 * self.seed + m)
+        lakes = generate_mixture(key, mix, self.n_current)
+        cells_of = mixture_components(mix, self.n_current).astype(np.int64)
+        recs = behaviour_records(lakes, cells_of, reference_soc(lakes), mix.horizon, self.seed + m + 1)
+        stats = environment_stats(mix, self.env_stats_lakes, jax.random.fold_in(key, 1), solve=True)
+        return _Env(mix, lakes, recs, render_grids(lakes), stats)
 
     def draw_mixture(self, rng: np.random.Generator) -> Mixture:
         """1 to 3 distinct configs of the space, weights from {1, 2, 4} (normalised)."""
@@ -180,24 +206,44 @@ class ContextPool:
     def context(self, index: int, stages: int = 3) -> tuple[EngineerContext, dict]:
         """Context ``index``: a scripted policy after stage ``k`` (1 to ``stages``) on one of
         the pool's mixtures, with ``k - 1`` earlier scripted stages in its history; and what
-        the teacher reads and answers for it (``{"edit", "read"}``)."""
+        the teacher reads and answers for it (``{"edit", "read", "next", "skill", "profile"}``)."""
         rng = np.random.default_rng([self.seed, 2, int(index)])
         k = int(rng.integers(1, stages + 1))
-        env = self.envs[int(rng.integers(len(self.envs)))]
+        env = self.draw_env(rng)
         policy = ScriptedPolicy.draw(rng)
+        return self.context_of(env, policy, k, rng, seed=int(index))
+
+    def draw_env(self, rng: np.random.Generator) -> int:
+        """A mixture's index: the start with probability ``start_share``, another reached
+        mixture with ``reachable``, a random one otherwise (uniform without a start)."""
+        u = rng.random()
+        if self.reached and u < self.start_share:
+            return 0
+        if self.reached > 1 and u < self.start_share + self.reach_share:
+            return int(rng.integers(1, self.reached))
+        if len(self.envs) > self.reached:
+            return int(rng.integers(self.reached, len(self.envs)))
+        return int(rng.integers(len(self.envs)))
+
+    def context_of(self, env: int, policy: ScriptedPolicy, stage: int = 1, rng: Optional[np.random.Generator] = None,
+                   seed: int = 0) -> tuple[EngineerContext, dict]:
+        """The context of ``policy`` after stage ``stage`` on the pool's mixture ``env`` (its
+        earlier stages: weaker copies of it on other mixtures), and the teacher's label."""
+        rng = rng if rng is not None else np.random.default_rng([self.seed, 3, int(seed)])
+        here = self.envs[int(env)]
         history = []
-        for j in range(1, k):  # earlier stages: weaker policies on other mixtures
+        for j in range(1, int(stage)):  # earlier stages: weaker policies on other mixtures
             past = self.envs[int(rng.integers(len(self.envs)))]
             weaker = ScriptedPolicy(policy.skill * float(rng.uniform(0.5, 1.0)), policy.profile)
             ev = self.evaluation(past, weaker, rng)
             edit, _ = teacher_edit(summarize(ev, past.stats, (), 0), past.mixture, self.space)
             history.append(history_entry(j, past.mixture, ev, None,
                                          {"engineer": "policy", "decision": edit.describe()}))
-        ev = self.evaluation(env, policy, rng)
-        history.append(history_entry(k, env.mixture, ev))
-        summary = summarize(ev, env.stats, history, self.k_failures)
-        ctx = EngineerContext(stage=k, current=env.mixture, initial=env.mixture, eval_result=ev, summary=summary,
-                              history=history, state={}, seed=int(index))
-        edit, read = teacher_edit(summary, env.mixture, self.space)
-        return ctx, {"edit": edit, "read": read, "next": apply_edit(env.mixture, edit, self.space.edits),
+        ev = self.evaluation(here, policy, rng)
+        history.append(history_entry(int(stage), here.mixture, ev))
+        summary = summarize(ev, here.stats, history, self.k_failures)
+        ctx = EngineerContext(stage=int(stage), current=here.mixture, initial=here.mixture, eval_result=ev,
+                              summary=summary, history=history, state={}, seed=int(seed))
+        edit, read = teacher_edit(summary, here.mixture, self.space)
+        return ctx, {"edit": edit, "read": read, "next": apply_edit(here.mixture, edit, self.space.edits),
                      "skill": policy.skill, "profile": list(policy.profile)}

@@ -34,7 +34,10 @@ class EngineerRole:
     Attributes:
       rows: examples a warm-start step trains beside its plans (0: none, plans only).
       contexts: distinct examples (contexts) made before training.
-      mixtures: training mixtures the contexts are drawn on.
+      mixtures: training mixtures the contexts are drawn on: ``reachable`` of them a curriculum
+        from the run's ``env`` visits (the teacher's edits, :class:`jaxlake.engineers.contexts.ContextPool`), the rest random.
+      reachable: that share (also the share of the contexts on them, the start's excluded).
+      start_share: the share of the contexts on the run's ``env`` itself.
       weight: the examples' loss weight beside the plans'.
       eval: the held-out suite the contexts' summaries read (the runs' default, ``large``).
       answer_tokens: room for an answer and its end-of-turn token.
@@ -44,6 +47,8 @@ class EngineerRole:
     rows: int = 0
     contexts: int = 1024
     mixtures: int = 48
+    reachable: float = 0.5
+    start_share: float = 0.2
     weight: float = 1.0
     eval: str = "large"
     answer_tokens: int = 96
@@ -58,6 +63,13 @@ class EngineerRole:
             v = getattr(out, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise PipelineError(f"pretrain.engineer.{name}={v!r} must be an integer in [{low}, inf)")
+        for name in ("reachable", "start_share"):
+            v = getattr(out, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                raise PipelineError(f"pretrain.engineer.{name}={v!r} not in [0, 1]")
+        if out.reachable + out.start_share > 1:
+            raise PipelineError(f"pretrain.engineer.reachable + start_share = {out.reachable + out.start_share} "
+                                "must be at most 1")
         if isinstance(out.weight, bool) or not isinstance(out.weight, (int, float)) or not out.weight > 0:
             raise PipelineError(f"pretrain.engineer.weight={out.weight!r} must be a number in (0, inf)")
         return out
@@ -102,7 +114,8 @@ def make_examples_file(s: RunSettings, role: EngineerRole, path: Path) -> list[d
     pool = ContextPool(build_suite(eval_node, solve=True), space, mixtures=role.mixtures,
                        current_env_lakes=int(eval_node.get("current_env_lakes", 32) or 32),
                        env_stats_lakes=int(summary.get("env_stats_lakes", 64)),
-                       k_failures=int(summary.get("k_failures", 6)), seed=role.seed)
+                       k_failures=int(summary.get("k_failures", 6)), seed=role.seed, start=s.env,
+                       reachable=role.reachable, start_share=role.start_share)
     policy = load_policy(s.model, seed=s.seed)
     model = nnx.merge(policy.graphdef, policy.state)
     bar = progress_bar(role.contexts, 0, "engineer examples", True)

@@ -149,12 +149,12 @@ def train_stage(
     with build_writer(config.logger, stage_dir, phases=PHASES, name=stage_dir.name,
                       run_config=run_config) as metrics:
         return _train_stage(config, env_config, stage_dir, init_from, policy, mesh, max_steps, metrics,
-                            env_config if warmstart_env is None else Mixture.of(warmstart_env))
+                            env_config if warmstart_env is None else Mixture.of(warmstart_env), side_rows)
 
 
 def _train_stage(config: StageConfig, env_config: Mixture, stage_dir: Path, init_from: Optional[str | os.PathLike],
                  policy: Optional[Policy], mesh, max_steps: Optional[Mapping[str, int]],
-                 metrics: MetricsWriter, warmstart_env: Mixture) -> StageResult:
+                 metrics: MetricsWriter, warmstart_env: Mixture, side_rows: Optional[SideRows] = None) -> StageResult:
     """:func:`train_stage` with its metrics writer open."""
     t_start = time.perf_counter()
     tcfg = config.train

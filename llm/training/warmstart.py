@@ -415,7 +415,7 @@ def run_warmstart(
     thread while the step before it updates; ``None``: whenever the run has one process
     (several prepare in line: the row gather is a collective whose order they must keep). The
     data is keyed by step, so both ways train on the same batches. ``side``: rows of another
-    task in every step (:class:`SideRows`; one process)."""
+    task in every step (:class:`SideRows`; one process; split over the mesh's data axis)."""
     wc = config.warmstart
     optimizer = make_optimizer(wc.optim, wc.steps)
     if mesh is not None:
@@ -431,8 +431,8 @@ def run_warmstart(
                              "rows); set it to 0 for a multi-process warm start")
         if mesh is not None:
             shd.check_divisible(wc.pack_rows // wc.micro_batches, mesh, "warmstart packed rows per micro-batch")
-    if side is not None and (jax.process_count() > 1 or mesh is not None):
-        raise ValueError("side rows in the warm start (pretraining the engineer's role) run in one process without a mesh")
+    if side is not None and jax.process_count() > 1:
+        raise ValueError("side rows in the warm start (pretraining the engineer's role) run in one process")
     update = make_sft_update(policy.graphdef, optimizer, micro_batches=wc.micro_batches, mesh=mesh,
                              side_weight=0.0 if side is None else float(side.weight),
                              side_name="side" if side is None else side.name)
@@ -474,7 +474,11 @@ def run_warmstart(
                                weights=weights.astype(np.float32))
             batch = dist.global_batch(batch, rows_sharding, wc.batch_size) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, batch)
         if side is not None:
-            batch = (batch, jax.tree_util.tree_map(jnp.asarray, side.rows(step)))
+            rows = side.rows(step)
+            if mesh is not None:
+                shd.check_divisible(rows.rows, mesh, "the warm start's side rows")
+            rows = shd.shard_batch(rows, mesh) if mesh is not None else jax.tree_util.tree_map(jnp.asarray, rows)
+            batch = (batch, rows)
         return batch, shares, dropped, solved_all, target_all, prompt_all
 
     if prefetch is None:

@@ -79,3 +79,21 @@ def test_the_label_is_the_teachers_answer_and_moves_with_the_context(pool):
         kinds.add(edit.kind)
         reads.add((read["level"], read["focus"]))
     assert len(reads) >= 4 and {"add"} < kinds
+
+
+def test_a_start_grows_the_mixtures_a_curriculum_from_it_visits():
+    """With ``start``, the first mixtures are the start and the teacher's edits from it (each
+    keeps a component of a mixture reached before it); contexts fall on the start about
+    ``start_share`` of the time."""
+    start = LakeConfig(height=4, width=4, num_agents=2, hole_density=0.1, conflict_density=0.5, max_steps=12,
+                       max_height=5, max_width=5, max_agents=3)
+    pool = ContextPool(build_suite(to_plain(load_eval_conf("tiny")), solve=True), SPACE, mixtures=6,
+                       current_env_lakes=4, env_stats_lakes=4, k_failures=2, seed=2, start=start, reachable=0.5,
+                       start_share=0.3)
+    assert list(pool.envs[0].mixture.configs) == [start] and pool.reached == 3 and len(pool.envs) == 6
+    for i in range(1, pool.reached):
+        earlier = [c for e in pool.envs[:i] for c in e.mixture.configs]
+        assert any(c in earlier for c in pool.envs[i].mixture.configs)
+    rng = np.random.default_rng(0)
+    drawn = np.asarray([pool.draw_env(rng) for _ in range(2000)])
+    assert abs((drawn == 0).mean() - 0.3) < 0.04 and abs(((drawn > 0) & (drawn < 3)).mean() - 0.5) < 0.04

@@ -173,6 +173,14 @@ def test_pretrain_settings_are_checked():
         PretrainSettings.from_node({"shipp": True})
     with pytest.raises(PipelineError, match="pretrain.curve='yes' must be true or false"):
         PretrainSettings.from_node({"curve": "yes"})
+    assert PretrainSettings.from_node({}).engineer.rows == 0  # plans only unless asked
+    assert PretrainSettings.from_node({"engineer": {"rows": 2, "contexts": 8}}).engineer.contexts == 8
+    with pytest.raises(PipelineError, match=r"pretrain.engineer.rows=-1 must be an integer in \[0, inf\)"):
+        PretrainSettings.from_node({"engineer": {"rows": -1}})
+    with pytest.raises(PipelineError, match=r"unknown pretrain.engineer field\(s\) \['row'\]"):
+        PretrainSettings.from_node({"engineer": {"row": 1}})
+    with pytest.raises(PipelineError, match=r"pretrain.engineer.start_share=1.5 not in \[0, 1\]"):
+        PretrainSettings.from_node({"engineer": {"start_share": 1.5}})
 
 
 def _pretrain(tmp_path, *extra, timeout=900):
@@ -205,7 +213,10 @@ def test_pretrain_command_trains_scores_ships_and_resumes(tmp_path):
     from llm.training.policy import load_policy
 
     shipped = tmp_path / "shipped"
-    proc = _pretrain(tmp_path, "pretrain.ship=true", f"pretrain.ship_to={shipped}")
+    # with the engineer's role beside the plans (pretrain.engineer): 3 examples, one a step
+    role = ["pretrain.engineer.rows=1", "pretrain.engineer.contexts=3", "pretrain.engineer.mixtures=2",
+            "pretrain.engineer.eval=tiny"]
+    proc = _pretrain(tmp_path, "pretrain.ship=true", f"pretrain.ship_to={shipped}", *role)
     assert proc.returncode == 0, proc.stderr[-3000:]
     d = tmp_path / "p"
     space = load_mixture(d / "space.yaml")
@@ -213,6 +224,10 @@ def test_pretrain_command_trains_scores_ships_and_resumes(tmp_path):
     assert {c.num_agents for c in space.configs} == {1, 2, 3, 4} and {c.height for c in space.configs} == set(range(2, 9))
     rows = [r for r in map(__import__("json").loads, (d / "stage" / "metrics.jsonl").read_text().splitlines())]
     assert [r["step"] for r in rows] == [1, 2, 3, 4] and all(r["phase"] == "warmstart" for r in rows)
+    assert all(r["engineer_nll"] > 0 for r in rows)
+    examples = [__import__("json").loads(x) for x in (d / "engineer_examples.jsonl").read_text().splitlines()]
+    assert len(examples) == 3 and all(e["answer"].startswith('{"edit": "') and "## Answer" in e["prompt"]
+                                      for e in examples)
     curve = read_json(d / "curve.json")
     assert [p["step"] for p in curve] == [2, 4]
     assert 0 < curve[0]["train_minutes"] < curve[1]["train_minutes"]
@@ -220,6 +235,7 @@ def test_pretrain_command_trains_scores_ships_and_resumes(tmp_path):
     record = read_json(d / "pretrain.json")
     assert record["steps"] == 4 and record["space_configs"] == 3750 and record["curve"] == curve
     assert record["success"] == curve[-1]["success"] and "pretrain.ship=true" in record["command"]
+    assert record["engineer"]["rows"] == 1 and record["engineer"]["contexts"] == 3
     # shipped: the Hugging Face folder and the record, loadable as any model.path
     assert read_json(shipped / "pretrain.json") == record
     a = load_policy(ModelConfig(path=str(shipped)))
@@ -228,7 +244,7 @@ def test_pretrain_command_trains_scores_ships_and_resumes(tmp_path):
         np.testing.assert_array_equal(x, y)
     assert not list(tmp_path.glob(".shipped.ship-*"))  # no staging folder left behind
     # the same command again: the finished folder is re-read, nothing retrained
-    again = _pretrain(tmp_path, "pretrain.ship=true", f"pretrain.ship_to={shipped}")
+    again = _pretrain(tmp_path, "pretrain.ship=true", f"pretrain.ship_to={shipped}", *role)
     assert again.returncode == 0, again.stderr[-3000:]
     assert read_json(d / "curve.json") == curve
     assert len((d / "stage" / "metrics.jsonl").read_text().splitlines()) == 4
