@@ -340,7 +340,8 @@ def _render_behaviour(b: Mapping[str, Any]) -> list[str]:
         c = b["current_env"]
         lines.append(
             f"on the training environment ({c['n']} lakes): success {_fmt(c['score'])}, arrived "
-            f"{_fmt(c['arrived_share'])}, fall {_fmt(c['fall_rate'])}, timeout {_fmt(c['timeout_rate'])}, "
+            f"{_fmt(c['arrived_share'])}, fall {_fmt(c['fall_rate'])}, conflict {_fmt(c.get('conflict_rate'))}, "
+            f"timeout {_fmt(c['timeout_rate'])}, "
             f"malformed {_fmt(c.get('malformed_rate'))}"
         )
         for i, comp in enumerate(c.get("components") or []):

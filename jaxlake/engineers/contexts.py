@@ -130,13 +130,13 @@ class ContextPool:
       env_stats_lakes: lakes of the environment statistics.
       k_failures: failure cases a summary shows.
       seed: everything is deterministic in it.
-      start: a run's first environment: then ``reachable`` of the mixtures (the start among
-        them) are those a curriculum from it visits (the teacher's edits for scripted
-        policies, one to three stages deep), the rest drawn at random; :meth:`context` draws
-        the start with probability ``start_share``, another reachable mixture with
-        ``reachable``, a random one otherwise.
-      reachable: the share of the mixtures (and of the contexts) reached from ``start``.
-      start_share: the share of the contexts on ``start`` itself.
+      start: a run's first environment, or several: then ``reachable`` of the mixtures (the
+        starts among them) are those a curriculum from them visits (the teacher's edits for
+        scripted policies, any number of stages deep, up to the space's ``max_components``),
+        the rest drawn at random; :meth:`context` draws a start with probability
+        ``start_share``, another reached mixture with ``reachable``, a random one otherwise.
+      reachable: the share of the mixtures (and of the contexts) reached from the starts.
+      start_share: the share of the contexts on the starts themselves.
     """
 
     def __init__(self, suite: Suite, space: ConfigSpace, mixtures: int | Sequence[Any] = 32, current_env_lakes: int = 16,
@@ -151,17 +151,21 @@ class ContextPool:
                                                suite.opt_soc, horizon, seed)
         self.suite_load = lake_load(suite.lakes)
         self.envs: list[_Env] = []
-        self.reached = 0  # envs[:reached] are the start and the mixtures reached from it
+        self.reached = 0  # envs[:reached] are the starts and the mixtures reached from them
+        self.starts = 0  # envs[:starts] are the starts
         if start is not None and isinstance(mixtures, int):
-            n_reach = max(1, int(round(reachable * int(mixtures))))
-            self.envs.append(self._env(Mixture.of(start), 0))
+            starts = [Mixture.of(m) for m in (start if isinstance(start, (list, tuple)) else [start])]
+            for m in starts:
+                self.envs.append(self._env(m, len(self.envs)))
+            self.starts = len(starts)
+            n_reach = max(len(starts), int(round(reachable * int(mixtures))))
             for _ in range(50 * n_reach):
                 if len(self.envs) >= n_reach:
                     break
                 parent = int(rng.integers(len(self.envs)))
                 ctx, label = self.context_of(parent, ScriptedPolicy.draw(rng), 1, rng)
                 child = label["next"]
-                if len(child) <= 3 and all(child != e.mixture for e in self.envs):
+                if len(child) <= space.edits.max_components and all(child != e.mixture for e in self.envs):
                     self.envs.append(self._env(child, len(self.envs)))
             self.reached = len(self.envs)
         given = None if isinstance(mixtures, int) else [Mixture.of(m) for m in mixtures]
@@ -214,13 +218,13 @@ class ContextPool:
         return self.context_of(env, policy, k, rng, seed=int(index))
 
     def draw_env(self, rng: np.random.Generator) -> int:
-        """A mixture's index: the start with probability ``start_share``, another reached
+        """A mixture's index: a start with probability ``start_share``, another reached
         mixture with ``reachable``, a random one otherwise (uniform without a start)."""
         u = rng.random()
-        if self.reached and u < self.start_share:
-            return 0
-        if self.reached > 1 and u < self.start_share + self.reach_share:
-            return int(rng.integers(1, self.reached))
+        if self.starts and u < self.start_share:
+            return int(rng.integers(self.starts))
+        if self.reached > self.starts and u < self.start_share + self.reach_share:
+            return int(rng.integers(self.starts, self.reached))
         if len(self.envs) > self.reached:
             return int(rng.integers(self.reached, len(self.envs)))
         return int(rng.integers(len(self.envs)))

@@ -134,6 +134,26 @@ def teacher_edit(summary: Mapping[str, Any], current: Mixture, space: ConfigSpac
     return Edit("replace", drop=(lightest,), add=((share, new),)), seen
 
 
+#: How the teacher's analysis names each level.
+LEVEL_WORDS = {1: "harder: a row and a column more", 0: "the same size", -1: "easier: fewer agents, smaller"}
+
+
+def teacher_analysis(read: Mapping[str, Any]) -> str:
+    """The teacher's analysis, the short thinking its answer follows from: the numbers it
+    read (as the summary's ``on the training environment`` line spells them), the level and
+    the focus. The shipped policies learn to write it before the answer
+    (:mod:`llm.engineer.examples`)."""
+    r = read["rates"]
+    where = "on the training environment" if read.get("where") == "current_env" else "on the suite"
+    focus = read.get("focus")
+    lines = [f"{where}: success {read['success']:.2f}, fall {r['fell']:.2f}, conflict {r['conflict']:.2f}, "
+             f"timeout {r['timeout']:.2f}",
+             f"level: {LEVEL_WORDS[int(read['level'])]}",
+             "focus: " + {"fell": "falls: more holes", "conflict": "conflicts: denser crossings",
+                          "timeout": "timeouts", None: "none"}[focus]]
+    return "\n".join(lines)
+
+
 def difficulty(mixture: Mixture, lakes: int = 32, seed: int = 0) -> float:
     """How hard a mixture is: the reference planner's mean sum of costs over ``lakes`` lakes
     drawn from it (each component its share, at least one lake; unsolved lakes count as the

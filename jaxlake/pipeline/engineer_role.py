@@ -35,9 +35,12 @@ class EngineerRole:
       rows: examples a warm-start step trains beside its plans (0: none, plans only).
       contexts: distinct examples (contexts) made before training.
       mixtures: training mixtures the contexts are drawn on: ``reachable`` of them a curriculum
-        from the run's ``env`` visits (the teacher's edits, :class:`jaxlake.engineers.contexts.ContextPool`), the rest random.
-      reachable: that share (also the share of the contexts on them, the start's excluded).
-      start_share: the share of the contexts on the run's ``env`` itself.
+        from the ``starts`` visits (the teacher's edits,
+        :class:`jaxlake.engineers.contexts.ContextPool`), the rest random.
+      starts: the environments those curricula start from (``conf/env`` names; the run's
+        ``env`` is added when it is not among them).
+      reachable: that share (also the share of the contexts on them, the starts' excluded).
+      start_share: the share of the contexts on the starts themselves.
       weight: the examples' loss weight beside the plans'.
       eval: the held-out suite the contexts' summaries read (the runs' default, ``large``).
       answer_tokens: room for an answer and its end-of-turn token.
@@ -47,6 +50,7 @@ class EngineerRole:
     rows: int = 0
     contexts: int = 1024
     mixtures: int = 48
+    starts: tuple = ("broad", "tiny")
     reachable: float = 0.5
     start_share: float = 0.2
     weight: float = 1.0
@@ -58,6 +62,12 @@ class EngineerRole:
     def from_node(cls, node: Optional[Mapping[str, Any]]) -> "EngineerRole":
         node = dict(to_plain(node) or {})
         reject_unknown("pretrain.engineer", node, [f.name for f in dataclasses.fields(cls)], PipelineError)
+        if "starts" in node:
+            starts = node["starts"]
+            if isinstance(starts, str) or not isinstance(starts, (list, tuple)) or not all(
+                    isinstance(x, str) for x in starts):
+                raise PipelineError(f"pretrain.engineer.starts={starts!r} must be a list of conf/env names")
+            node["starts"] = tuple(starts)
         out = cls(**node)
         for name, low in (("rows", 0), ("contexts", 1), ("mixtures", 1), ("answer_tokens", 16), ("seed", 0)):
             v = getattr(out, name)
@@ -84,6 +94,24 @@ def _engineer(s: RunSettings) -> Any:
         raise PipelineError(f"pretrain.engineer.rows > 0 teaches the policy engineer's role: engineer=policy "
                             f"(the run's engineer is {target or 'none'})")
     return build_engineer(node)
+
+
+def start_mixtures(s: RunSettings, role: EngineerRole) -> list:
+    """The mixtures of ``role.starts`` (``conf/env/<name>.yaml``), then the run's ``env`` if it
+    is not one of them."""
+    from jaxlake.conf import CONF_DIR
+    from jaxlake.mixture import load_mixture
+
+    out = []
+    for name in role.starts:
+        path = CONF_DIR / "env" / f"{name}.yaml"
+        if not path.is_file():
+            known = sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml"))
+            raise PipelineError(f"pretrain.engineer.starts: {name!r} is not an environment of conf/env ({known})")
+        out.append(load_mixture(path))
+    if s.env is not None and all(s.env != m for m in out):
+        out.append(s.env)
+    return out
 
 
 def make_examples_file(s: RunSettings, role: EngineerRole, path: Path) -> list[dict]:
@@ -114,7 +142,7 @@ def make_examples_file(s: RunSettings, role: EngineerRole, path: Path) -> list[d
     pool = ContextPool(build_suite(eval_node, solve=True), space, mixtures=role.mixtures,
                        current_env_lakes=int(eval_node.get("current_env_lakes", 32) or 32),
                        env_stats_lakes=int(summary.get("env_stats_lakes", 64)),
-                       k_failures=int(summary.get("k_failures", 6)), seed=role.seed, start=s.env,
+                       k_failures=int(summary.get("k_failures", 6)), seed=role.seed, start=start_mixtures(s, role),
                        reachable=role.reachable, start_share=role.start_share)
     policy = load_policy(s.model, seed=s.seed)
     model = nnx.merge(policy.graphdef, policy.state)

@@ -67,19 +67,31 @@ def check_answer(answer: str, space: ConfigSpace, components: int) -> None:
 def make_examples(pool: Any, engineer: Any, model: Any, tokenizer: Any, indices: Sequence[int],
                   progress: Optional[Any] = None) -> list[dict]:
     """Examples of contexts ``indices`` of ``pool``: ``{"index", "stage", "prompt" (the chat
-    text), "answer", "read" (what the teacher read: success, rates, level, focus)}``."""
+    text), "answer", "read" (what the teacher read: success, rates, level, focus)}``.
+
+    An engineer that reasons (``engineer.reasoning.enabled: true``) reads the prompt with its
+    ``<think>`` block opened, and the answer is the teacher's analysis
+    (:func:`jaxlake.engineers.teacher.teacher_analysis`), the block's close and the JSON: what
+    :class:`llm.engineer.local.LLMEngineer` writes and then decodes after it."""
     from jaxlake.engineers import space_from_conf
+    from jaxlake.engineers.teacher import teacher_analysis
+    from llm.generation.reasoning import THINK_OPEN
 
     out = []
     for i in indices:
         ctx, label = pool.context(int(i))
+        thinking = engineer.reasons(ctx)
         system, user = engineer.prompt_turns(ctx, model, tokenizer)
         space = space_from_conf(ctx.base, engineer.space_node)
         answer = answer_text(label["edit"], space)
         check_answer(answer, space, len(ctx.current))
+        prompt = chat_text(tokenizer, system, user, thinking)
+        if thinking:
+            prompt += THINK_OPEN + "\n"
+            answer = teacher_analysis(label["read"]) + engineer.reasoning["close_text"] + answer
         read = {k: v for k, v in label["read"].items()}
-        out.append({"index": int(i), "stage": ctx.stage, "prompt": chat_text(tokenizer, system, user, False),
-                    "answer": answer, "read": read, "kind": label["edit"].kind})
+        out.append({"index": int(i), "stage": ctx.stage, "prompt": prompt, "answer": answer, "read": read,
+                    "kind": label["edit"].kind})
         if progress is not None:
             progress.update(1)
     return out

@@ -210,7 +210,7 @@ def test_malformed_shown_per_dimension_and_not_counted_as_timeout():
     assert b["current_env"]["timeout_rate"] == 0.25 and b["current_env"]["malformed_rate"] == 0.5
     text = render_summary(summarize(ev), parts=["behaviour"])
     assert "6: success 0.00 fall 0.00 conflict 0.00 timeout 0.50 malformed 0.50" in text
-    assert "success 0.25, arrived 0.25, fall 0.00, timeout 0.25, malformed 0.50" in text
+    assert "success 0.25, arrived 0.25, fall 0.00, conflict 0.00, timeout 0.25, malformed 0.50" in text
     assert "timeouts count well-formed answers only" in text
 
 

@@ -107,3 +107,18 @@ def test_rows_put_the_loss_on_the_answer_and_its_end(setup):
     assert rows.weights.sum() == pytest.approx(1.0) and (rows.weights[~rows.mask] == 0).all()
     short = example_rows(exs[:1], tokenizer, 64, 96)  # a prompt longer than the room keeps its end
     assert list(short.prompt_ids[0]) == tokenizer.encode(exs[0]["prompt"], add_special_tokens=False)[-64:]
+
+
+def test_a_reasoning_engineers_example_thinks_the_teachers_analysis_first(setup):
+    from jaxlake.engineers.teacher import teacher_analysis
+
+    tokenizer, model, pool = setup
+    engineer = PolicyEngineer(space=NODE, reasoning={"enabled": True, "thinking_tokens": 96})
+    [ex] = make_examples(pool, engineer, model, tokenizer, [4])
+    ctx, label = pool.context(4)
+    system, user = engineer.prompt_turns(ctx, model, tokenizer)
+    assert ex["prompt"] == chat_text(tokenizer, system, user, True) + "<think>\n"  # as write_analysis opens it
+    analysis, json_part = ex["answer"].split("\n</think>\n\n")
+    assert analysis == teacher_analysis(label["read"]) and json_part == answer_text(label["edit"], SPACE)
+    line = f"on the training environment: success {label['read']['success']:.2f}"
+    assert analysis.startswith(line)  # the numbers as the summary's line spells them
