@@ -43,7 +43,11 @@ class EngineerRole:
       start_share: the share of the contexts on the starts themselves.
       weight: the examples' loss weight beside the plans'.
       eval: the held-out suite the contexts' summaries read (the runs' default, ``large``).
-      answer_tokens: room for an answer and its end-of-turn token.
+      analysis: the engineer reasons first: each answer starts with the teacher's analysis in a
+        ``<think>`` block (:func:`jaxlake.engineers.teacher.teacher_analysis`), and the shipped
+        record says so, so that ``engineer.reasoning.enabled: auto`` turns the think block on
+        for runs from this policy (:func:`llm.engineer.local.taught_analysis`).
+      answer_tokens: room for an answer (with its analysis) and its end-of-turn token.
       seed: the contexts' seed.
     """
 
@@ -55,7 +59,8 @@ class EngineerRole:
     start_share: float = 0.2
     weight: float = 1.0
     eval: str = "large"
-    answer_tokens: int = 96
+    analysis: bool = True
+    answer_tokens: int = 160
     seed: int = 0
 
     @classmethod
@@ -80,12 +85,14 @@ class EngineerRole:
         if out.reachable + out.start_share > 1:
             raise PipelineError(f"pretrain.engineer.reachable + start_share = {out.reachable + out.start_share} "
                                 "must be at most 1")
+        if not isinstance(out.analysis, bool):
+            raise PipelineError(f"pretrain.engineer.analysis={out.analysis!r} must be true or false")
         if isinstance(out.weight, bool) or not isinstance(out.weight, (int, float)) or not out.weight > 0:
             raise PipelineError(f"pretrain.engineer.weight={out.weight!r} must be a number in (0, inf)")
         return out
 
 
-def _engineer(s: RunSettings) -> Any:
+def _engineer(s: RunSettings, role: EngineerRole) -> Any:
     from jaxlake.engineers import build_engineer
 
     node = s.engineer
@@ -93,7 +100,10 @@ def _engineer(s: RunSettings) -> Any:
     if not target.endswith(("PolicyEngineer", "BaseEngineer")):
         raise PipelineError(f"pretrain.engineer.rows > 0 teaches the policy engineer's role: engineer=policy "
                             f"(the run's engineer is {target or 'none'})")
-    return build_engineer(node)
+    engineer = build_engineer(node)
+    if role.analysis:
+        engineer.reasoning = {**engineer.reasoning, "enabled": True}
+    return engineer
 
 
 def start_mixtures(s: RunSettings, role: EngineerRole) -> list:
@@ -134,7 +144,7 @@ def make_examples_file(s: RunSettings, role: EngineerRole, path: Path) -> list[d
     if s.env is None:
         raise PipelineError("pretrain.engineer needs an environment (env=...): the space is built around it")
     t0 = time.perf_counter()
-    engineer = _engineer(s)
+    engineer = _engineer(s, role)
     eval_node = to_plain(load_eval_conf(role.eval))
     summary = dict(eval_node.get("summary") or {})
     space = space_from_conf(s.env.main, engineer.space_node)

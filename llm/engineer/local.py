@@ -14,7 +14,8 @@ validation errors and, for constrained decoding, the top-scored values at every 
 Malformed output never raises.
 
 **Reasoning** (``reasoning: {enabled: auto | true | false, thinking_tokens, temperature}``;
-``auto``: on when the run's policy thinks in its own words, :func:`run_reasons`): the model first writes a free
+``auto``: on when the run's policy thinks in its own words, or was taught the engineer's
+analysis in pretraining, :func:`run_reasons`): the model first writes a free
 analysis in a ``<think>`` block (sampled or greedy, at most ``thinking_tokens`` tokens; then
 ``</think>`` is forced, :func:`llm.generation.reasoning.think_phase`), and the configuration is decoded
 after it (constrained or free) conditioned on that analysis. The analysis is saved in the
@@ -68,11 +69,18 @@ def reasoning_settings(node: Optional[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def run_reasons(ctx: EngineerContext) -> bool:
-    """Whether the run's policy thinks in its own words: ``prompt.reasoning.enabled`` and not
-    ``prompt.reasoning.warmstart``. A policy whose thinking the warm start templated (the
+    """Whether the run's policy reasons before it answers as the engineer: it thinks in its
+    own words (``prompt.reasoning.enabled`` and not ``prompt.reasoning.warmstart``), or the
+    shipped policy the run starts from was taught the engineer's analysis
+    (:func:`taught_analysis`). A policy whose plan thinking the warm start templated (the
     shipped planner traces paths cell by cell) has learned no analysis to write, so ``auto``
-    leaves the engineer's think block off for it."""
+    leaves the engineer's think block off for it unless it was taught one."""
     cfg = ctx.run_cfg
+    if cfg is None:
+        return False
+    model = cfg.get("model") if isinstance(cfg, Mapping) else getattr(cfg, "model", None)
+    if taught_analysis(model):
+        return True
     node = cfg.get("prompt") if isinstance(cfg, Mapping) else getattr(cfg, "prompt", None)
     if node is None:
         return False
@@ -81,6 +89,26 @@ def run_reasons(ctx: EngineerContext) -> bool:
         return False
     get = (lambda k: node.get(k, False)) if isinstance(node, Mapping) else (lambda k: getattr(node, k, False))
     return bool(get("enabled")) and not bool(get("warmstart"))
+
+
+def taught_analysis(model: Any) -> bool:
+    """Whether ``model`` (a run's model settings) is a shipped policy pretrained on engineer
+    examples with the teacher's analysis (its ``pretrain.json``: ``engineer.analysis``;
+    :mod:`jaxlake.pipeline.engineer_role`)."""
+    if model is None:
+        return False
+    get = (lambda k, d=None: model.get(k, d)) if isinstance(model, Mapping) else (lambda k, d=None: getattr(model, k, d))
+    if get("path") is not None or not get("pretrained", True):
+        return False
+    import json
+
+    from llm.game.default import SHIPPED_DIRS
+
+    record = SHIPPED_DIRS.get(str(get("shipped", "novice")))
+    if record is None or not (record / "pretrain.json").is_file():
+        return False
+    engineer = json.loads((record / "pretrain.json").read_text()).get("engineer") or {}
+    return bool(engineer.get("rows")) and bool(engineer.get("analysis"))
 
 
 def write_analysis(model: Any, tokenizer: Any, text: str, thinking_tokens: int, temperature: float,
