@@ -156,7 +156,7 @@ def make_examples_file(s: RunSettings, role: EngineerRole, path: Path) -> list[d
                        reachable=role.reachable, start_share=role.start_share)
     policy = load_policy(s.model, seed=s.seed)
     model = nnx.merge(policy.graphdef, policy.state)
-    bar = progress_bar(role.contexts, 0, "engineer examples", True)
+    bar = progress_bar(role.contexts, 0, "engineer examples", s.train.train.progress)
     rows = make_examples(pool, engineer, model, policy.tokenizer, range(role.contexts), bar)
     bar.close()
     write_text(path, "".join(json.dumps(r) + "\n" for r in rows))

@@ -92,19 +92,23 @@ def run_reasons(ctx: EngineerContext) -> bool:
 
 
 def taught_analysis(model: Any) -> bool:
-    """Whether ``model`` (a run's model settings) is a shipped policy pretrained on engineer
-    examples with the teacher's analysis (its ``pretrain.json``: ``engineer.analysis``;
-    :mod:`jaxlake.pipeline.engineer_role`)."""
+    """Whether ``model`` (a run's model settings) is a policy pretrained on engineer examples
+    with the teacher's analysis: its folder's ``pretrain.json`` (``model.path``, or the shipped
+    policy ``model.shipped``) says ``engineer.analysis`` (:mod:`jaxlake.pipeline.engineer_role`)."""
     if model is None:
         return False
-    get = (lambda k, d=None: model.get(k, d)) if isinstance(model, Mapping) else (lambda k, d=None: getattr(model, k, d))
-    if get("path") is not None or not get("pretrained", True):
-        return False
     import json
+    from pathlib import Path
 
     from llm.game.default import SHIPPED_DIRS
 
-    record = SHIPPED_DIRS.get(str(get("shipped", "novice")))
+    get = (lambda k, d=None: model.get(k, d)) if isinstance(model, Mapping) else (lambda k, d=None: getattr(model, k, d))
+    if get("path") is not None:
+        record = Path(str(get("path")))
+    elif get("pretrained", True):
+        record = SHIPPED_DIRS.get(str(get("shipped", "novice")))
+    else:
+        return False
     if record is None or not (record / "pretrain.json").is_file():
         return False
     engineer = json.loads((record / "pretrain.json").read_text()).get("engineer") or {}

@@ -1,6 +1,6 @@
-"""Does the shipped policy read as an engineer? Behavioural tests of ``engineer=policy`` on the
-shipped novice (llm/game/novice), with its own constrained greedy decoding, on contexts of
-scripted policies played on the run's suite (jaxlake/engineers/contexts.py):
+"""Does the shipped policy read as an engineer? The behavioural checks of llm/engineer/reads.py
+(``python -m llm.engineer.reads``) on the shipped novice, with its own prompt and constrained
+greedy decoding, on stage summaries of scripted policies played on the run's suite:
 
 * **context swap**: a weak and a strong policy on the same environment get different answers,
   and the strong one's mixture is harder by :func:`jaxlake.engineers.teacher.difficulty` (the
@@ -9,71 +9,75 @@ scripted policies played on the run's suite (jaxlake/engineers/contexts.py):
   moves the answer toward lakes with more holes.
 
 ``xfail(strict=True)`` marks what the shipped model does not do yet: such a test fails the
-suite the day the model starts to pass it, so the mark is removed with the model that earns it
-(docs/research/engineer-role.md records both).
+suite the day the model starts to pass it, so the mark goes with the model that earns it
+(docs/research/engineer-role.md records both). The checks' own logic is tested on answers
+made to order (a stub engineer) below, so they can fail and pass.
 """
 
 from __future__ import annotations
 
 import pytest
-from flax import nnx
 
-from jaxlake.config import LakeConfig, to_plain
-from jaxlake.engineers import build_engineer
-from jaxlake.engineers.contexts import ContextPool, ScriptedPolicy
-from jaxlake.engineers.space import space_from_conf
-from jaxlake.engineers.teacher import difficulty
-from jaxlake.conf import CONF_DIR
+from jaxlake.config import LakeConfig
+from jaxlake.engineers.base import Proposal
 from jaxlake.mixture import Mixture
-from jaxlake.suite import build_suite, load_eval_conf
 
 pytestmark = pytest.mark.slow
 
-TINY = LakeConfig(height=5, width=5, num_agents=2, hole_density=0.1, conflict_density=0.5, max_steps=16,
-                  max_height=8, max_width=8, max_agents=4)
-#: the shipped novice does not read yet (docs/research/engineer-role.md)
-NOT_YET = pytest.mark.xfail(strict=True, reason="the shipped novice does not read its context yet")
+
+@pytest.fixture(scope="module")
+def built():
+    from llm.engineer.reads import build
+
+    return build()  # the shipped novice, conf/engineer/policy.yaml, the large suite, env=tiny
 
 
 @pytest.fixture(scope="module")
-def reader():
-    import yaml
+def shipped(built):
+    from llm.engineer.reads import reading_checks
 
-    from llm.training.config import ModelConfig
-    from llm.training.policy import load_policy
-
-    node = yaml.safe_load((CONF_DIR / "engineer" / "policy.yaml").read_text())
-    engineer = build_engineer(node)
-    policy = load_policy(ModelConfig())  # the shipped novice
-    model = nnx.merge(policy.graphdef, policy.state)
-    eval_node = to_plain(load_eval_conf("large"))
-    pool = ContextPool(build_suite(eval_node, solve=True), space_from_conf(TINY, node["space"]),
-                       mixtures=[Mixture.of(TINY)], current_env_lakes=32, env_stats_lakes=64, k_failures=6, seed=5)
-
-    def answer(policy_: ScriptedPolicy, seed: int = 0) -> Mixture:
-        ctx, _ = pool.context_of(0, policy_, stage=1, seed=seed)
-        ctx.load_model = lambda which: (model, policy.tokenizer)
-        return engineer.propose(ctx).mixture
-
-    return answer
+    return reading_checks(*built, seeds=(0,))
 
 
-EVEN = (1 / 3, 1 / 3, 1 / 3)
+NOT_YET = pytest.mark.xfail(strict=True, reason="the shipped novice does not read its context yet")
 
 
 @NOT_YET
-def test_context_swap_a_strong_policy_gets_a_harder_environment(reader):
-    weak = reader(ScriptedPolicy(0.15, EVEN))
-    strong = reader(ScriptedPolicy(0.97, EVEN))
-    assert weak != strong
-    assert difficulty(strong) > difficulty(weak)
+def test_context_swap_a_strong_policy_gets_a_harder_environment(shipped):
+    assert shipped["swap"]["passed"], shipped["swap"]
 
 
 @NOT_YET
-def test_failure_injection_falls_move_the_answer_toward_holes(reader):
-    def holes(m: Mixture) -> float:
-        return sum(w * c.hole_density for w, c in m)
+def test_failure_injection_falls_move_the_answer_toward_holes(shipped):
+    assert shipped["injection"]["passed"], shipped["injection"]
 
-    falls = reader(ScriptedPolicy(0.5, (0.0, 1.0, 0.0)))  # failing lakes: the blind walk into holes
-    stalls = reader(ScriptedPolicy(0.5, (0.0, 0.0, 1.0)))  # failing lakes: plans cut short
-    assert holes(falls) > holes(stalls)
+
+class _Teacherly:
+    """An engineer that answers as the teacher would from what it is shown (so both checks
+    pass), or always the same (so both fail)."""
+
+    def __init__(self, reads: bool):
+        self.reads = reads
+
+    def propose(self, ctx):
+        from jaxlake.engineers.edits import apply_edit
+        from jaxlake.engineers.space import ConfigSpace
+        from jaxlake.engineers.teacher import teacher_edit
+
+        space = ConfigSpace(ctx.base, editable=("height", "width", "num_agents", "hole_density", "conflict_density"),
+                            values={"hole_density": [0.0, 0.1, 0.2, 0.3],
+                                    "conflict_density": [0.0, 0.25, 0.5, 0.75, 1.0]})
+        if not self.reads:
+            return Proposal(ctx.current, "kept")
+        edit, _ = teacher_edit(ctx.summary, ctx.current, space)
+        return Proposal(apply_edit(ctx.current, edit, space.edits), "proposed", edit=edit)
+
+
+def test_the_checks_pass_a_reader_and_fail_a_constant(built):
+    from llm.engineer.reads import reading_checks
+
+    model, tokenizer, _, pool = built
+    reader = reading_checks(model, tokenizer, _Teacherly(True), pool, seeds=(0,))
+    assert reader["reads"] and reader["swap"]["seeds"][0]["difficulty_strong"] > reader["swap"]["seeds"][0]["difficulty_weak"]
+    constant = reading_checks(model, tokenizer, _Teacherly(False), pool, seeds=(0,))
+    assert not constant["swap"]["passed"] and not constant["injection"]["passed"] and not constant["reads"]
