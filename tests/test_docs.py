@@ -42,7 +42,7 @@ HYDRA = {"jaxlake.run": "config", "jaxlake.pretrain": "pretrain", "jaxlake.bench
 ARGPARSE = {"jaxlake.study", "jaxlake.pipeline.study", "jaxlake.report", "jaxlake.pipeline.report",
             "jaxlake.launch", "jaxlake.baselines", "jaxlake.peers.setup", "jaxlake.students.bench", "llm.evaluate", "llm.training.evaluate",
             "llm.model.grow", "llm.benchmark", "llm.benchmark.cli", "llm.benchmark.memory",
-            "llm.benchmark.step_plan", "llm.memory"}
+            "llm.benchmark.step_plan", "llm.memory", "llm.engineer.reads"}
 #: generated from the code (docs/reference/generate.py): their command lines are synopses
 GENERATED = DOCS / "reference"
 #: a value the reader fills in: ``<name>``, or a shell variable ``$NAME`` / ``${NAME}``
