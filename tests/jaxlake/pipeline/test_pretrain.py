@@ -174,6 +174,10 @@ def test_pretrain_settings_are_checked():
     with pytest.raises(PipelineError, match="pretrain.curve='yes' must be true or false"):
         PretrainSettings.from_node({"curve": "yes"})
     assert PretrainSettings.from_node({}).engineer.rows == 0  # plans only unless asked
+    from llm.engineer.local import taught_analysis
+    from llm.training.config import ModelConfig
+
+    assert not taught_analysis(ModelConfig()) and not taught_analysis(ModelConfig(pretrained=False))  # the novice
     assert PretrainSettings.from_node({"engineer": {"rows": 2, "contexts": 8}}).engineer.contexts == 8
     with pytest.raises(PipelineError, match=r"pretrain.engineer.rows=-1 must be an integer in \[0, inf\)"):
         PretrainSettings.from_node({"engineer": {"rows": -1}})
@@ -226,7 +230,9 @@ def test_pretrain_command_trains_scores_ships_and_resumes(tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3, 4] and all(r["phase"] == "warmstart" for r in rows)
     assert all(r["engineer_nll"] > 0 for r in rows)
     examples = [__import__("json").loads(x) for x in (d / "engineer_examples.jsonl").read_text().splitlines()]
-    assert len(examples) == 3 and all(e["answer"].startswith('{"edit": "') and "## Answer" in e["prompt"]
+    # pretrain.engineer.analysis (the default): the teacher's analysis in the think block, then the edit
+    assert len(examples) == 3 and all(e["prompt"].endswith("<think>\n") and "## Answer" in e["prompt"] and
+                                      e["answer"].split("\n</think>\n\n")[1].startswith('{"edit": "')
                                       for e in examples)
     curve = read_json(d / "curve.json")
     assert [p["step"] for p in curve] == [2, 4]
@@ -235,7 +241,9 @@ def test_pretrain_command_trains_scores_ships_and_resumes(tmp_path):
     record = read_json(d / "pretrain.json")
     assert record["steps"] == 4 and record["space_configs"] == 3750 and record["curve"] == curve
     assert record["success"] == curve[-1]["success"] and "pretrain.ship=true" in record["command"]
-    assert record["engineer"]["rows"] == 1 and record["engineer"]["contexts"] == 3
+    assert record["engineer"]["rows"] == 1 and record["engineer"]["contexts"] == 3 and record["engineer"]["analysis"]
+    from llm.engineer.local import taught_analysis
+    assert taught_analysis(ModelConfig(path=str(shipped)))  # a run from it turns the engineer's think block on
     # shipped: the Hugging Face folder and the record, loadable as any model.path
     assert read_json(shipped / "pretrain.json") == record
     a = load_policy(ModelConfig(path=str(shipped)))
