@@ -327,15 +327,6 @@ def _render_behaviour(b: Mapping[str, Any]) -> list[str]:
         f"written plan length {_fmt(o['plan_len'], 1)} steps; on successes the plan costs "
         f"{_fmt(o['soc_ratio'])} times the reference planner's; planner solves {_fmt(o['solvable'])} of the lakes",
     ]
-    if b.get("timeouts_wellformed_only"):
-        lines.append("(timeouts count well-formed answers only; a malformed answer counts as malformed)")
-    for dim, vals in b["by_dim"].items():
-        parts = [
-            f"{v}: success {_fmt(m['score'])} fall {_fmt(m['fall_rate'])} conflict {_fmt(m['conflict_rate'])} "
-            f"timeout {_fmt(m['timeout_rate'])} malformed {_fmt(m.get('malformed_rate'))}"
-            for v, m in vals.items()
-        ]
-        lines.append(f"by {dim}: " + "; ".join(parts))
     if "current_env" in b:
         c = b["current_env"]
         lines.append(
@@ -349,6 +340,15 @@ def _render_behaviour(b: Mapping[str, Any]) -> list[str]:
                 f"- component #{i}, weight {_fmt(comp['weight'])}: {_config_line(comp['config'])} ({comp['n']} lakes): "
                 f"success {_fmt(comp['score'])}, fall {_fmt(comp['fall_rate'])}, malformed {_fmt(comp['malformed_rate'])}"
             )
+    if b.get("timeouts_wellformed_only"):
+        lines.append("(timeouts count well-formed answers only; a malformed answer counts as malformed)")
+    for dim, vals in b["by_dim"].items():
+        parts = [
+            f"{v}: success {_fmt(m['score'])} fall {_fmt(m['fall_rate'])} conflict {_fmt(m['conflict_rate'])} "
+            f"timeout {_fmt(m['timeout_rate'])} malformed {_fmt(m.get('malformed_rate'))}"
+            for v, m in vals.items()
+        ]
+        lines.append(f"by {dim}: " + "; ".join(parts))
     other = {m: s for m, s in b.get("scores", {}).items() if m != b["mode"]}
     if other:
         lines.append("other decoding: " + ", ".join(f"{m} success {_fmt(s)}" for m, s in other.items()))

@@ -29,6 +29,7 @@ failed attempt at worst), and each raw output is kept cut to
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Mapping, Optional
 
 from jaxlake.config import ConfigError, reject_unknown
@@ -232,7 +233,17 @@ class LLMEngineer(Engineer):
 
         failures = len(((ctx.summary or {}).get("failures") or {}).get("cases", []))
         history = len((ctx.summary or {}).get("history") or [])
-        return system, fit_user_prompt(build, count, budget - system_tokens, failures, history)
+        user = fit_user_prompt(build, count, budget - system_tokens, failures, history)
+        self.blind = None
+        if ctx.summary and self.parts and user == build(max_failures=0, max_history=0, max_summary_chars=0):
+            # the engineer answers blind: nothing of the summary fits beside the rest. Said in the
+            # record (``blind``) and as a warning, not raised: a run goes on as configured.
+            rest = count(build(max_failures=0, max_history=0, max_summary_chars=0)) + system_tokens
+            field = "engineer.max_prompt_tokens" if self.max_prompt_tokens else "the model's context"
+            self.blind = (f"{field}: a budget of {budget} tokens leaves no room for the summary (the system turn, "
+                          f"the current environment and the answer's rules take {rest}): the engineer answers blind")
+            warnings.warn(self.blind, stacklevel=2)
+        return system, user
 
     def propose(self, ctx: EngineerContext) -> Proposal:
         model, tokenizer = self._model(ctx)
@@ -269,6 +280,8 @@ class LLMEngineer(Engineer):
             {"system": system, "decoding": self.decoding, "context_parts": self.parts, "source": self.source,
              "reasoning": thinking}
         )
+        if self.blind:
+            proposal.record["blind"] = self.blind
         if traces:
             proposal.record["choices"] = traces[-1]
         if analyses:

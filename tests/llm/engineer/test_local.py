@@ -253,3 +253,25 @@ def test_a_random_models_constrained_edits_cover_every_kind(tokenizer, scorers):
         if kinds == set(EDIT_KINDS):
             break
     assert kinds == set(EDIT_KINDS)
+
+
+def test_a_budget_that_leaves_no_room_for_the_summary_is_said(tokenizer, scorers):
+    """A prompt budget the answer's rules alone fill sends the engineer in blind (the summary
+    cut to nothing): a warning naming the field, and the record's ``blind``; not silent."""
+    model = nnx.merge(scorers[0].graphdef, scorers[0].state)
+    summary = {"behaviour": {"mode": "greedy", "n": 4, "overall": {k: 0.5 for k in (
+        "score", "arrived_share", "fall_rate", "conflict_rate", "timeout_rate", "malformed_rate", "plan_len",
+        "soc_ratio", "solvable")}, "by_dim": {}, "scores": {}},
+        "failures": {"types_present": [], "types_covered": [], "cases": []}, "env_stats": None, "history": []}
+    ctx = EngineerContext(stage=1, current=Mixture.of(BASE), initial=Mixture.of(BASE), eval_result={},
+                          summary=summary, history=[], state={}, seed=0)
+    system, user = PolicyEngineer().prompt_turns(ctx, model, tokenizer)
+    assert "success 0.50" in user
+    engineer = PolicyEngineer()
+    engineer.prompt_turns(ctx, model, tokenizer)
+    assert engineer.blind is None
+    tight = PolicyEngineer(max_prompt_tokens=300)
+    with pytest.warns(UserWarning, match=r"engineer.max_prompt_tokens: a budget of 300 tokens leaves no room for "
+                                         r"the summary"):
+        system, user = tight.prompt_turns(ctx, model, tokenizer)
+    assert "success 0.50" not in user and "answers blind" in tight.blind
