@@ -160,8 +160,14 @@ def make_examples_file(s: RunSettings, role: EngineerRole, path: Path) -> list[d
     rows = make_examples(pool, engineer, model, policy.tokenizer, range(role.contexts), bar)
     bar.close()
     write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
-    log(f"pretrain: {len(rows)} engineer examples in {time.perf_counter() - t0:.0f} s -> {path.name}")
+    log(f"pretrain: {len(rows)} engineer examples in {time.perf_counter() - t0:.0f} s -> {path.name}; "
+        f"{shown_share(rows):.0%} of them show the line the teacher reads (the rest were cut to fit the context)")
     return rows
+
+
+def shown_share(rows: list) -> float:
+    """The share of examples whose prompt holds the line the teacher read (``shows``)."""
+    return sum(bool(r.get("shows")) for r in rows) / max(len(rows), 1)
 
 
 def side_rows(s: RunSettings, role: EngineerRole, run_dir: Path) -> Any:

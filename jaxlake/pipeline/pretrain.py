@@ -46,7 +46,7 @@ from typing import Any, Mapping, Optional
 from jaxlake.config import cfg_get, reject_unknown, to_plain
 from jaxlake.io import read_json, write_json, write_text
 from jaxlake.mixture import Mixture, mixture_to_yaml
-from jaxlake.pipeline.engineer_role import EngineerRole, side_rows
+from jaxlake.pipeline.engineer_role import EngineerRole, shown_share, side_rows
 from jaxlake.pipeline.folder import check_model, log, run_lock
 from jaxlake.pipeline.settings import PipelineError, RunSettings, resolve
 
@@ -227,7 +227,12 @@ def _pretrain(s: RunSettings, p: PretrainSettings) -> dict:
         "curve": curve,
     }
     if side is not None:
+        import json
+
         record["engineer"] = dataclasses.asdict(p.engineer)
+        examples = [json.loads(line) for line in (s.run_dir / "engineer_examples.jsonl").read_text().splitlines()
+                    if line.strip()]
+        record["engineer"]["shown_share"] = round(shown_share(examples), 4)
     parent = started_from(s)
     if parent is not None:  # a continuation of the shipped planner: its record, and the totals
         record["started_from"] = parent

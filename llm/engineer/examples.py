@@ -67,7 +67,9 @@ def check_answer(answer: str, space: ConfigSpace, components: int) -> None:
 def make_examples(pool: Any, engineer: Any, model: Any, tokenizer: Any, indices: Sequence[int],
                   progress: Optional[Any] = None) -> list[dict]:
     """Examples of contexts ``indices`` of ``pool``: ``{"index", "stage", "prompt" (the chat
-    text), "answer", "read" (what the teacher read: success, rates, level, focus)}``.
+    text), "answer", "read" (what the teacher read: success, rates, level, focus), "shows"
+    (whether the prompt holds the line the teacher read: a prompt cut to fit the model's context
+    may not, and then the example teaches a prior, not a reading)}``.
 
     An engineer that reasons (``engineer.reasoning.enabled: true``) reads the prompt with its
     ``<think>`` block opened, and the answer is the teacher's analysis
@@ -90,8 +92,9 @@ def make_examples(pool: Any, engineer: Any, model: Any, tokenizer: Any, indices:
             prompt += THINK_OPEN + "\n"
             answer = teacher_analysis(label["read"]) + engineer.reasoning["close_text"] + answer
         read = {k: v for k, v in label["read"].items()}
+        line = "on the training environment (" if read.get("where") == "current_env" else "## Policy behaviour"
         out.append({"index": int(i), "stage": ctx.stage, "prompt": prompt, "answer": answer, "read": read,
-                    "kind": label["edit"].kind})
+                    "kind": label["edit"].kind, "shows": line in prompt})
         if progress is not None:
             progress.update(1)
     return out

@@ -242,6 +242,7 @@ def test_pretrain_command_trains_scores_ships_and_resumes(tmp_path):
     assert record["steps"] == 4 and record["space_configs"] == 3750 and record["curve"] == curve
     assert record["success"] == curve[-1]["success"] and "pretrain.ship=true" in record["command"]
     assert record["engineer"]["rows"] == 1 and record["engineer"]["contexts"] == 3 and record["engineer"]["analysis"]
+    assert record["engineer"]["shown_share"] == pytest.approx(sum(e["shows"] for e in examples) / 3, abs=1e-4)
     from llm.engineer.local import taught_analysis
     assert taught_analysis(ModelConfig(path=str(shipped)))  # a run from it turns the engineer's think block on
     # shipped: the Hugging Face folder and the record, loadable as any model.path

@@ -90,7 +90,14 @@ def test_an_example_is_the_engineers_own_prompt_and_the_teachers_answer(setup):
     ctx, label = pool.context(4)
     assert ex["prompt"] == chat_text(tokenizer, *engineer.prompt_turns(ctx, model, tokenizer), False)
     assert ex["answer"] == answer_text(label["edit"], SPACE) and ex["read"] == label["read"]
-    assert "on the training environment" in ex["prompt"]
+    assert "on the training environment" in ex["prompt"] and ex["shows"]
+    # a budget that cuts the summary away: the example says it does not show the line
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        [blind] = make_examples(pool, PolicyEngineer(space=NODE, max_prompt_tokens=300), model, tokenizer, [4])
+    assert not blind["shows"] and "on the training environment" not in blind["prompt"]
 
 
 def test_rows_put_the_loss_on_the_answer_and_its_end(setup):
