@@ -317,8 +317,25 @@ def _config_line(cfg: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={_fmt(cfg[k])}" for k in keys if k in cfg)
 
 
-def _render_behaviour(b: Mapping[str, Any]) -> list[str]:
+def brief_config(cfg: Mapping[str, Any]) -> str:
+    """A config in the brief summary's few words: ``6x6, 2 agents, holes 0.2, conflict 0.5``
+    (slip, a step limit, distance bounds and the goal rule only where they are set)."""
+    n = cfg.get("num_agents", 1)
+    out = [f"{cfg.get('height')}x{cfg.get('width')}", f"{n} agent{'s' if n != 1 else ''}",
+           f"holes {_fmt(cfg.get('hole_density', 0.0), 1)}", f"conflict {_fmt(cfg.get('conflict_density', 0.0))}"]
+    if cfg.get("slip_prob"):
+        out.append(f"slip {_fmt(cfg['slip_prob'])}")
+    if cfg.get("max_dist") is not None:
+        out.append(f"distance {cfg.get('min_dist', 1)}-{cfg['max_dist']}")
+    elif cfg.get("min_dist", 1) not in (None, 1):
+        out.append(f"distance >= {cfg['min_dist']}")
+    return ", ".join(out)
+
+
+def _render_behaviour(b: Mapping[str, Any], brief: bool = False) -> list[str]:
     o = b["overall"]
+    if brief:
+        return _brief_behaviour(b)
     lines = [
         f"## Policy behaviour on the held-out suite ({b['mode']} decoding, {b['n']} episodes)",
         f"success {_fmt(o['score'])}, agents arrived {_fmt(o['arrived_share'])}, episodes with a fall "
@@ -355,6 +372,30 @@ def _render_behaviour(b: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _rates(m: Mapping[str, Any], keys: Sequence[str] = ("fall", "conflict", "timeout", "malformed")) -> str:
+    return ", ".join(f"{k} {_fmt(m.get(k + '_rate'))}" for k in keys)
+
+
+def _brief_behaviour(b: Mapping[str, Any]) -> list[str]:
+    """The behaviour part in few tokens (small models' context): the same headline rates, the
+    training environment's line word for word (the line a reader acts on), a component a line
+    (by its ``#``, the current environment's numbering) and success only by dimension."""
+    o = b["overall"]
+    lines = [f"## Policy behaviour on the held-out suite ({b['mode']}, {b['n']} episodes)",
+             f"success {_fmt(o['score'])}, arrived {_fmt(o['arrived_share'])}, {_rates(o)}"]
+    if "current_env" in b:
+        c = b["current_env"]
+        lines.append(
+            f"on the training environment ({c['n']} lakes): success {_fmt(c['score'])}, arrived "
+            f"{_fmt(c['arrived_share'])}, {_rates(c)}"
+        )
+        for i, comp in enumerate(c.get("components") or []):
+            lines.append(f"- #{i}: success {_fmt(comp['score'])}, fall {_fmt(comp['fall_rate'])}")
+    for dim, vals in b["by_dim"].items():
+        lines.append(f"success by {dim}: " + ", ".join(f"{v} {_fmt(m['score'])}" for v, m in vals.items()))
+    return lines
+
+
 def _render_failures(f: Mapping[str, Any]) -> list[str]:
     lines = [f"## Failure cases ({len(f['cases'])}; types seen: {', '.join(f['types_present']) or 'none'})"]
     for i, c in enumerate(f["cases"], start=1):
@@ -377,10 +418,17 @@ def _render_failures(f: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _render_env_stats(e: Optional[Mapping[str, Any]]) -> list[str]:
+def _render_env_stats(e: Optional[Mapping[str, Any]], brief: bool = False) -> list[str]:
     if not e:
         return ["## Training environment statistics", "(not measured)"]
     o = e["overall"]
+    if brief:
+        return [f"## Training environment statistics ({e['lakes']} lakes)",
+                f"holes {_fmt(o['hole_density'])}, conflict {_fmt(o['conflict_density'])}, shortest path "
+                f"{_fmt(o['path_len_mean'], 1)}, solvable {_fmt(o['solvable'])}"] + [
+            f"- #{i}: holes {_fmt(c['hole_density'])}, conflict {_fmt(c['conflict_density'])}, path "
+            f"{_fmt(c['path_len_mean'], 1)} [{c['path_len_min']}, {c['path_len_max']}], solvable {_fmt(c['solvable'])}"
+            for i, c in enumerate(e["components"])]
     lines = [
         f"## Training environment statistics ({e['lakes']} generated lakes)",
         f"hole density {_fmt(o['hole_density'])}, conflict density {_fmt(o['conflict_density'])}, mean "
@@ -405,12 +453,13 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
-def _render_history(h: Sequence[Mapping[str, Any]]) -> list[str]:
+def _render_history(h: Sequence[Mapping[str, Any]], brief: bool = False) -> list[str]:
     lines = ["## Stage history"]
     if not h:
         lines.append("(first stage)")
+    config = brief_config if brief else _config_line
     for e in h:
-        env = "; ".join(f"{_fmt(c['weight'])} x ({_config_line(c['config'])})" for c in e["env"])
+        env = "; ".join(f"{_fmt(c['weight'])} x ({config(c['config'])})" for c in e["env"])
         scores = ", ".join(f"{m} {_fmt(s)}" for m, s in (e.get("scores") or {}).items())
         line = f"stage {e['stage']}: env {env}"
         if scores:
@@ -427,18 +476,22 @@ def _render_history(h: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def render_summary(summary: Mapping[str, Any], parts: Sequence[str] = PARTS) -> str:
-    """The summary as text, with only the ``parts`` asked for (in :data:`PARTS` order)."""
+def render_summary(summary: Mapping[str, Any], parts: Sequence[str] = PARTS, brief: bool = False) -> str:
+    """The summary as text, with only the ``parts`` asked for (in :data:`PARTS` order).
+
+    ``brief``: the same numbers a reader acts on in about a third of the tokens, for a model
+    whose context cannot hold the full text (configs as :func:`brief_config`, a component
+    a short line, success only by dimension, no plan-length line; failure cases as in full)."""
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         raise ValueError(f"unknown summary part(s) {unknown}; choose from {list(PARTS)}")
     chunks = []
     if "behaviour" in parts:
-        chunks.append(_render_behaviour(summary["behaviour"]))
+        chunks.append(_render_behaviour(summary["behaviour"], brief))
     if "failures" in parts:
         chunks.append(_render_failures(summary["failures"]))
     if "env_stats" in parts:
-        chunks.append(_render_env_stats(summary.get("env_stats")))
+        chunks.append(_render_env_stats(summary.get("env_stats"), brief))
     if "history" in parts:
-        chunks.append(_render_history(summary.get("history") or []))
+        chunks.append(_render_history(summary.get("history") or [], brief))
     return "\n\n".join("\n".join(c) for c in chunks)

@@ -9,7 +9,7 @@ context must be what an engineer really reads, so every number in it comes from 
   (:data:`BEHAVIOURS`): the reference planner's (it succeeds), each agent's shortest path
   alone (:func:`jaxlake.baselines.alone_plan`: it collides), the blind straight walk
   (:func:`jaxlake.baselines.straight_plan`: it falls into holes) or the reference plan cut
-  at half its length (it times out). A policy of skill ``s`` plays the reference on a lake
+  at half its length, rounded down (it times out, on any lake). A policy of skill ``s`` plays the reference on a lake
   with probability ``s ** d``, ``d`` the lake's load (agents times its longer side over 8:
   bigger, more crowded lakes fail more), and otherwise one of the three failing plans by its
   own failure profile (Dirichlet weights). Each behaviour is played once per lake
@@ -57,7 +57,7 @@ def behaviour_plans(lakes: Lake, horizon: int) -> dict[str, np.ndarray]:
     ref = np.asarray(solve_batch(lakes, horizon=horizon).actions)
     moving = ref != STAY
     last = np.where(moving.any(-1), horizon - np.argmax(moving[..., ::-1], axis=-1), 0)  # [B, A] moves kept
-    cut = np.maximum(1, last.max(-1) // 2)  # [B]: half the longest path
+    cut = last.max(-1) // 2  # [B]: half the longest path, rounded down (a one-step plan becomes no move)
     short = np.where(np.arange(horizon)[None, None, :] < cut[:, None, None], ref, STAY)
     return {"reference": ref, "alone": batch_plans(alone_plan, lakes, horizon),
             "straight": batch_plans(straight_plan, lakes, horizon), "short": short.astype(np.int32)}
@@ -91,15 +91,53 @@ class ScriptedPolicy:
     skill: float
     profile: tuple
 
-    def choose(self, load: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """``[B]`` behaviour indices into :data:`BEHAVIOURS` for lakes of ``load``."""
+    def choose(self, load: np.ndarray, rng: np.random.Generator, wins: Optional[np.ndarray] = None) -> np.ndarray:
+        """``[B]`` behaviour indices into :data:`BEHAVIOURS` for lakes of ``load``.
+
+        ``wins`` (``[4, B]``: whether each behaviour wins each lake): a lake the policy fails
+        gets a failing plan of its profile that really fails there (the profile renormalised
+        over those; on a small lake the shortest paths alone often meet no one, and the blind
+        walk finds no hole), and the reference plan where none does."""
         ok = rng.random(load.shape) < self.skill ** load
-        fail = 1 + rng.choice(3, size=load.shape, p=np.asarray(self.profile))
+        profile = np.asarray(self.profile, np.float64)
+        if wins is None:
+            fail = 1 + rng.choice(3, size=load.shape, p=profile)
+        else:
+            p = profile[:, None] * (1 - np.asarray(wins[1:], np.float64)) + 1e-12
+            u = rng.random(load.shape) * p.sum(0)
+            fail = 1 + np.minimum((np.cumsum(p, 0) < u[None]).sum(0), 2)
+            fail = np.where(np.asarray(wins[1:]).all(0), 0, fail)
         return np.where(ok, 0, fail)
 
     @staticmethod
     def draw(rng: np.random.Generator) -> "ScriptedPolicy":
         return ScriptedPolicy(float(rng.uniform(0.05, 1.0) ** 0.7), tuple(rng.dirichlet([0.4, 0.4, 0.4])))
+
+    @staticmethod
+    def for_success(target: float, load: np.ndarray, profile: Sequence[float],
+                    wins: Optional[np.ndarray] = None) -> "ScriptedPolicy":
+        """The policy of failure ``profile`` whose expected success on lakes of ``load`` is
+        closest to ``target`` (by bisection on its skill). ``wins`` (``[4, B]``, whether each of
+        :data:`BEHAVIOURS` wins each lake) counts the lakes no failing plan fails (as
+        :meth:`choose` plays them); without it only the reference plan wins
+        (``mean(skill ** load) = target``)."""
+        load = np.asarray(load, np.float64)
+        wins = np.vstack([np.ones_like(load), np.zeros((3, load.size))]) if wins is None else np.asarray(wins, np.float64)
+
+        def expected(skill: float) -> float:  # as choose(wins=...) plays: a failing plan that fails, if any
+            s = skill ** load
+            return float(np.mean(s * wins[0] + (1 - s) * np.where(wins[1:].all(0), wins[0], 0.0)))
+
+        lo, hi = 1e-4, 1.0
+        for _ in range(40):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if expected(mid) < target else (lo, mid)
+        return ScriptedPolicy(float(0.5 * (lo + hi)), tuple(float(p) for p in profile))
+
+
+def wins_of(records: Mapping[str, Sequence[dict]]) -> np.ndarray:
+    """``[4, B]``: whether each of :data:`BEHAVIOURS` wins each lake of ``records``."""
+    return np.asarray([[bool(r["success"]) for r in records[b]] for b in BEHAVIOURS])
 
 
 def pick_records(records: Mapping[str, Sequence[dict]], choice: np.ndarray) -> list[dict]:
@@ -150,6 +188,7 @@ class ContextPool:
         self.suite_records = behaviour_records(suite.lakes, np.asarray([c["id"] for c in suite.cells])[suite.cell_of],
                                                suite.opt_soc, horizon, seed)
         self.suite_load = lake_load(suite.lakes)
+        self.suite_wins = wins_of(self.suite_records)
         self.envs: list[_Env] = []
         self.reached = 0  # envs[:reached] are the starts and the mixtures reached from them
         self.starts = 0  # envs[:starts] are the starts
@@ -194,8 +233,8 @@ class ContextPool:
     def evaluation(self, env: _Env, policy: ScriptedPolicy, rng: np.random.Generator) -> dict:
         """The ``eval.json`` dict of ``policy`` on the suite and on ``env``'s lakes."""
         suite = self.suite
-        episodes = pick_records(self.suite_records, policy.choose(self.suite_load, rng))
-        cur = pick_records(env.records, policy.choose(lake_load(env.lakes), rng))
+        episodes = pick_records(self.suite_records, policy.choose(self.suite_load, rng, self.suite_wins))
+        cur = pick_records(env.records, policy.choose(lake_load(env.lakes), rng, wins_of(env.records)))
         cells = [{"id": i, "values": {}, "config": c} for i, c in enumerate(env.mixture.configs)]
         result = {
             "suite": suite.describe(), "grids": suite.grids, "episodes": episodes,
@@ -214,7 +253,11 @@ class ContextPool:
         rng = np.random.default_rng([self.seed, 2, int(index)])
         k = int(rng.integers(1, stages + 1))
         env = self.draw_env(rng)
-        policy = ScriptedPolicy.draw(rng)
+        # the skill is drawn for a success uniform on the training environment's lakes, so that
+        # the teacher's three levels are about as frequent as their ranges are wide
+        target, profile = float(rng.uniform(0.02, 1.0)), rng.dirichlet([0.4, 0.4, 0.4])
+        here = self.envs[env]
+        policy = ScriptedPolicy.for_success(target, lake_load(here.lakes), profile, wins_of(here.records))
         return self.context_of(env, policy, k, rng, seed=int(index))
 
     def draw_env(self, rng: np.random.Generator) -> int:

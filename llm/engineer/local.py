@@ -46,6 +46,9 @@ from llm.engineer.prompt import (
 )
 
 _REASONING_KEYS = ("enabled", "thinking_tokens", "temperature", "close_text")
+#: ``prompt: auto`` writes the brief prompt for models whose context is shorter than this:
+#: the full one for an eight-component mixture is about 5,000 game tokens.
+BRIEF_BELOW = 8192
 
 
 def reasoning_settings(node: Optional[Mapping[str, Any]]) -> dict[str, Any]:
@@ -164,6 +167,10 @@ class LLMEngineer(Engineer):
         when reasoning).
       reasoning: ``{enabled: auto | true | false, thinking_tokens, temperature, close_text}``
         (:func:`reasoning_settings`): write a free analysis first (see the module doc).
+      prompt: ``full``, ``brief`` (the summary, the current environment and the answer's rules
+        in about a third of the tokens: :func:`llm.engineer.prompt.build_user_prompt`) or
+        ``auto``: brief when the model's context is shorter than :data:`BRIEF_BELOW` tokens
+        (the CPU novice and expert; Qwen3 reads the full prompt).
     """
 
     source = "policy"
@@ -180,8 +187,12 @@ class LLMEngineer(Engineer):
         max_prompt_tokens: Optional[int] = None,
         system: Optional[str] = None,
         reasoning: Optional[Mapping[str, Any]] = None,
+        prompt: str = "auto",
         **_: Any,
     ) -> None:
+        if prompt not in ("auto", "full", "brief"):
+            raise ConfigError(f"engineer.prompt={prompt!r} not in ['auto', 'full', 'brief']")
+        self.prompt_form = prompt
         self.reasoning = reasoning_settings(reasoning)
         self.custom_system = system is not None
         if decoding not in ("constrained", "free"):
@@ -200,6 +211,13 @@ class LLMEngineer(Engineer):
     @property
     def parts(self) -> list[str]:
         return [p for p in PARTS if self.flags[p]]
+
+    def brief(self, model: Any) -> bool:
+        """Whether this engineer writes the brief prompt for ``model`` (``prompt``)."""
+        if self.prompt_form != "auto":
+            return self.prompt_form == "brief"
+        limit = getattr(getattr(model, "config", None), "max_position_embeddings", 4096)
+        return int(limit) < BRIEF_BELOW
 
     def reasons(self, ctx: EngineerContext) -> bool:
         """Whether this proposal starts with an analysis (``auto``: the run's prompt decides)."""
@@ -227,9 +245,10 @@ class LLMEngineer(Engineer):
         limit = getattr(getattr(model, "config", None), "max_position_embeddings", 4096)
         budget = int(self.max_prompt_tokens) if self.max_prompt_tokens else int(limit) - answer_room
         system_tokens = count(chat_text(tokenizer, system, "", thinking))
+        brief = self.brief(model)
 
         def build(**kw):
-            return build_user_prompt(ctx, self.parts, space, **kw)
+            return build_user_prompt(ctx, self.parts, space, brief=brief, **kw)
 
         failures = len(((ctx.summary or {}).get("failures") or {}).get("cases", []))
         history = len((ctx.summary or {}).get("history") or [])
@@ -278,7 +297,7 @@ class LLMEngineer(Engineer):
         proposal = propose_with_retries(ask, user, ctx, self.retries, space=space)
         proposal.record.update(
             {"system": system, "decoding": self.decoding, "context_parts": self.parts, "source": self.source,
-             "reasoning": thinking}
+             "reasoning": thinking, "prompt_form": "brief" if self.brief(model) else "full"}
         )
         if self.blind:
             proposal.record["blind"] = self.blind

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from jaxlake.config import reject_unknown
 from jaxlake.engineers import ConfigSpace, EngineerContext, format_value
-from jaxlake.summaries import PARTS, render_summary
+from jaxlake.summaries import PARTS, brief_config, render_summary
 
 #: How the system turn names each summary part (only the parts the prompt shows are named).
 _PART_NAMES = {"behaviour": "the policy's behaviour", "failures": "its failure cases",
@@ -137,6 +137,19 @@ def describe_current(ctx: EngineerContext, space: ConfigSpace) -> str:
     return "\n".join(lines)
 
 
+def brief_answer(ctx: EngineerContext, space: ConfigSpace) -> str:
+    """What an answer may be, in two lines (the brief prompt): the edit kinds the rules allow
+    here and each editable field's range. Constrained decoding enforces the rest."""
+    kinds = space.edits.kinds(len(ctx.current))
+    ranges = []
+    for name in space.editable:
+        vals = space.values[name]
+        ranges.append(f"{name} {format_value(vals[0])}-{format_value(vals[-1])}" if len(vals) > 1
+                      else f"{name} {format_value(vals[0])}")
+    return ("## Answer\nOne JSON edit of the current environment (" + ", ".join(kinds) + "); configs set "
+            + ", ".join(ranges) + ".")
+
+
 def build_user_prompt(
     ctx: EngineerContext,
     parts: Sequence[str],
@@ -144,9 +157,15 @@ def build_user_prompt(
     max_failures: Optional[int] = None,
     max_history: Optional[int] = None,
     max_summary_chars: Optional[int] = None,
+    brief: bool = False,
 ) -> str:
     """The user turn: summary parts, the current environment (numbered components) and what
-    an answer may be (an edit of it: :func:`describe_edits`)."""
+    an answer may be (an edit of it: :func:`describe_edits`).
+
+    ``brief``: the summary in its brief form (:func:`jaxlake.summaries.render_summary`), a
+    component a short line and the answer in two lines (:func:`brief_answer`): about a third
+    of the tokens, for a model whose context cannot hold the full prompt (the CPU novice's
+    2,048 tokens)."""
     summary = dict(ctx.summary or {})
     if max_failures is not None and summary.get("failures"):
         f = dict(summary["failures"])
@@ -154,11 +173,16 @@ def build_user_prompt(
         summary["failures"] = f
     if max_history is not None:
         summary["history"] = list(summary.get("history") or [])[-max_history:] if max_history > 0 else []
-    text = render_summary(summary, parts) if summary and parts else ""
+    text = render_summary(summary, parts, brief=brief) if summary and parts else ""
     if max_summary_chars is not None and len(text) > max_summary_chars:
         text = text[: max(max_summary_chars, 0)] + "\n(summary cut)"
-    fixed = {k: v for k, v in ctx.base.to_dict().items() if k not in space.editable}
     n = len(ctx.current)
+    if brief:
+        current = "\n".join(f"#{i} weight {w:.3f}: {brief_config(c.to_dict())}" for i, (w, c) in enumerate(ctx.current))
+        chunks = [f"Stage {ctx.stage} has finished. Propose stage {ctx.stage + 1}'s environment.", text,
+                  f"## Current environment\n{current}", brief_answer(ctx, space)]
+        return "\n\n".join(c for c in chunks if c)
+    fixed = {k: v for k, v in ctx.base.to_dict().items() if k not in space.editable}
     chunks = [
         f"Stage {ctx.stage} of training has finished. Propose the environment of stage {ctx.stage + 1}.",
         text,

@@ -11,6 +11,7 @@ from jaxlake.suite import FAILURE_TYPES, aggregate, failure_types, metrics
 from jaxlake.summaries import (
     PARTS,
     behaviour,
+    brief_config,
     failure_cases,
     history_entry,
     render_summary,
@@ -227,3 +228,21 @@ def test_each_training_mixture_component_gets_its_own_line():
     text = render_summary(summarize(ev), parts=["behaviour"])
     assert "- component #1, weight 0.25: height=6, width=6, num_agents=3" in text
     assert "(1 lakes): success 0.00, fall 0.00, malformed 1.00" in text
+
+
+def test_the_brief_summary_keeps_the_numbers_a_reader_acts_on_in_fewer_words():
+    ev = synthetic_eval()
+    configs = [LakeConfig(height=h, width=h, num_agents=n, hole_density=d) for h in (4, 6) for n in (1, 2) for d in (0.0, 0.2)]
+    ok = [rec(20, 0, success=True, n=1, arrived=1)] * 3
+    comps = [{"weight": 0.125, "config": c.to_dict(), **metrics(ok)} for c in configs]
+    ev["current_env"] = {"modes": {"greedy": {**metrics(ok), "by_component": comps}}}
+    s = summarize(ev, None, [history_entry(1, [(0.125, c) for c in configs], ev)], k_failures=2)
+    full, brief = render_summary(s), render_summary(s, brief=True)
+    line = [x for x in full.splitlines() if x.startswith("on the training environment")][0]
+    # the training environment's line, word for word; then a line a component, by its number
+    assert line in brief.splitlines() and "- #7: success 1.00, fall 0.00" in brief
+    assert "success by size: 4 0.50, 6 0.00" in brief and "## Failure cases" in brief
+    assert "(6x6, 2 agents, holes 0.2, conflict 0.50)" in brief and "slip_prob" not in brief
+    assert len(brief) < 0.6 * len(full)
+    assert brief_config(LakeConfig(height=5, width=3, num_agents=1, slip_prob=0.1, min_dist=2, max_dist=4).to_dict()) \
+        == "5x3, 1 agent, holes 0.1, conflict 0.50, slip 0.10, distance 2-4"

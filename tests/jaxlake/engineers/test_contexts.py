@@ -97,3 +97,29 @@ def test_a_start_grows_the_mixtures_a_curriculum_from_it_visits():
     rng = np.random.default_rng(0)
     drawn = np.asarray([pool.draw_env(rng) for _ in range(2000)])
     assert abs((drawn == 0).mean() - 0.3) < 0.04 and abs(((drawn > 0) & (drawn < 3)).mean() - 0.5) < 0.04
+
+
+def test_the_teachers_levels_are_balanced(pool):
+    """The skill is drawn for a success uniform on the training environment: each of the
+    teacher's levels (easier < 0.25 <= same < 0.6 <= harder) labels a fair share of contexts."""
+    levels = [pool.context(i)[1]["read"]["level"] for i in range(60)]
+    shares = {lv: levels.count(lv) / len(levels) for lv in set(levels)}
+    assert len(shares) == 3 and min(shares.values()) >= 0.12, shares
+
+
+def test_for_success_hits_its_target():
+    load = np.asarray([0.5, 1.0, 2.0, 4.0])
+    for target in (0.05, 0.3, 0.9):
+        p = ScriptedPolicy.for_success(target, load, (1.0, 0.0, 0.0))
+        assert np.mean(p.skill ** load) == pytest.approx(target, abs=1e-3)
+    wins = np.asarray([[1, 1, 0, 1], [1, 0, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0]])  # no failing plan fails lake 0
+    p = ScriptedPolicy.for_success(0.6, load, (1.0, 0.0, 0.0), wins)
+    s = p.skill ** load
+    assert np.mean(s * wins[0] + (1 - s) * np.asarray([1, 0, 0, 0])) == pytest.approx(0.6, abs=1e-3)
+
+
+def test_a_failing_lake_gets_a_plan_that_fails_there():
+    wins = np.asarray([[1, 1, 1, 1], [1, 0, 1, 0], [0, 1, 1, 0], [1, 1, 1, 0]])
+    choice = ScriptedPolicy(1e-6, (0.5, 0.5, 0.0)).choose(np.ones(4), np.random.default_rng(0), wins)
+    # lake 0: the walk fails it; lake 1: the paths alone; lake 2: none fails it (the reference); lake 3: either
+    assert choice[0] == 2 and choice[1] == 1 and choice[2] == 0 and choice[3] in (1, 2)

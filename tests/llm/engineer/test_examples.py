@@ -129,3 +129,28 @@ def test_a_reasoning_engineers_example_thinks_the_teachers_analysis_first(setup)
     assert analysis == teacher_analysis(label["read"]) and json_part == answer_text(label["edit"], SPACE)
     line = f"on the training environment: success {label['read']['success']:.2f}"
     assert analysis.startswith(line)  # the numbers as the summary's line spells them
+
+
+def test_a_small_models_prompt_is_brief_and_shows_the_line_the_teacher_reads(setup):
+    """An eight-component mixture: the full prompt does not fit a 2,048-token model beside a
+    reasoning answer (the summary is cut before the line the teacher reads); the brief one
+    (``prompt: auto`` below 8,192 tokens) keeps it."""
+    tokenizer, model, _ = setup
+    configs = [SPACE.snap(BASE.replace(height=h, width=w, num_agents=n))
+               for h in (3, 5) for w in (3, 5) for n in (1, 2)]
+    pool = ContextPool(build_suite(to_plain(load_eval_conf("tiny")), solve=True), SPACE,
+                       mixtures=[Mixture.of([(1 / 8, c) for c in configs])], current_env_lakes=8, env_stats_lakes=4,
+                       k_failures=4, seed=1)
+    reasoning = {"enabled": True, "thinking_tokens": 256}
+    auto = PolicyEngineer(space=NODE, reasoning=reasoning)
+    assert auto.brief(model)
+    [brief] = make_examples(pool, auto, model, tokenizer, [0])
+    assert brief["shows"] and "## Current environment\n#0 weight 0.125: 3x3, 1 agent" in brief["prompt"]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        [full] = make_examples(pool, PolicyEngineer(space=NODE, reasoning=reasoning, prompt="full"), model, tokenizer, [0])
+    assert not full["shows"]
+    with pytest.raises(Exception, match="engineer.prompt"):
+        PolicyEngineer(space=NODE, prompt="short")

@@ -147,9 +147,10 @@ def make_ctx(model, tokenizer, stage=1):
 def test_policy_engineer_records_prompt_output_and_choices(tokenizer, scorers):
     model = nnx.merge(scorers[0].graphdef, scorers[0].state)
     ctx, loaded = make_ctx(model, tokenizer)
-    eng = PolicyEngineer(space={"editable": ["height", "width", "num_agents", "hole_density"]}, temperature=1.0)
+    eng = PolicyEngineer(space={"editable": ["height", "width", "num_agents", "hole_density"]}, temperature=1.0,
+                         prompt="full")
     p = eng.propose(ctx)
-    assert loaded == ["policy"]
+    assert loaded == ["policy"] and p.record["prompt_form"] == "full"
     assert p.decision == "proposed" and p.record["validation_errors"] == []
     assert json.loads(p.record["raw_output"]) == p.record["parsed"] and p.edit is not None
     for _, cfg in p.mixture:
