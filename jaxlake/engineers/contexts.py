@@ -97,13 +97,16 @@ class ScriptedPolicy:
         ``wins`` (``[4, B]``: whether each behaviour wins each lake): a lake the policy fails
         gets a failing plan of its profile that really fails there (the profile renormalised
         over those; on a small lake the shortest paths alone often meet no one, and the blind
-        walk finds no hole), and the reference plan where none does."""
+        walk finds no hole; any failing plan that fails there when none of its profile's does),
+        and the reference plan where none does."""
         ok = rng.random(load.shape) < self.skill ** load
         profile = np.asarray(self.profile, np.float64)
         if wins is None:
             fail = 1 + rng.choice(3, size=load.shape, p=profile)
         else:
-            p = profile[:, None] * (1 - np.asarray(wins[1:], np.float64)) + 1e-12
+            fails = 1 - np.asarray(wins[1:], np.float64)
+            p = profile[:, None] * fails
+            p = np.where(p.sum(0) > 0, p, fails) + 1e-12  # none of its own fails there: any that does
             u = rng.random(load.shape) * p.sum(0)
             fail = 1 + np.minimum((np.cumsum(p, 0) < u[None]).sum(0), 2)
             fail = np.where(np.asarray(wins[1:]).all(0), 0, fail)

@@ -8,9 +8,10 @@ this rule's, so it must follow from what the summary shows, and only from that:
   training environment`` line; the suite's overall success when that line is missing):
   ``>= HARD_AT`` (0.6) asks for a harder config, ``< EASY_BELOW`` (0.25) for an easier one,
   in between for one at the same size;
-* **focus**: the failure type with the highest rate on that environment (fell, conflict,
-  timeout), when it is at least ``FOCUS_AT`` (0.1): a policy that falls gets more holes, one
-  that collides gets denser conflicts and at least two agents;
+* **focus**: the more frequent of falls and conflicts on that environment when one is at
+  least ``FOCUS_AT`` (0.1), else timeouts when they are (a conflict's episode times out too,
+  so a timeout is read as the cause only when no other is seen): a policy that falls gets
+  more holes, one that collides gets denser conflicts and at least two agents;
 * **what it keeps**: the answer *adds* the new config beside the current components (share
   0.25, or 0.5 when easing), so nothing that works disappears; when the new config is
   already a component, it *re-weights* toward it instead; when the mixture is full it
@@ -64,10 +65,14 @@ def level_of(success: float) -> int:
 
 
 def focus_of(rates: Mapping[str, float]) -> Optional[str]:
-    """The failure type with the highest rate, when it reaches :data:`FOCUS_AT` (ties: the
-    order of :data:`FOCUS_RATES`)."""
-    best = max(FOCUS_RATES, key=lambda t: (rates.get(t, 0.0), -list(FOCUS_RATES).index(t)))
-    return best if rates.get(best, 0.0) >= FOCUS_AT else None
+    """The failure the answer aims at: the more frequent of falls and conflicts when one
+    reaches :data:`FOCUS_AT` (ties: falls), else timeouts when they do. A conflict cancels
+    moves, so its episode usually times out too: timeouts alone are the plans that stop short,
+    and they are read only when no cause is seen."""
+    causes = [t for t in ("fell", "conflict") if rates.get(t, 0.0) >= FOCUS_AT]
+    if causes:
+        return max(causes, key=lambda t: (rates.get(t, 0.0), -list(FOCUS_RATES).index(t)))
+    return "timeout" if rates.get("timeout", 0.0) >= FOCUS_AT else None
 
 
 def _moved(space: ConfigSpace, config: LakeConfig, names: tuple, rungs: int) -> LakeConfig:

@@ -133,8 +133,10 @@ class LLMStudent:
                 from jaxlake.pipeline.pretrain import space_mixture
 
                 warmstart_env = space_mixture(s)
+        from jaxlake.pipeline.selfplay import selfplay_hooks
+
         res = cluster.collective(train_stage, s.stage_config(k), mixture, d, init_from=init,  # every process
-                                 warmstart_env=warmstart_env)
+                                 warmstart_env=warmstart_env, hooks=selfplay_hooks(s, k, mixture))
         if res.eval_after is None:  # the trainer stopped before the end of its schedule
             raise PipelineError(
                 f"training of stage {k} stopped after {res.warmstart_steps} warm-start and {res.grpo_steps} GRPO "
@@ -167,7 +169,8 @@ class LLMStudent:
                                    keep_checkpoints=1)
         train = dataclasses.replace(tc, warmstart=dataclasses.replace(tc.warmstart, enabled=False), grpo=grpo,
                                     eval=dataclasses.replace(tc.eval, num_lakes=0), export_hf=False, plot=False,
-                                    progress=False)
+                                    progress=False,
+                                    engineer_selfplay=dataclasses.replace(tc.engineer_selfplay, enabled=False))
         logger = dataclasses.replace(s.train.logger, backends=("jsonl",))
         return dataclasses.replace(s, train=dataclasses.replace(s.train, train=train, logger=logger))
 

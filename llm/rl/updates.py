@@ -128,6 +128,18 @@ def joint_forward(graphdef: Any, state: Any, first: tuple, second: tuple, *, ent
     return out_a, out_b
 
 
+def apart(first: tuple, second: tuple) -> bool:
+    """Whether two row sets go through the layers in two passes rather than one
+    (:func:`joint_forward`): when padding both to the wider would more than double the
+    tokens of either (the engineer's 1,000-token prompts beside 100-token plan prompts).
+    Decided from static shapes, at trace time."""
+    def width(seq):
+        return int(seq[0].shape[1]) + int(seq[2].shape[1])
+
+    joint = max(width(first), width(second))
+    return joint > 2 * min(width(first), width(second))
+
+
 def _micro_split(x: jax.Array, micro: int) -> jax.Array:
     """``[B, ...] -> [M, B/M, ...]``, micro-batch ``m`` = rows ``m, m + M, m + 2M, ...``.
 
@@ -275,7 +287,8 @@ def make_grpo_update(
     trade away what supervision taught on lakes the stage does not sample). Each micro-batch
     takes its share of the anchor's rows (a multiple of ``micro_batches``) through the same
     pass of the decoder layers as its GRPO rows (:func:`joint_forward`: one gradient of the
-    layers, not a second one to add; the anchor's log-probs at temperature 1); its NLL and
+    layers, not a second one to add; the anchor's log-probs at temperature 1), or through a
+    pass of their own when their widths are far apart (:func:`apart`); its NLL and
     token accuracy are the metrics ``anchor_nll`` and ``anchor_token_acc``; ``loss`` stays the
     GRPO loss and ``grad_norm`` is the summed gradient's.
     """
@@ -299,9 +312,15 @@ def make_grpo_update(
         anchor rows)``, both through one pass of the layers (:func:`joint_forward`); the aux
         holds the GRPO metrics and, apart, the two losses."""
         mb, amb = pair
-        (logp, ent, _), (alogp, _, amatch) = joint_forward(
-            graphdef, state, mb.sequences, amb.sequences, entropy=compute_entropy, temperature=temperature,
-            chunk=logprob_chunk, remat=remat)
+        if apart(mb.sequences, amb.sequences):  # widths far apart: two passes cost less than one padded
+            logp, ent, _ = completion_forward(graphdef, state, *mb.sequences, entropy=compute_entropy,
+                                              temperature=temperature, chunk=logprob_chunk, remat=remat)
+            alogp, _, amatch = completion_forward(graphdef, state, *amb.sequences, entropy=False, temperature=1.0,
+                                                  chunk=logprob_chunk, remat=remat)
+        else:
+            (logp, ent, _), (alogp, _, amatch) = joint_forward(
+                graphdef, state, mb.sequences, amb.sequences, entropy=compute_entropy, temperature=temperature,
+                chunk=logprob_chunk, remat=remat)
         loss, metrics, rows = grpo_terms(logp, ent, mb, on_policy)
         nll, am = weighted_nll(alogp, amatch, amb.weights)
         extra = {"grpo_loss": loss, "anchor_nll": nll, "anchor_token_acc": am["token_acc"]}

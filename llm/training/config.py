@@ -270,6 +270,43 @@ class GRPOConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SelfPlayConfig:
+    """``train.engineer_selfplay``: the engineer's role learned by proposing, in the same GRPO
+    steps as the plans (:mod:`llm.engineer.selfplay`).
+
+    Every ``every``-th GRPO step that trains, the policy answers the engineer's prompt of the
+    stage's context (the last summary: the previous stage's, or the starting policy's at stage
+    1) ``proposals`` times, sampled at ``temperature`` (its analysis too, when it reasons); each
+    proposal's reward is the **learnability** of the current policy on it: ``4 * p * (1 - p)``
+    averaged over ``lakes`` fresh lakes of the proposed mixture, ``p`` the success of
+    ``samples`` sampled plans a lake (rollouts only, no training). The proposals' rewards,
+    z-scored among them (0 when they tie), weight their answers' token log-likelihood: a
+    REINFORCE term added to the GRPO loss at ``weight`` in the same update (one optimizer
+    step; :class:`llm.rl.updates.GRPOIterations`'s auxiliary batch). ``enabled`` false (the
+    default) costs nothing. It is the loop's auxiliary loss, so ``grpo.anchor`` must be off.
+    """
+
+    enabled: bool = False
+    every: int = 2
+    proposals: int = 4
+    lakes: int = 4
+    samples: int = 4
+    temperature: float = 1.0
+    weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"engineer_selfplay.enabled={self.enabled!r} must be true or false")
+        _positive_int("engineer_selfplay.every", self.every)
+        _positive_int("engineer_selfplay.proposals", self.proposals, 2)
+        _positive_int("engineer_selfplay.lakes", self.lakes)
+        _positive_int("engineer_selfplay.samples", self.samples, 2)
+        _number_in("engineer_selfplay.weight", self.weight, 0, 100)
+        if not self.temperature > 0:
+            raise ValueError(f"engineer_selfplay.temperature={self.temperature} must be > 0 (proposals are sampled)")
+
+
+@dataclasses.dataclass(frozen=True)
 class EvalConfig:
     """Held-out evaluation: ``num_lakes`` lakes of the stage's environment, greedy decoding."""
 
@@ -300,6 +337,7 @@ class TrainConfig:
     plot: bool = True
     distributed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     mesh: MeshConfig = MeshConfig()
+    engineer_selfplay: SelfPlayConfig = SelfPlayConfig()
 
     @classmethod
     def from_dict(cls, train: Mapping[str, Any], reward: Optional[Mapping[str, Any]] = None,
@@ -328,6 +366,7 @@ class TrainConfig:
         if "screen" in g:
             g["screen"] = _train_part(ScreenConfig, g["screen"], "train.grpo.screen")
         ev = dict(t.pop("eval", {}) or {})
+        sp = dict(t.pop("engineer_selfplay", {}) or {})
         t["distributed"] = dict(t.get("distributed") or {})
         t["mesh"] = MeshConfig.from_dict(t.get("mesh"))
         out = _from_mapping(cls, t, "train")
@@ -336,12 +375,19 @@ class TrainConfig:
             warmstart=_train_part(WarmStartConfig, ws, "train.warmstart"),
             grpo=_train_part(GRPOConfig, g, "train.grpo"),
             eval=_train_part(EvalConfig, ev, "train.eval"),
+            engineer_selfplay=_train_part(SelfPlayConfig, sp, "train.engineer_selfplay"),
             reward=RewardConfig.from_dict(reward or {}),
             prompt=PromptConfig.from_dict(prompt) if prompt is not None else PromptConfig(),
         )
 
     def __post_init__(self) -> None:
         r = self.prompt.reasoning
+        if self.engineer_selfplay.enabled and self.grpo.anchor.enabled:
+            raise ValueError("train.engineer_selfplay.enabled=true and train.grpo.anchor.weight > 0: both are the GRPO "
+                             "update's auxiliary batch; turn one off")
+        if self.engineer_selfplay.enabled and self.engineer_selfplay.proposals % self.grpo.micro_batches:
+            raise ValueError(f"train.engineer_selfplay.proposals={self.engineer_selfplay.proposals} must be divisible "
+                             f"by train.grpo.micro_batches={self.grpo.micro_batches}")
         if self.grpo.guidance.enabled == "auto":  # resolved once, here: every reader sees a bool
             on = not (r.enabled and not r.warmstart)
             object.__setattr__(self, "grpo", dataclasses.replace(

@@ -142,6 +142,7 @@ def run_grpo(
     max_steps: Optional[int] = None,
     anchor_env: Optional[Mixture] = None,
     hooks: Optional[Sequence[Hook]] = None,
+    extra_hooks: Sequence[Hook] = (),
 ) -> PhaseResult:
     """Run (or resume) the GRPO phase; returns the final policy.
 
@@ -162,6 +163,7 @@ def run_grpo(
         stage's warm-start environment.
       hooks: the loop's hooks (:mod:`llm.training.hooks`); ``None``: those ``config`` asks for
         (:func:`llm.training.experiments.registry.grpo_hooks`).
+      extra_hooks: hooks added after those (the pipeline's engineer self-play).
     """
     gc = config.grpo
     optimizer = make_optimizer(gc.optim, gc.steps * gc.mu)
@@ -171,7 +173,8 @@ def run_grpo(
     state, opt_state, start, rng, resumed = ckpt.start(policy, optimizer, config.seed)
     if hooks is None:
         hooks = configured_hooks(config, env, anchor_env, prompter, policy, rng, mesh)
-    loop = make_loop(config, env, prompter, mesh, optimizer, Hooks.of(hooks), policy.graphdef, rng)
+    loop = make_loop(config, env, prompter, mesh, optimizer, Hooks.of(list(hooks) + list(extra_hooks)),
+                     policy.graphdef, rng)
     state, opt_state, ref_state = _place(loop, state, opt_state, ref_state)
     metrics.truncate("grpo", start, drop_later=start < gc.steps)
     policy = Policy(policy.graphdef, state, policy.tokenizer)

@@ -29,7 +29,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import jax
 from flax import nnx
@@ -109,6 +109,7 @@ def train_stage(
     max_steps: Optional[Mapping[str, int]] = None,
     warmstart_env: Optional[Mixture] = None,
     side_rows: Optional[SideRows] = None,
+    hooks: Sequence[Callable[[Any, Any], Any]] = (),
 ) -> StageResult:
     """Train one stage: (optional) supervised warm start, then GRPO; resumable.
 
@@ -131,6 +132,9 @@ def train_stage(
         supervised anchor (``train.grpo.anchor``) draws its lakes from it too.
       side_rows: supervised rows of another task in every warm-start step
         (:class:`llm.training.warmstart.SideRows`: pretraining the engineer's role).
+      hooks: ``make(tokenizer, mesh) -> hook`` of GRPO hooks added to those the config asks
+        for (:mod:`llm.training.hooks`; the pipeline's engineer self-play,
+        :mod:`jaxlake.pipeline.selfplay`).
 
     Metrics go to the back ends of ``config.logger`` (:mod:`jaxlake.metrics`; default
     ``[jsonl]``: ``<stage_dir>/metrics.jsonl``; ``tensorboard``: ``<stage_dir>/tb/<phase>/``;
@@ -149,12 +153,13 @@ def train_stage(
     with build_writer(config.logger, stage_dir, phases=PHASES, name=stage_dir.name,
                       run_config=run_config) as metrics:
         return _train_stage(config, env_config, stage_dir, init_from, policy, mesh, max_steps, metrics,
-                            env_config if warmstart_env is None else Mixture.of(warmstart_env), side_rows)
+                            env_config if warmstart_env is None else Mixture.of(warmstart_env), side_rows, hooks)
 
 
 def _train_stage(config: StageConfig, env_config: Mixture, stage_dir: Path, init_from: Optional[str | os.PathLike],
                  policy: Optional[Policy], mesh, max_steps: Optional[Mapping[str, int]],
-                 metrics: MetricsWriter, warmstart_env: Mixture, side_rows: Optional[SideRows] = None) -> StageResult:
+                 metrics: MetricsWriter, warmstart_env: Mixture, side_rows: Optional[SideRows] = None,
+                 hooks: Sequence[Callable[[Any, Any], Any]] = ()) -> StageResult:
     """:func:`train_stage` with its metrics writer open."""
     t_start = time.perf_counter()
     tcfg = config.train
@@ -220,7 +225,8 @@ def _train_stage(config: StageConfig, env_config: Mixture, stage_dir: Path, init
             policy = Policy(policy.graphdef, jax.tree_util.tree_map(_abstract, policy.state), policy.tokenizer,
                             owned=True)
         res = run_grpo(policy, handed.pop(), tcfg, env_config, ckpt_dir, metrics, prompter, mesh, periodic,
-                       max_steps.get("grpo"), anchor_env=warmstart_env)
+                       max_steps.get("grpo"), anchor_env=warmstart_env,
+                       extra_hooks=[make(policy.tokenizer, mesh) for make in hooks])
         policy, grpo_steps = res.policy, res.step
         resumed = resumed or res.resumed_from is not None
         if grpo_steps < gc.steps:

@@ -44,6 +44,8 @@ def test_level_and_focus_thresholds():
     assert [level_of(x) for x in (0.0, EASY_BELOW - 1e-6, EASY_BELOW, HARD_AT - 1e-6, HARD_AT, 1.0)] == [-1, -1, 0, 0, 1, 1]
     assert focus_of({"fell": 0.3, "conflict": 0.1, "timeout": 0.2}) == "fell"
     assert focus_of({"fell": 0.05, "conflict": 0.05, "timeout": 0.09}) is None
+    assert focus_of({"fell": 0.0, "conflict": 0.15, "timeout": 0.6}) == "conflict"  # the cause, not its timeout
+    assert focus_of({"fell": 0.05, "conflict": 0.0, "timeout": 0.6}) == "timeout"
     assert focus_of({"fell": 0.2, "conflict": 0.2, "timeout": 0.0}) == "fell"  # ties: the listed order
 
 

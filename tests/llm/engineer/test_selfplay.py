@@ -1,0 +1,82 @@
+"""Engineer self-play (llm/engineer/selfplay.py): sampled proposals of the engineer's prompt,
+rewarded by the current policy's learnability on lakes drawn from them, their answers' log-
+likelihood weighted by the proposals' z-scored rewards."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from jaxlake.config import LakeConfig, to_plain
+from jaxlake.engineers import edit_from_obj
+from jaxlake.engineers.contexts import ContextPool
+from jaxlake.engineers.edits import apply_edit
+from jaxlake.engineers.space import ConfigSpace
+from jaxlake.suite import build_suite, load_eval_conf
+from llm.engineer.local import PolicyEngineer
+from llm.engineer.selfplay import EngineerSelfPlay, learnability, proposal_advantages
+from llm.game.prompts import load_prompt_config
+from llm.training.config import SelfPlayConfig, TrainConfig
+from tests.support import small_policy
+
+BASE = LakeConfig(height=4, width=4, num_agents=2, hole_density=0.1, conflict_density=0.5, max_steps=8,
+                  max_height=5, max_width=5, max_agents=3)
+NODE = {"editable": ["height", "width", "num_agents", "hole_density"],
+        "values": {"height": [3, 4, 5], "width": [3, 4, 5], "hole_density": [0.0, 0.1, 0.2]}}
+
+
+def test_learnability_peaks_at_half_and_advantages_are_z_scores():
+    assert learnability([0.5, 0.5]) == 1.0 and learnability([0.0, 1.0]) == 0.0
+    assert learnability([0.25]) == pytest.approx(0.75)
+    adv = proposal_advantages([1.0, 0.0, 0.0, 0.0])
+    assert adv[0] > 0 > adv[1] and adv.mean() == pytest.approx(0.0) and adv.std() == pytest.approx(1.0, abs=1e-4)
+    assert (proposal_advantages([0.3, 0.3, 0.3]) == 0).all()  # a tie teaches nothing
+
+
+def test_config_refuses_bad_values_and_the_anchor_beside_it():
+    with pytest.raises(ValueError, match="engineer_selfplay.proposals"):
+        SelfPlayConfig(proposals=1)
+    with pytest.raises(ValueError, match="train.engineer_selfplay.samples"):
+        TrainConfig.from_dict({"engineer_selfplay": {"samples": 0}})
+    with pytest.raises(ValueError, match="auxiliary batch"):
+        TrainConfig.from_dict({"engineer_selfplay": {"enabled": True}, "grpo": {"anchor": {"weight": 0.1}}})
+
+
+@pytest.fixture(scope="module")
+def hook():
+    policy, tokenizer = small_policy()
+    space = ConfigSpace(BASE, editable=tuple(NODE["editable"]), values=NODE["values"])
+    pool = ContextPool(build_suite(to_plain(load_eval_conf("tiny")), solve=True), space, mixtures=1,
+                       current_env_lakes=4, env_stats_lakes=4, k_failures=2, seed=1)
+    ctx, _ = pool.context(0)
+    cfg = SelfPlayConfig(enabled=True, every=2, proposals=4, lakes=2, samples=2)
+    return EngineerSelfPlay(cfg, ctx, PolicyEngineer(space=NODE), load_prompt_config("compact"),
+                            tokenizer), policy, ctx
+
+
+def test_a_batch_rewards_sampled_proposals_by_learnability(hook, monkeypatch):
+    sp, policy, ctx = hook
+    from flax import nnx
+
+    model = nnx.merge(policy.graphdef, policy.state)
+    proposals = sp.propose(model, 0)
+    assert len(proposals) == 4 and proposals == sp.propose(model, 0)  # deterministic in the step
+    assert len({a for _, a in proposals}) >= 2  # sampled, not one greedy answer
+    for mixture, answer in proposals:  # each answer is the valid edit that made its mixture
+        edit = edit_from_obj(json.loads(answer), ctx.current, ctx.base)
+        assert apply_edit(ctx.current, edit, _space().edits) == mixture
+    r, success = sp.rewards(policy, [m for m, _ in proposals], 0)
+    assert r.shape == (4,) and ((0 <= r) & (r <= 1)).all() and 0 <= success <= 1
+    # the rows: the engineer's prompt, each answer, weighted by its advantage over its length
+    monkeypatch.setattr(sp, "rewards", lambda pol, ms, step: (np.asarray([1.0, 0.0, 0.0, 0.0]), 0.5))
+    rows, metrics = sp.batch(0, policy)
+    w = np.asarray(rows.weights).sum(1)
+    assert w[0] > 0 > w[1] and w.sum() == pytest.approx(0.0, abs=1e-6)
+    assert metrics["selfplay/learnability"] == 0.25 and metrics["selfplay/distinct"] == len({a for _, a in proposals})
+    assert sp.batch(1, policy) == (None, {})  # every 2nd step only
+
+
+def _space():
+    return ConfigSpace(BASE, editable=tuple(NODE["editable"]), values=NODE["values"])
