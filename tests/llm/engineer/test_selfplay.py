@@ -62,7 +62,7 @@ def test_a_batch_rewards_sampled_proposals_by_learnability(hook, monkeypatch):
 
     model = nnx.merge(policy.graphdef, policy.state)
     proposals = sp.propose(model, 0)
-    assert len(proposals) == 4 and proposals == sp.propose(model, 0)  # deterministic in the step
+    assert len(proposals) == 4
     assert len({a for _, a in proposals}) >= 2  # sampled, not one greedy answer
     for mixture, answer in proposals:  # each answer is the valid edit that made its mixture
         edit = edit_from_obj(json.loads(answer), ctx.current, ctx.base)
@@ -76,7 +76,43 @@ def test_a_batch_rewards_sampled_proposals_by_learnability(hook, monkeypatch):
     assert w[0] > 0 > w[1] and w.sum() == pytest.approx(0.0, abs=1e-6)
     assert metrics["selfplay/learnability"] == 0.25 and metrics["selfplay/distinct"] == len({a for _, a in proposals})
     assert sp.batch(1, policy) == (None, {})  # every 2nd step only
+    for j, (_, answer) in enumerate(proposals):  # the batch's answers are the step's proposals (deterministic)
+        ids = sp.tokenizer.encode(answer, add_special_tokens=False)
+        assert list(np.asarray(rows.tokens)[j, : len(ids)]) == ids
 
 
 def _space():
     return ConfigSpace(BASE, editable=tuple(NODE["editable"]), values=NODE["values"])
+
+
+@pytest.mark.slow
+def test_a_run_with_self_play_proposes_in_its_grpo_steps(monkeypatch, tmp_path, micro_model):
+    """``python -m jaxlake.run train.engineer_selfplay.enabled=true``, two stages: stage 1 re-answers
+    the starting policy's summary (start_eval.json), stage 2 stage 1's; each GRPO step that
+    trains logs the proposals' learnability; a probe's settings turn it off."""
+    from tests.support import run_cli, tiny_run_overrides
+
+    from jaxlake.pipeline.selfplay import selfplay_context
+    from jaxlake.pipeline.settings import RunSettings
+    from jaxlake.pipeline.student import LLMStudent
+
+    args = [f"runs_dir={tmp_path}", "experiment=sp", "stages=2", "engineer=heuristic", *tiny_run_overrides(micro_model),
+            "train.engineer_selfplay.enabled=true", "train.engineer_selfplay.every=1",
+            "train.engineer_selfplay.proposals=2", "train.engineer_selfplay.lakes=1",
+            "train.engineer_selfplay.samples=2"]
+    assert run_cli(monkeypatch, args) is None
+    for k in (1, 2):
+        rows = [json.loads(x) for x in (tmp_path / "sp" / f"stage_{k}" / "metrics.jsonl").read_text().splitlines()]
+        grpo = [r for r in rows if r.get("phase") == "grpo" and not r.get("update_skipped")]
+        assert grpo and all("selfplay/learnability" in r and 0 <= r["selfplay/learnability"] <= 1 for r in grpo)
+    from hydra import compose, initialize_config_dir
+
+    from jaxlake.conf import CONF_DIR
+    from jaxlake.mixture import load_mixture
+
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=args)
+    s = RunSettings.of(cfg)
+    env1 = load_mixture(tmp_path / "sp" / "stage_1" / "env.yaml")
+    assert selfplay_context(s, 2, None).stage == 1 and selfplay_context(s, 1, env1).stage == 0
+    assert not LLMStudent().probe_settings(s, 2).train.train.engineer_selfplay.enabled
