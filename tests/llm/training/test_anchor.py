@@ -185,3 +185,29 @@ def test_anchor_config_errors_name_the_field():
     assert TrainConfig.from_dict({"grpo": {"micro_batches": 4, "anchor": {"lakes": 6}}}).grpo.anchor.lakes == 6  # off
     with pytest.raises(ValueError, match="unknown.*rows"):
         TrainConfig.from_dict({"grpo": {"anchor": {"rows": 2}}})
+
+
+def test_rows_of_far_wider_prompts_take_a_pass_of_their_own_with_the_same_step(setup):
+    """An auxiliary batch whose rows are far wider than the GRPO rows (the engineer's 1,000-token
+    prompts beside plan prompts: :func:`llm.rl.updates.apart`) goes through the layers in a
+    pass of its own: the step equals the one-pass step (its prompts' extra padding masked)."""
+    from llm.rl.updates import apart
+
+    policy, tokenizer, pcfg, prompter = setup
+    grpo_batch, anchor = _batches(policy, prompter)
+    extra = 3 * (grpo_batch.prompt_ids.shape[1] + grpo_batch.tokens.shape[1])
+    wide = anchor.replace(prompt_ids=jnp.pad(anchor.prompt_ids, ((0, 0), (extra, 0))),
+                          prompt_mask=jnp.pad(anchor.prompt_mask, ((0, 0), (extra, 0))))
+    assert apart(grpo_batch.sequences, wide.sequences) and not apart(grpo_batch.sequences, anchor.sequences)
+    opt = optax.sgd(1.0)
+
+    def run(aux):
+        state = copy_state(policy.state)
+        new, _, metrics = make_grpo_update(policy.graphdef, opt, GRPOLossConfig(), anchor_weight=0.5)(
+            state, opt.init(state), grpo_batch, None, aux)
+        return [np.asarray(x) for x in jax.tree_util.tree_leaves(new)], jax.device_get(metrics)
+
+    (one, m1), (two, m2) = run(anchor), run(wide)
+    for a, b in zip(one, two):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(m2["anchor_nll"], m1["anchor_nll"], rtol=1e-5)
