@@ -160,8 +160,12 @@ def make_examples_file(s: RunSettings, role: EngineerRole, path: Path) -> list[d
     rows = make_examples(pool, engineer, model, policy.tokenizer, range(role.contexts), bar)
     bar.close()
     write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+    share = shown_share(rows)
+    cut = "" if share == 1.0 else " (the rest were cut to fit the context: they teach a prior, not a reading)"
+    levels = {lv: sum(r["read"].get("level") == lv for r in rows) / max(len(rows), 1) for lv in (-1, 0, 1)}
     log(f"pretrain: {len(rows)} engineer examples in {time.perf_counter() - t0:.0f} s -> {path.name}; "
-        f"{shown_share(rows):.0%} of them show the line the teacher reads (the rest were cut to fit the context)")
+        f"{share:.0%} of them show the line the teacher reads{cut}; the teacher asks for easier / the same / harder "
+        f"in {levels[-1]:.0%} / {levels[0]:.0%} / {levels[1]:.0%}")
     return rows
 
 
