@@ -332,6 +332,14 @@ def brief_config(cfg: Mapping[str, Any]) -> str:
     return ", ".join(out)
 
 
+def current_env_line(c: Mapping[str, Any]) -> str:
+    """The behaviour part's line of the policy on its training environment (``current_env``),
+    the same in the full and the brief summary: the line the engineer's teacher reads."""
+    return (f"on the training environment ({c['n']} lakes): success {_fmt(c['score'])}, arrived "
+            f"{_fmt(c['arrived_share'])}, fall {_fmt(c['fall_rate'])}, conflict {_fmt(c.get('conflict_rate'))}, "
+            f"timeout {_fmt(c['timeout_rate'])}, malformed {_fmt(c.get('malformed_rate'))}")
+
+
 def _render_behaviour(b: Mapping[str, Any], brief: bool = False) -> list[str]:
     o = b["overall"]
     if brief:
@@ -346,12 +354,7 @@ def _render_behaviour(b: Mapping[str, Any], brief: bool = False) -> list[str]:
     ]
     if "current_env" in b:
         c = b["current_env"]
-        lines.append(
-            f"on the training environment ({c['n']} lakes): success {_fmt(c['score'])}, arrived "
-            f"{_fmt(c['arrived_share'])}, fall {_fmt(c['fall_rate'])}, conflict {_fmt(c.get('conflict_rate'))}, "
-            f"timeout {_fmt(c['timeout_rate'])}, "
-            f"malformed {_fmt(c.get('malformed_rate'))}"
-        )
+        lines.append(current_env_line(c))
         for i, comp in enumerate(c.get("components") or []):
             lines.append(
                 f"- component #{i}, weight {_fmt(comp['weight'])}: {_config_line(comp['config'])} ({comp['n']} lakes): "
@@ -385,10 +388,7 @@ def _brief_behaviour(b: Mapping[str, Any]) -> list[str]:
              f"success {_fmt(o['score'])}, arrived {_fmt(o['arrived_share'])}, {_rates(o)}"]
     if "current_env" in b:
         c = b["current_env"]
-        lines.append(
-            f"on the training environment ({c['n']} lakes): success {_fmt(c['score'])}, arrived "
-            f"{_fmt(c['arrived_share'])}, {_rates(c)}"
-        )
+        lines.append(current_env_line(c))
         for i, comp in enumerate(c.get("components") or []):
             lines.append(f"- #{i}: success {_fmt(comp['score'])}, fall {_fmt(comp['fall_rate'])}")
     for dim, vals in b["by_dim"].items():

@@ -37,6 +37,7 @@ from jaxlake.config import LakeConfig
 from jaxlake.engineers.edits import Edit
 from jaxlake.engineers.space import ConfigSpace
 from jaxlake.mixture import Mixture
+from jaxlake.summaries import current_env_line
 
 #: Success on the training environment from which the teacher asks for a harder config.
 HARD_AT = 0.6
@@ -50,13 +51,17 @@ FOCUS_RATES = {"fell": "fall_rate", "conflict": "conflict_rate", "timeout": "tim
 
 def read_summary(summary: Mapping[str, Any]) -> dict:
     """What the teacher reads: ``{"success", "rates": {type: rate}, "where"}`` from the
-    summary's behaviour part (the training environment's line, else the suite's)."""
+    summary's behaviour part (the training environment's line, else the suite's), and that
+    line as the summary writes it (``line``, :func:`jaxlake.summaries.current_env_line`)."""
     b = (summary or {}).get("behaviour") or {}
     node, where = b.get("current_env"), "current_env"
     if not node or node.get("score") is None:
         node, where = b.get("overall") or {}, "suite"
     rates = {t: float(node.get(k) or 0.0) for t, k in FOCUS_RATES.items()}
-    return {"success": float(node.get("score") or 0.0), "rates": rates, "where": where}
+    out = {"success": float(node.get("score") or 0.0), "rates": rates, "where": where}
+    if where == "current_env" and "n" in node:
+        out["line"] = current_env_line(node)
+    return out
 
 
 def level_of(success: float) -> int:
@@ -144,15 +149,16 @@ LEVEL_WORDS = {1: "harder: a row and a column more", 0: "the same size", -1: "ea
 
 
 def teacher_analysis(read: Mapping[str, Any]) -> str:
-    """The teacher's analysis, the short thinking its answer follows from: the numbers it
-    read (as the summary's ``on the training environment`` line spells them), the level and
-    the focus. The shipped policies learn to write it before the answer
+    """The teacher's analysis, the short thinking its answer follows from: the line it read,
+    word for word (the summary's ``on the training environment`` line: a copy, which a small
+    model learns before it learns to read), the level and the focus. The shipped policies learn to write it before the answer
     (:mod:`llm.engineer.examples`)."""
     r = read["rates"]
     where = "on the training environment" if read.get("where") == "current_env" else "on the suite"
     focus = read.get("focus")
-    lines = [f"{where}: success {read['success']:.2f}, fall {r['fell']:.2f}, conflict {r['conflict']:.2f}, "
-             f"timeout {r['timeout']:.2f}",
+    first = read.get("line") or (f"{where}: success {read['success']:.2f}, fall {r['fell']:.2f}, conflict "
+                                 f"{r['conflict']:.2f}, timeout {r['timeout']:.2f}")
+    lines = [first,
              f"level: {LEVEL_WORDS[int(read['level'])]}",
              "focus: " + {"fell": "falls: more holes", "conflict": "conflicts: denser crossings",
                           "timeout": "timeouts", None: "none"}[focus]]

@@ -127,8 +127,9 @@ def test_a_reasoning_engineers_example_thinks_the_teachers_analysis_first(setup)
     assert ex["prompt"] == chat_text(tokenizer, system, user, True) + "<think>\n"  # as write_analysis opens it
     analysis, json_part = ex["answer"].split("\n</think>\n\n")
     assert analysis == teacher_analysis(label["read"]) and json_part == answer_text(label["edit"], SPACE)
-    line = f"on the training environment: success {label['read']['success']:.2f}"
-    assert analysis.startswith(line)  # the numbers as the summary's line spells them
+    line = analysis.splitlines()[0]  # the summary's line, word for word: a copy of the prompt's
+    assert line.startswith("on the training environment (") and f"\n{line}\n" in user
+    assert f"success {label['read']['success']:.2f}" in line
 
 
 def test_a_small_models_prompt_is_brief_and_shows_the_line_the_teacher_reads(setup):
