@@ -103,6 +103,20 @@ def _score_suffixes(graphdef, state, last, cache, n_ctx, suf_ids, suf_mask):
     return jnp.where(suf_mask, logp, 0.0)
 
 
+def _extend(graphdef, state, cache, n_base, tail_ids, tail_mask, n_tail):
+    """Run right-padded tail tokens ``[1, T]`` after a cached base of ``n_base`` real tokens:
+    the logits ``[1, V]`` at the last real tail token and the cache with the tail in it (the
+    padded slots masked)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    model = nnx.merge(graphdef, state)
+    positions = n_base + jnp.arange(tail_ids.shape[1], dtype=jnp.int32)[None]
+    logits, cache = model(tail_ids, positions=positions, attention_mask=tail_mask, cache=cache)
+    return jax.lax.dynamic_index_in_dim(logits, n_tail - 1, axis=1, keepdims=False), cache
+
+
 _JITTED: dict = {}
 
 
@@ -112,6 +126,7 @@ def _jitted():
 
         _JITTED["prefix"] = jax.jit(_score_prefix, static_argnames=("graphdef", "capacity"))
         _JITTED["suffix"] = jax.jit(_score_suffixes, static_argnames=("graphdef",))
+        _JITTED["extend"] = jax.jit(_extend, static_argnames=("graphdef",))
     return _JITTED["prefix"], _JITTED["suffix"]
 
 
@@ -176,16 +191,69 @@ class ChoiceScorer:
     candidates' suffixes then run in one batch of ``max(rows, next power of two)`` rows on
     that cache. Jitted functions are shared by every scorer (the model's graph is a static
     argument), so a model architecture compiles once per context bucket.
+
+    **A cached base** (:meth:`set_base`, the engineer's prompt): its KV cache is computed once
+    and every later context that starts with it runs only its tail (the analysis and the
+    answer so far, in blocks of ``tail_bucket`` tokens) on a copy of that cache: a proposal's
+    choices, and the proposals of one model (self-play's), share one pass over the prompt.
+    The log-probs are those of the full context (tested).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, length_bucket: int = 256, suffix_bucket: int = 16, rows: int = 64):
+    def __init__(self, model: Any, tokenizer: Any, length_bucket: int = 256, suffix_bucket: int = 16, rows: int = 8,
+                 tail_bucket: int = 64):
         from llm.generation.decode import split_model
 
         self.tokenizer = tokenizer
         self.graphdef, self.state = split_model(model)
         self.length_bucket, self.suffix_bucket, self.rows = int(length_bucket), int(suffix_bucket), int(rows)
+        self.tail_bucket = int(tail_bucket)
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_id = int(pad if pad is not None else 0)
+        self.base: Any = None  # (ids, last logits, cache, room) of set_base
+        self.base_text: Any = None
+        self.calls = {"cached": 0, "full": 0}
+
+    def set_base(self, text: str, room: int = 512) -> None:
+        """Cache the KV of ``text`` (without its last token, which may merge with what follows
+        it) with ``room`` slots for later tails and suffixes (see the class doc); a no-op when
+        ``text`` is already the base."""
+        if self.base is not None and self.base_text == (text, int(room)):
+            return
+        self.base_text = (text, int(room))
+        prefix_fn, _ = _jitted()
+        ids = self.encode(text)[:-1]
+        if not ids:
+            self.base = None
+            return
+        plen = _bucket(len(ids), self.length_bucket)
+        p_ids = np.full((1, plen), self.pad_id, np.int32)
+        p_mask = np.zeros((1, plen), bool)
+        p_ids[0, plen - len(ids):] = ids
+        p_mask[0, plen - len(ids):] = True
+        last, cache = prefix_fn(self.graphdef, self.state, p_ids, p_mask, capacity=plen + int(room))
+        self.base = (ids, last, cache, int(room))
+
+    def _on_base(self, context: Sequence[int], slen: int):
+        """``(last, cache)`` of ``context`` from the cached base, or None when it does not
+        start with the base or its tail does not fit the base's room."""
+        if self.base is None:
+            return None
+        ids, last, cache, room = self.base
+        n = len(ids)
+        if len(context) < n or list(context[:n]) != ids:
+            return None
+        tail = list(context[n:])
+        width = _bucket(len(tail), self.tail_bucket) if tail else 0
+        if width + slen > room:
+            return None
+        if tail:
+            t_ids = np.full((1, width), self.pad_id, np.int32)
+            t_mask = np.zeros((1, width), bool)
+            t_ids[0, : len(tail)] = tail
+            t_mask[0, : len(tail)] = True
+            last, cache = _JITTED["extend"](self.graphdef, self.state, cache, np.int32(n), t_ids, t_mask,
+                                            np.int32(len(tail)))
+        return last, cache
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -226,6 +294,13 @@ class ChoiceScorer:
         for i, x in enumerate(suffixes):
             c_ids[i, : len(x)] = x
             c_mask[i, : len(x)] = True
+        cached = self._on_base(context, slen)
+        if cached is not None:
+            self.calls["cached"] += 1
+            last, cache = cached
+            out = np.asarray(suffix_fn(self.graphdef, self.state, last, cache, np.int32(len(context)), c_ids, c_mask))
+            return [out[i, : len(x)] for i, x in enumerate(suffixes)]
+        self.calls["full"] += 1
         last, cache = prefix_fn(self.graphdef, self.state, p_ids, p_mask, capacity=plen + slen)
         out = np.asarray(suffix_fn(self.graphdef, self.state, last, cache, np.int32(len(context)), c_ids, c_mask))
         return [out[i, : len(x)] for i, x in enumerate(suffixes)]

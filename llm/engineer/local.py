@@ -264,10 +264,20 @@ class LLMEngineer(Engineer):
             warnings.warn(self.blind, stacklevel=2)
         return system, user
 
+    def scorer(self, model: Any, tokenizer: Any) -> ChoiceScorer:
+        """The constrained decoder's scorer for ``model``: kept while the model is the same
+        object, so that the proposals one model makes in a row (self-play's) share the cached
+        prompt (:meth:`ChoiceScorer.set_base`)."""
+        held = getattr(self, "_scorer", None)
+        if held is None or held[0] is not model:
+            held = (model, ChoiceScorer(model, tokenizer))
+            self._scorer = held
+        return held[1]
+
     def propose(self, ctx: EngineerContext) -> Proposal:
         model, tokenizer = self._model(ctx)
         space = space_from_conf(ctx.base, self.space_node)
-        scorer = ChoiceScorer(model, tokenizer)
+        scorer = self.scorer(model, tokenizer)
         thinking = self.reasons(ctx)
         system, user = self.prompt_turns(ctx, model, tokenizer)
         rng = ctx.rng(7)
@@ -289,6 +299,9 @@ class LLMEngineer(Engineer):
                 head = f"{THINK_OPEN}\n{analysis}{self.reasoning['close_text']}"
                 text += head
             if self.decoding == "constrained":
+                # the prompt's KV once; the analysis, the answer so far and the candidates run on it
+                scorer.set_base(chat_text(tokenizer, system, prompt, thinking),
+                                room=-(-(320 + (self.reasoning["thinking_tokens"] if thinking else 0)) // 64) * 64)
                 out, choices = constrained_edit(scorer.scores, text, space, len(ctx.current), rng, self.temperature)
                 traces.append(choices)
                 return head + out

@@ -276,3 +276,22 @@ def test_a_budget_that_leaves_no_room_for_the_summary_is_said(tokenizer, scorers
                                          r"the summary"):
         system, user = tight.prompt_turns(ctx, model, tokenizer)
     assert "success 0.50" not in user and "answers blind" in tight.blind
+
+
+def test_a_cached_prompt_gives_the_same_choices_as_the_full_context(tokenizer, scorers):
+    """``set_base`` caches the prompt's KV once; a choice whose context starts with it runs only
+    its tail (here an analysis and the answer so far) on that cache: the candidates' token
+    log-probs and the choice distribution are those of the full context, and a context that
+    does not start with the base (or outgrows its room) takes the full pass."""
+    prompt = chat_text(tokenizer, "You design environments.", "Propose a config. " * 20)
+    plain = ChoiceScorer(nnx.merge(scorers[0].graphdef, scorers[0].state), tokenizer)
+    cached = ChoiceScorer(nnx.merge(scorers[0].graphdef, scorers[0].state), tokenizer)
+    cached.set_base(prompt, room=192)
+    for tail, cands in (('{"edit": "', ["keep", "add", "reweight"]),
+                        ("success 0.5\n</think>\n\n" + '{"edit": "add", "add": [{"weight": ', ["0.25", "0.5", "0.1"]),
+                        ('{"edit": "add", "add": [{"weight": 0.25, "config": {"height": ', [f"{h}, " for h in range(2, 9)])):
+        np.testing.assert_allclose(cached.scores(prompt + tail, cands), plain.scores(prompt + tail, cands), atol=1e-4)
+    assert cached.calls["cached"] == 3 and cached.calls["full"] == 0
+    cached.scores("another prompt " + '{"edit": "', ["keep", "add"])  # not the base: the full pass
+    cached.scores(prompt + "x " * 300, ["keep", "add"])  # a tail beyond the room: the full pass
+    assert cached.calls["full"] == 2
