@@ -287,7 +287,7 @@ class SelfPlayConfig:
     """
 
     enabled: bool = False
-    every: int = 4
+    every: int = 2
     proposals: int = 4
     lakes: int = 4
     samples: int = 4
