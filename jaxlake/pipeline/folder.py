@@ -189,7 +189,8 @@ def check_run_info(cfg: Any, engineer: Any) -> dict:
                     f"{d} belongs to a run with {key}={old[key]}, not {info[key]}; choose another "
                     f"experiment=<name> (or delete the folder: rm -r {shlex.quote(str(d))})"
                 )
-        changed = _diff(old.get("settings"), info["settings"], defaults=setting_defaults()) if "settings" in old else []
+        changed = _diff(inert(old.get("settings")), inert(info["settings"]),
+                        defaults=inert(setting_defaults())) if "settings" in old else []
         if changed:
             shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed[:6])
             more = f" (+{len(changed) - 6} more)" if len(changed) > 6 else ""
@@ -234,6 +235,23 @@ def run_settings(cfg: Any) -> dict:
     """The settings that fix a run's results (``SETTINGS`` groups and the warm-start policy):
     :attr:`RunSettings.settings`, a fresh copy."""
     return RunSettings.of(cfg).record()
+
+
+#: Blocks of settings that do nothing while switched off: ``{(group, block): switch}``.
+SWITCHED = {("train", "engineer_selfplay"): "enabled"}
+
+
+def inert(settings: Any) -> Any:
+    """``settings`` with each switched-off block of :data:`SWITCHED` reduced to its switch: a
+    run made with self-play off resumes whatever self-play's other settings (they never ran)."""
+    if not isinstance(settings, dict):
+        return settings
+    out = dict(settings)
+    for (group, block), switch in SWITCHED.items():
+        node = out.get(group)
+        if isinstance(node, dict) and isinstance(node.get(block), dict) and not node[block].get(switch):
+            out[group] = {**node, block: {switch: node[block].get(switch, False)}}
+    return out
 
 
 def setting_defaults() -> dict:

@@ -44,6 +44,15 @@ def test_changed_settings_are_refused_with_the_keys(tmp_path, override, key):
     assert key in str(err.value) and "experiment=<name>" in str(err.value)
 
 
+def test_settings_of_a_switched_off_block_do_not_refuse_a_resume(tmp_path):
+    """Self-play off: its other settings never ran, so a folder resumes whatever they are; once
+    it is on they count (train.engineer_selfplay, jaxlake.pipeline.folder.SWITCHED)."""
+    _write(tmp_path, "train.engineer_selfplay.every=4")
+    _write(tmp_path, "train.engineer_selfplay.every=3")
+    with pytest.raises(PipelineError, match="train.engineer_selfplay.enabled: False -> True"):
+        _write(tmp_path, "train.engineer_selfplay.enabled=true")
+
+
 def test_old_run_folders_without_settings_still_resume(tmp_path):
     info = _write(tmp_path)
     del info["settings"]
