@@ -304,3 +304,18 @@ if __name__ == "__main__":  # rewrite FILE_COSTS from the last full run's measur
         files[_file_of(nodeid)] = round(files.get(_file_of(nodeid), 0.0) + float(seconds), 1)
     FILE_COSTS.write_text(json.dumps(dict(sorted(files.items())), indent=0) + "\n")
     print(f"{FILE_COSTS}: {len(files)} files, {sum(files.values()):.0f} s")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs_after_each_file():
+    """Each xdist worker runs many files in one process (``--dist loadfile``); the compiled XLA
+    programs of every file it ran stay cached, and a clean-clone CI run lost workers near its
+    end with the memory that had grown. Clearing JAX's caches after each file bounds a worker
+    to one file's programs."""
+    yield
+    import gc
+
+    import jax
+
+    jax.clear_caches()
+    gc.collect()
