@@ -341,9 +341,9 @@ def current_env_line(c: Mapping[str, Any]) -> str:
 
 
 def _render_behaviour(b: Mapping[str, Any], brief: bool = False) -> list[str]:
-    o = b["overall"]
     if brief:
         return _brief_behaviour(b)
+    o = b["overall"]
     lines = [
         f"## Policy behaviour on the held-out suite ({b['mode']} decoding, {b['n']} episodes)",
         f"success {_fmt(o['score'])}, agents arrived {_fmt(o['arrived_share'])}, episodes with a fall "

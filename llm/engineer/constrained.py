@@ -215,11 +215,12 @@ class ChoiceScorer:
 
     def set_base(self, text: str, room: int = 512) -> None:
         """Cache the KV of ``text`` (without its last token, which may merge with what follows
-        it) with ``room`` slots for later tails and suffixes (see the class doc); a no-op when
-        ``text`` is already the base."""
-        if self.base is not None and self.base_text == (text, int(room)):
+        it) with ``room`` slots (rounded up to ``tail_bucket``) for later tails and suffixes (see
+        the class doc); a no-op when ``text`` is already the base."""
+        room = _bucket(int(room), self.tail_bucket)
+        if self.base is not None and self.base_text == (text, room):
             return
-        self.base_text = (text, int(room))
+        self.base_text = (text, room)
         prefix_fn, _ = _jitted()
         ids = self.encode(text)[:-1]
         if not ids:
@@ -283,12 +284,7 @@ class ChoiceScorer:
         prefix_fn, suffix_fn = _jitted()
         n = len(suffixes)
         rows = max(self.rows, _pow2(n))
-        plen = _bucket(len(context), self.length_bucket)
         slen = _bucket(max(len(x) for x in suffixes), self.suffix_bucket)
-        p_ids = np.full((1, plen), self.pad_id, np.int32)
-        p_mask = np.zeros((1, plen), bool)
-        p_ids[0, plen - len(context):] = context
-        p_mask[0, plen - len(context):] = True
         c_ids = np.full((rows, slen), self.pad_id, np.int32)
         c_mask = np.zeros((rows, slen), bool)
         for i, x in enumerate(suffixes):
@@ -301,6 +297,11 @@ class ChoiceScorer:
             out = np.asarray(suffix_fn(self.graphdef, self.state, last, cache, np.int32(len(context)), c_ids, c_mask))
             return [out[i, : len(x)] for i, x in enumerate(suffixes)]
         self.calls["full"] += 1
+        plen = _bucket(len(context), self.length_bucket)
+        p_ids = np.full((1, plen), self.pad_id, np.int32)
+        p_mask = np.zeros((1, plen), bool)
+        p_ids[0, plen - len(context):] = context
+        p_mask[0, plen - len(context):] = True
         last, cache = prefix_fn(self.graphdef, self.state, p_ids, p_mask, capacity=plen + slen)
         out = np.asarray(suffix_fn(self.graphdef, self.state, last, cache, np.int32(len(context)), c_ids, c_mask))
         return [out[i, : len(x)] for i, x in enumerate(suffixes)]

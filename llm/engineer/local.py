@@ -301,7 +301,7 @@ class LLMEngineer(Engineer):
             if self.decoding == "constrained":
                 # the prompt's KV once; the analysis, the answer so far and the candidates run on it
                 scorer.set_base(chat_text(tokenizer, system, prompt, thinking),
-                                room=-(-(320 + (self.reasoning["thinking_tokens"] if thinking else 0)) // 64) * 64)
+                                room=320 + (self.reasoning["thinking_tokens"] if thinking else 0))
                 out, choices = constrained_edit(scorer.scores, text, space, len(ctx.current), rng, self.temperature)
                 traces.append(choices)
                 return head + out

@@ -55,10 +55,13 @@ ANSWER_TOKENS = 160
 
 
 def learnability(success: np.ndarray) -> float:
-    """``mean(4 p (1 - p))`` over lakes of per-lake success rates ``p``: 1 where every lake
-    is won half the time, 0 where each is always or never won."""
-    p = np.asarray(success, np.float64)
-    return float(np.mean(4.0 * p * (1.0 - p))) if p.size else 0.0
+    """``mean(4 p (1 - p))`` over lakes of per-lake success rates ``p`` (PLR's and ``sfl``'s
+    :func:`jaxlake.engineers.plr.learnability`, scaled to [0, 1]): 1 where every lake is won
+    half the time, 0 where each is always or never won."""
+    from jaxlake.engineers.plr import learnability as one
+
+    rates = np.asarray(success, np.float64).reshape(-1)
+    return float(np.mean([4.0 * one(p) for p in rates])) if rates.size else 0.0
 
 
 def proposal_advantages(rewards: np.ndarray, eps: float = 1e-6) -> np.ndarray:
@@ -108,9 +111,10 @@ class EngineerSelfPlay(AuxLoss):
     def check_mesh(self, mesh) -> None:
         shd.check_divisible(self.config.proposals // self.micro_batches, mesh, "engineer self-play rows per micro-batch")
 
-    def _prompt_text(self, model: Any) -> tuple[str, bool, int]:
+    def _prompt_text(self, model: Any) -> tuple[str, bool, int, int]:
         """The engineer's chat prompt of the context (the same every step: its summary and
-        environment do not change within the stage), whether it reasons, and the answer room."""
+        environment do not change within the stage), whether it reasons, the answer room and
+        the prompt's row width (its tokens rounded up to 64): computed once."""
         if self._prompt is None:
             ctx = dataclasses.replace(self.context, load_model=lambda which: (model, self.tokenizer))
             thinking = self.engineer.reasons(ctx)
@@ -121,14 +125,15 @@ class EngineerSelfPlay(AuxLoss):
 
                 text += THINK_OPEN + "\n"
             room = ANSWER_TOKENS + (int(self.engineer.reasoning["thinking_tokens"]) if thinking else 0)
-            self._prompt = (text, thinking, room)
+            width = -(-len(self.tokenizer.encode(text, add_special_tokens=False)) // 64) * 64
+            self._prompt = (text, thinking, room, width)
         return self._prompt
 
     def propose(self, model: Any, step: int) -> list[tuple[Mixture, str]]:
         """``proposals`` sampled answers of the current model: ``(mixture, answer text)``."""
         from llm.generation.reasoning import THINK_OPEN
 
-        _, thinking, _ = self._prompt_text(model)
+        thinking = self._prompt_text(model)[1]
         out = []
         for j in range(self.config.proposals):
             ctx = dataclasses.replace(self.context, seed=self.seed * 1_000_003 + int(step) * 97 + j,
@@ -166,13 +171,11 @@ class EngineerSelfPlay(AuxLoss):
 
         t = time.perf_counter()
         model = nnx.merge(policy.graphdef, policy.state)
-        text, _, room = self._prompt_text(model)
+        text, _, room, width = self._prompt_text(model)
         proposals = self.propose(model, step)
         r, success = self.rewards(policy, [m for m, _ in proposals], step)
         adv = proposal_advantages(r)
-        plen = len(self.tokenizer.encode(text, add_special_tokens=False))
-        rows = example_rows([{"prompt": text, "answer": a} for _, a in proposals], self.tokenizer,
-                            -(-plen // 64) * 64, room)
+        rows = example_rows([{"prompt": text, "answer": a} for _, a in proposals], self.tokenizer, width, room)
         lengths = np.maximum(rows.mask.sum(1), 1)
         weights = rows.mask * (adv / (len(proposals) * lengths))[:, None]
         rows = rows.replace(weights=weights.astype(np.float32))
