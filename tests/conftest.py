@@ -306,16 +306,30 @@ if __name__ == "__main__":  # rewrite FILE_COSTS from the last full run's measur
     print(f"{FILE_COSTS}: {len(files)} files, {sum(files.values()):.0f} s")
 
 
+#: A worker whose resident memory passes this after a test file frees JAX's compiled programs.
+WORKER_RSS_LIMIT = 6 * 2**30
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 @pytest.fixture(autouse=True, scope="module")
-def _free_compiled_programs_after_each_file():
-    """Each xdist worker runs many files in one process (``--dist loadfile``); the compiled XLA
-    programs of every file it ran stay cached, and a clean-clone CI run lost workers near its
-    end with the memory that had grown. Clearing JAX's caches after each file bounds a worker
-    to one file's programs."""
+def _free_compiled_programs_when_a_worker_grows():
+    """Each xdist worker runs many files in one process (``--dist loadfile``), and the compiled
+    XLA programs of every file it ran stay cached: a clean-clone CI run lost three workers as
+    their memory grew (one held 4.7 GB mid-run). After a file, a worker past
+    :data:`WORKER_RSS_LIMIT` clears JAX's caches; clearing after every file instead cost the
+    run about six minutes of recompiling."""
     yield
-    import gc
+    if _resident_bytes() > WORKER_RSS_LIMIT:
+        import gc
 
-    import jax
+        import jax
 
-    jax.clear_caches()
-    gc.collect()
+        jax.clear_caches()
+        gc.collect()
