@@ -20,7 +20,9 @@ half the time. Here the tasks are environments and the solver is the plan policy
   ``-sum_j A_j mean_t log pi(answer_j)``, a REINFORCE term with the group's mean as its
   baseline. It is the loop's auxiliary batch (:class:`llm.training.hooks.AuxLoss`): the GRPO
   update adds it at ``weight``, one optimizer step on both roles' gradient, each role with its
-  own advantages.
+  own advantages. Its rows share one prompt (``TokenBatch.shared_prompt``): the update runs
+  the context once and the answers after it (:func:`llm.rl.updates.shared_prompt_forward`,
+  the same gradient as the full rows).
 
 Row keys: ``selfplay/learnability`` (mean reward), ``selfplay/learnability_max``,
 ``selfplay/success`` (the rollouts' mean success), ``selfplay/distinct`` (distinct proposals),
@@ -178,7 +180,7 @@ class EngineerSelfPlay(AuxLoss):
         rows = example_rows([{"prompt": text, "answer": a} for _, a in proposals], self.tokenizer, width, room)
         lengths = np.maximum(rows.mask.sum(1), 1)
         weights = rows.mask * (adv / (len(proposals) * lengths))[:, None]
-        rows = rows.replace(weights=weights.astype(np.float32))
+        rows = rows.replace(weights=weights.astype(np.float32), shared_prompt=True)  # one context: run once
         rows = shd.shard_batch(rows, self.mesh) if self.mesh is not None else jax.tree_util.tree_map(jnp.asarray, rows)
         metrics = {"selfplay/learnability": float(r.mean()), "selfplay/learnability_max": float(r.max()),
                    "selfplay/success": success, "selfplay/distinct": len({a for _, a in proposals}),

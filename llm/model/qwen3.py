@@ -362,8 +362,13 @@ class Qwen3ForCausalLM(nnx.Module):
         kv_len: int | None = None,
         layer_states: list[Any] | None = None,
         row_start: jax.Array | None = None,
+        hidden_only: bool = False,
     ) -> tuple[jax.Array, KVCache | None]:
-        """Logits ``[B, T, V]`` (float32) and the updated cache (``None`` without one).
+        """Logits ``[B, T, V]`` (float32) and the updated cache (``None`` without one);
+        ``hidden_only=True``: the final (normed) hidden states ``[B, T, H]`` instead of the
+        logits, in the compute dtype (the training log-probs apply the head chunk by chunk,
+        :mod:`llm.model.logprobs`; :func:`llm.rl.updates.shared_prompt_forward` runs a prompt
+        into a cache and its completions after it).
 
         Without a cache: causal attention over the T tokens, pad keys masked out. With a
         cache: the new keys/values go to slots ``[index, index + T)``, the cache mask there
@@ -487,6 +492,11 @@ class Qwen3ForCausalLM(nnx.Module):
                 raise ValueError(f"logits_to_keep={logits_to_keep} must be in [1, T={t}]")
             x = x[:, t - logits_to_keep :]
         x = self.norm(x)
+        new_cache = None
+        if cache is not None:
+            new_cache = KVCache(k=k_new, v=v_new, mask=key_mask, index=start + t)
+        if hidden_only:
+            return x, new_cache
         if self.lm_head is None:
             table = self.embed_tokens.embedding[...].astype(c.jnp_dtype)
             if x.shape[0] * x.shape[1] <= _SMALL_HEAD_ROWS:
@@ -499,10 +509,6 @@ class Qwen3ForCausalLM(nnx.Module):
             kernel = self.lm_head.kernel[...].astype(c.jnp_dtype)
             logits = jnp.einsum("bth,hv->btv", x, kernel, preferred_element_type=jnp.float32)
         logits = logits.astype(jnp.float32)
-
-        new_cache = None
-        if cache is not None:
-            new_cache = KVCache(k=k_new, v=v_new, mask=key_mask, index=start + t)
         return logits, new_cache
 
 

@@ -30,6 +30,10 @@ class TokenBatch:
       mask: ``[B, T]`` bool, True on completion tokens.
       weights: ``[B, T]`` float32, each token's weight in the loss (0 off the mask); the
         weights of the global batch sum to 1, so micro-batch losses add up to the batch's.
+      shared_prompt: static; True promises that every row holds the same prompt (the
+        engineer self-play's answers to one context): the GRPO update then runs that prompt
+        once and each completion after it (:func:`llm.rl.updates.shared_prompt_forward`),
+        not every row's copy of it.
     """
 
     prompt_ids: Any
@@ -37,6 +41,7 @@ class TokenBatch:
     tokens: Any
     mask: Any
     weights: Any
+    shared_prompt: bool = struct.field(pytree_node=False, default=False)
 
     @property
     def sequences(self) -> tuple[Any, Any, Any, Any]:

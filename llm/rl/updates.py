@@ -128,6 +128,38 @@ def joint_forward(graphdef: Any, state: Any, first: tuple, second: tuple, *, ent
     return out_a, out_b
 
 
+def shared_prompt_forward(graphdef: Any, state: Any, prompt_ids: jax.Array, prompt_mask: jax.Array,
+                          tokens: jax.Array, mask: jax.Array, *,
+                          chunk: Optional[int] = DEFAULT_LOGPROB_CHUNK) -> tuple[jax.Array, None, jax.Array]:
+    """:func:`completion_forward` (temperature 1, no entropy) of rows that all hold the same
+    prompt: row 0's prompt ``[1, P]`` goes through the layers once, into a key/value cache, and
+    the ``B`` completions ``[B, T]`` after it, each attending to that cache (broadcast to the
+    rows) and to its own earlier tokens. Same log-probs and the same gradient as the ``B``
+    full rows (the cache is part of the differentiated graph: the prompt's keys and values
+    take the completions' gradient), at the cost of one prompt and ``B`` completions instead
+    of ``B`` prompts: the engineer self-play's answers to one 1,000-token context.
+    Returns ``(logp [B, T], None, greedy_match [B, T])`` as :func:`completion_forward`.
+    """
+    model = nnx.merge(graphdef, state)
+    b, t = tokens.shape
+    p = prompt_ids.shape[1]
+    ids, pmask = prompt_ids[:1].astype(jnp.int32), prompt_mask[:1].astype(bool)
+    cache = model.init_cache(1, p + t - 1) if t > 1 else None
+    last, cache = model(ids, left_pad_positions(pmask), pmask, cache, kv_len=p if t > 1 else None,
+                        logits_to_keep=1, hidden_only=True)  # [1, 1, d]: predicts completion token 0
+    hidden = jnp.broadcast_to(last, (b, 1, last.shape[-1]))
+    if t > 1:
+        def rows(x):
+            return jnp.broadcast_to(x, (x.shape[0], b) + x.shape[2:])
+
+        wide = cache.replace(k=rows(cache.k), v=rows(cache.v), mask=jnp.broadcast_to(cache.mask, (b, p + t - 1)))
+        positions = jnp.sum(pmask, dtype=jnp.int32) + jnp.broadcast_to(jnp.arange(t - 1, dtype=jnp.int32), (b, t - 1))
+        rest, _ = model(tokens[:, : t - 1].astype(jnp.int32), positions, mask[:, : t - 1].astype(bool), wide,
+                        kv_len=p + t - 1, hidden_only=True)  # [B, T-1, d]: predict tokens 1 .. T-1
+        hidden = jnp.concatenate([hidden, rest], axis=1)
+    return _completion_head(model, hidden, tokens, mask, entropy=False, temperature=1.0, chunk=chunk)
+
+
 def apart(first: tuple, second: tuple) -> bool:
     """Whether two row sets go through the layers in two passes rather than one
     (:func:`joint_forward`): when padding both to the wider would more than double the
@@ -312,7 +344,11 @@ def make_grpo_update(
         anchor rows)``, both through one pass of the layers (:func:`joint_forward`); the aux
         holds the GRPO metrics and, apart, the two losses."""
         mb, amb = pair
-        if apart(mb.sequences, amb.sequences):  # widths far apart: two passes cost less than one padded
+        if amb.shared_prompt:  # one prompt for every aux row (engineer self-play): run it once
+            logp, ent, _ = completion_forward(graphdef, state, *mb.sequences, entropy=compute_entropy,
+                                              temperature=temperature, chunk=logprob_chunk, remat=remat)
+            alogp, _, amatch = shared_prompt_forward(graphdef, state, *amb.sequences, chunk=logprob_chunk)
+        elif apart(mb.sequences, amb.sequences):  # widths far apart: two passes cost less than one padded
             logp, ent, _ = completion_forward(graphdef, state, *mb.sequences, entropy=compute_entropy,
                                               temperature=temperature, chunk=logprob_chunk, remat=remat)
             alogp, _, amatch = completion_forward(graphdef, state, *amb.sequences, entropy=False, temperature=1.0,

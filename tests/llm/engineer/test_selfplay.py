@@ -73,6 +73,8 @@ def test_a_batch_rewards_sampled_proposals_by_learnability(hook, monkeypatch):
     monkeypatch.setattr(sp, "rewards", lambda pol, ms, step: (np.asarray([1.0, 0.0, 0.0, 0.0]), 0.5))
     rows, metrics = sp.batch(0, policy)
     w = np.asarray(rows.weights).sum(1)
+    # one context for every row: the update runs it once (llm.rl.updates.shared_prompt_forward)
+    assert rows.shared_prompt and (np.asarray(rows.prompt_ids) == np.asarray(rows.prompt_ids)[:1]).all()
     assert w[0] > 0 > w[1] and w.sum() == pytest.approx(0.0, abs=1e-6)
     assert metrics["selfplay/learnability"] == 0.25 and metrics["selfplay/distinct"] == len({a for _, a in proposals})
     assert sp.batch(1, policy) == (None, {})  # every 2nd step only

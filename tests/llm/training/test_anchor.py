@@ -211,3 +211,45 @@ def test_rows_of_far_wider_prompts_take_a_pass_of_their_own_with_the_same_step(s
     for a, b in zip(one, two):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(m2["anchor_nll"], m1["anchor_nll"], rtol=1e-5)
+
+
+def test_rows_of_one_prompt_run_it_once_with_the_same_logprobs_gradient_and_step(setup):
+    """Auxiliary rows that all hold one prompt (the engineer self-play's answers to one context,
+    ``TokenBatch(shared_prompt=True)``): :func:`llm.rl.updates.shared_prompt_forward` runs the
+    prompt once into a cache and every completion after it. Its log-probs, arg-max matches and
+    gradient equal the full rows' forward (the prompt's keys and values take the completions'
+    gradient), and so does the anchored update's step."""
+    from llm.rl.updates import completion_forward, shared_prompt_forward
+    from llm.training.policy import copy_state
+
+    policy, tokenizer, pcfg, prompter = setup
+    grpo_batch, anchor = _batches(policy, prompter)
+    rows = 3
+    one = anchor.replace(prompt_ids=jnp.broadcast_to(anchor.prompt_ids[:1], (rows,) + anchor.prompt_ids.shape[1:]),
+                         prompt_mask=jnp.broadcast_to(anchor.prompt_mask[:1], (rows,) + anchor.prompt_mask.shape[1:]),
+                         tokens=anchor.tokens[:rows], mask=anchor.mask[:rows],
+                         weights=anchor.weights[:rows] / anchor.weights[:rows].sum())
+    assert not bool(one.prompt_mask[0, 0]) and len(set(np.asarray(one.mask).sum(1).tolist())) > 1  # padded both ways
+    a, _, ma = shared_prompt_forward(policy.graphdef, policy.state, *one.sequences)
+    b, _, mb = completion_forward(policy.graphdef, policy.state, *one.sequences)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(ma), np.asarray(mb))
+
+    def nll(fn):
+        return jax.grad(lambda st: -jnp.sum(fn(policy.graphdef, st, *one.sequences)[0] * one.weights))(policy.state)
+
+    for g1, g2 in zip(jax.tree_util.tree_leaves(nll(shared_prompt_forward)),
+                      jax.tree_util.tree_leaves(nll(completion_forward))):
+        np.testing.assert_allclose(np.asarray(g1), np.asarray(g2), rtol=1e-4, atol=1e-6)
+    opt = optax.sgd(1.0)
+
+    def run(aux):
+        state = copy_state(policy.state)
+        new, _, metrics = make_grpo_update(policy.graphdef, opt, GRPOLossConfig(), anchor_weight=0.5)(
+            state, opt.init(state), grpo_batch, None, aux)
+        return [np.asarray(x) for x in jax.tree_util.tree_leaves(new)], jax.device_get(metrics)
+
+    (full, m1), (shared, m2) = run(one), run(one.replace(shared_prompt=True))
+    for x, y in zip(full, shared):
+        np.testing.assert_allclose(y, x, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(m2["anchor_nll"], m1["anchor_nll"], rtol=1e-5)
