@@ -26,8 +26,9 @@ half the time. Here the tasks are environments and the solver is the plan policy
 
 Row keys: ``selfplay/learnability`` (mean reward), ``selfplay/learnability_max``,
 ``selfplay/success`` (the rollouts' mean success), ``selfplay/distinct`` (distinct proposals),
-``selfplay/answer_tokens`` and ``time/selfplay_s``; steps without a self-play batch add
-nothing.
+``selfplay/answer_tokens``, ``time/selfplay_s`` (the batch's making: ``time/selfplay_propose_s``
+the proposals, ``time/selfplay_rollouts_s`` their rollouts; the engineer rows' share of the
+update is in the update's own time); steps without a self-play batch add nothing.
 """
 
 from __future__ import annotations
@@ -175,7 +176,9 @@ class EngineerSelfPlay(AuxLoss):
         model = nnx.merge(policy.graphdef, policy.state)
         text, _, room, width = self._prompt_text(model)
         proposals = self.propose(model, step)
+        t_propose = time.perf_counter()
         r, success = self.rewards(policy, [m for m, _ in proposals], step)
+        t_rollouts = time.perf_counter()
         adv = proposal_advantages(r)
         rows = example_rows([{"prompt": text, "answer": a} for _, a in proposals], self.tokenizer, width, room)
         lengths = np.maximum(rows.mask.sum(1), 1)
@@ -184,5 +187,6 @@ class EngineerSelfPlay(AuxLoss):
         rows = shd.shard_batch(rows, self.mesh) if self.mesh is not None else jax.tree_util.tree_map(jnp.asarray, rows)
         metrics = {"selfplay/learnability": float(r.mean()), "selfplay/learnability_max": float(r.max()),
                    "selfplay/success": success, "selfplay/distinct": len({a for _, a in proposals}),
-                   "selfplay/answer_tokens": float(lengths.mean()), "time/selfplay_s": time.perf_counter() - t}
+                   "selfplay/answer_tokens": float(lengths.mean()), "time/selfplay_s": time.perf_counter() - t,
+                   "time/selfplay_propose_s": t_propose - t, "time/selfplay_rollouts_s": t_rollouts - t_propose}
         return rows, metrics

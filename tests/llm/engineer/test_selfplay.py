@@ -77,6 +77,8 @@ def test_a_batch_rewards_sampled_proposals_by_learnability(hook, monkeypatch):
     assert rows.shared_prompt and (np.asarray(rows.prompt_ids) == np.asarray(rows.prompt_ids)[:1]).all()
     assert w[0] > 0 > w[1] and w.sum() == pytest.approx(0.0, abs=1e-6)
     assert metrics["selfplay/learnability"] == 0.25 and metrics["selfplay/distinct"] == len({a for _, a in proposals})
+    parts = metrics["time/selfplay_propose_s"] + metrics["time/selfplay_rollouts_s"]
+    assert 0 < parts <= metrics["time/selfplay_s"]
     assert sp.batch(1, policy) == (None, {})  # every 2nd step only
     for j, (_, answer) in enumerate(proposals):  # the batch's answers are the step's proposals (deterministic)
         ids = sp.tokenizer.encode(answer, add_special_tokens=False)
