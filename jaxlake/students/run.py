@@ -47,6 +47,7 @@ from jaxlake.metrics import JsonlWriter
 from jaxlake.mixture import mixture_from_node, mixture_to_obj
 from jaxlake.students import checkpoint
 from jaxlake.students.command import run_guarded
+from jaxlake.students.compiled import jit
 from jaxlake.students.config import IPPOConfig, StudentConfigError
 from jaxlake.students.ippo import ChunkMetrics, lake_student
 from jaxlake.students.plots import learning_curve
@@ -144,7 +145,7 @@ def _train_run(cfg: Any, run_dir: Optional[Path]) -> dict:
         _check_folder(run_dir, record)
         write_json(run_dir / "settings.json", record)
         student = lake_student(config, mixture)
-        init, chunk = jax.jit(student.init), jax.jit(student.chunk)
+        init, chunk = jit(student.init), jit(student.chunk)
         key = jax.random.PRNGKey(seed)
         ckpt = run_dir / "checkpoint.npz"
         start, cpu0, wall0 = 0, 0.0, 0.0
@@ -157,7 +158,7 @@ def _train_run(cfg: Any, run_dir: Optional[Path]) -> dict:
         writer = JsonlWriter(run_dir / "metrics.jsonl", phases=(PHASE,))
         writer.truncate(PHASE, start if start else -1)
         if not start:  # the untrained policy: the curve's first point
-            h = jax.device_get(jax.jit(student.evaluate)(runner.params))
+            h = jax.device_get(jit(student.evaluate)(runner.params))
             writer.append({"phase": PHASE, "step": 0, "update": 0, "env_steps": 0, "train": {},
                            "heldout": {k: float(getattr(h, k)) for k in ("success", "arrived", "fell", "timed_out")},
                            "cpu_s": round(_cpu_s() - _BEFORE["cpu"], 2),

@@ -30,6 +30,7 @@ from jaxlake.config import LakeConfig
 from jaxlake.metrics import JsonlWriter
 from jaxlake.mixture import Mixture
 from jaxlake.students import checkpoint
+from jaxlake.students.compiled import jit
 from jaxlake.students.config import IPPOConfig
 from jaxlake.students.ippo import lake_student
 
@@ -62,7 +63,7 @@ def compiled(config: IPPOConfig, mixture: Any) -> tuple[Any, Any, Any, Any]:
 def _compiled(config: IPPOConfig, components: tuple) -> tuple[Any, Any, Any, Any]:
     """:func:`compiled` by a hashable key: the mixture as ``(weight, config JSON)`` pairs."""
     student = lake_student(config, Mixture([(w, LakeConfig(**json.loads(c))) for w, c in components]))
-    return student, jax.jit(student.init), jax.jit(student.chunk), jax.jit(student.evaluate)
+    return student, jit(student.init), jit(student.chunk), jit(student.evaluate)
 
 
 def init_params(config: IPPOConfig, mixture: Any, key: jax.Array) -> Any:

@@ -59,6 +59,7 @@ from jaxlake.io import FolderLock, read_json, write_json, write_marked
 from jaxlake.mixture import Mixture, mixture_from_node, mixture_to_obj
 from jaxlake.stats import mean_ci, paired_difference
 from jaxlake.students.command import run_guarded
+from jaxlake.students.compiled import jit
 from jaxlake.students.config import IPPOConfig, UEDConfig
 
 __all__ = ["BEGIN", "END", "Study", "StudyError", "decode", "encode", "in_support", "load_records", "main", "paired",
@@ -243,7 +244,7 @@ class _Programs:
             from jaxlake.students.ippo import lake_student
 
             student = lake_student(self.study.method_config(method), self.study.mixture)
-            self.train[method] = (student, jax.jit(jax.vmap(student.train)))
+            self.train[method] = (student, jit(jax.vmap(student.train)))
         return self.train[method]
 
     def cells(self, network) -> dict:
@@ -265,7 +266,7 @@ class _Programs:
                     return evaluate_greedy(params, network.apply, lakes, actors=actors, radius=s.config.radius,
                                            horizon=horizon, key=key).per_lake
 
-                self.suite[name] = (lakes, jax.jit(jax.vmap(play, in_axes=(0, None))))
+                self.suite[name] = (lakes, jit(jax.vmap(play, in_axes=(0, None))))
         return self.suite
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from jaxlake.config import LakeConfig
+from jaxlake.students.compiled import jit
 from jaxlake.students.config import IPPOConfig, StudentConfigError
 from jaxlake.students.gae import gae
 from jaxlake.students.ippo import collect, lake_student
@@ -41,7 +42,7 @@ def student():
 @pytest.fixture(scope="module")
 def jitted(student):
     """The student's ``init`` and ``chunk``, compiled once for the module."""
-    return jax.jit(student.init), jax.jit(student.chunk)
+    return jit(student.init), jit(student.chunk)
 
 
 def _gae_loop(rewards, values, dones, last_value, gamma, lam):
@@ -139,7 +140,7 @@ def test_vmap_over_seeds_equals_separate_runs(student, jitted):
     once per chunk (what ``train`` scans, and what the entry point runs between checkpoints)."""
     init, chunk = jitted
     keys = jax.random.split(jax.random.PRNGKey(7), 2)
-    both_state, both_metrics = jax.jit(jax.vmap(student.train))(keys)
+    both_state, both_metrics = jit(jax.vmap(student.train))(keys)
     for i in range(2):
         state, chunks = init(keys[i]), []
         for _ in range(SMALL["num_updates"] // SMALL["eval_every"]):
@@ -188,3 +189,18 @@ def test_a_bad_setting_names_its_field(values, words):
 def test_the_minibatch_split_is_checked():
     with pytest.raises(StudentConfigError, match="num_minibatches=3 must divide"):
         IPPOConfig(num_minibatches=3).check_batch(2)
+
+
+def test_room_jit_hands_its_options_to_xla():
+    """The room's programs compile with COMPILER_OPTIONS (the option that keeps XLA's CPU
+    runtime from wedging in the vmapped UED trainer): a name XLA does not know fails the
+    compile, so the options do reach it, and the room's own option is one XLA knows; an option
+    given by the caller wins over the room's."""
+    from jaxlake.students.compiled import COMPILER_OPTIONS
+
+    assert COMPILER_OPTIONS == {"xla_cpu_enable_concurrency_optimized_scheduler": False}
+    assert float(jit(lambda x: x * 2.0)(1.5)) == 3.0
+    assert float(jit(lambda x: x * 3.0, compiler_options={"xla_cpu_enable_concurrency_optimized_scheduler": True})(
+        1.0)) == 3.0
+    with pytest.raises(Exception, match="xla_no_such_option"):
+        jit(lambda x: x * 5.0, compiler_options={"xla_no_such_option": True})(1.0)

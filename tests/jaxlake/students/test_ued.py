@@ -13,6 +13,7 @@ import pytest
 
 from jaxlake.config import LakeConfig
 from jaxlake.students import ued
+from jaxlake.students.compiled import jit
 from jaxlake.students.config import IPPOConfig, StudentConfigError, UEDConfig
 from jaxlake.students.envs import lake_env
 from jaxlake.students.ippo import advantages, build, collect, log
@@ -380,7 +381,7 @@ def test_accel_trains_under_jit_and_vmap_at_equal_gradient_steps():
     config = IPPOConfig(**SMALL, ued=dict(method="accel", buffer_size=16, min_fill=0.25, replay_prob=0.5))
     env = lake_env(ENV, pool_lakes=config.pool_lakes)
     trainer = build(config, env)  # no held-out evaluation: the UED loop alone
-    runner, chunks = jax.jit(jax.vmap(trainer.train))(jax.random.split(jax.random.PRNGKey(0), 2))
+    runner, chunks = jit(jax.vmap(trainer.train))(jax.random.split(jax.random.PRNGKey(0), 2))
     u = chunks.updates.ued
     modes, plays, learned = (np.asarray(x).reshape(2, -1) for x in (u.mode, u.plays, u.learned))  # [seed, step]
     fill = np.asarray(runner.ued.buffer.filled)
