@@ -218,7 +218,7 @@ def test_rows_of_one_prompt_run_it_once_with_the_same_logprobs_gradient_and_step
     ``TokenBatch(shared_prompt=True)``): :func:`llm.rl.updates.shared_prompt_forward` runs the
     prompt once into a cache and every completion after it. Its log-probs, arg-max matches and
     gradient equal the full rows' forward (the prompt's keys and values take the completions'
-    gradient), and so does the anchored update's step."""
+    gradient): the anchored update's SGD step, minus that gradient, is the same."""
     from llm.rl.updates import completion_forward, shared_prompt_forward
     from llm.training.policy import copy_state
 
@@ -234,14 +234,7 @@ def test_rows_of_one_prompt_run_it_once_with_the_same_logprobs_gradient_and_step
     b, _, mb = completion_forward(policy.graphdef, policy.state, *one.sequences)
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(ma), np.asarray(mb))
-
-    def nll(fn):
-        return jax.grad(lambda st: -jnp.sum(fn(policy.graphdef, st, *one.sequences)[0] * one.weights))(policy.state)
-
-    for g1, g2 in zip(jax.tree_util.tree_leaves(nll(shared_prompt_forward)),
-                      jax.tree_util.tree_leaves(nll(completion_forward))):
-        np.testing.assert_allclose(np.asarray(g1), np.asarray(g2), rtol=1e-4, atol=1e-6)
-    opt = optax.sgd(1.0)
+    opt = optax.sgd(1.0)  # a step of rate 1 is minus the gradient: equal steps, equal gradients
 
     def run(aux):
         state = copy_state(policy.state)
