@@ -547,7 +547,7 @@ def verdict(payload: Mapping[str, Any]) -> str:
     """The plain sentence: which methods beat the baseline on the suite (the interval over
     seeds above 0), which are behind it, which cannot be told apart at this power."""
     base = payload["baseline"]
-    beat, behind, tied = [], [], []
+    beat, behind, tied, tied_seeds = [], [], [], []
     for v in payload["variants"]:
         d = (v.get("vs_baseline") or {}).get("suite")
         if d is None:
@@ -556,9 +556,10 @@ def verdict(payload: Mapping[str, Any]) -> str:
         text = f"`{v['name']}` ({o['diff']:+.3f} ± {o['half']:.3f})" if o["half"] is not None else f"`{v['name']}`"
         if o["half"] is None or abs(o["diff"]) <= o["half"]:
             tied.append(text)
+            tied_seeds.append(len(v["seeds"]))
         else:
             (beat if o["diff"] > 0 else behind).append(text)
-    seeds = min((len(v["seeds"]) for v in payload["variants"]), default=0)
+    seeds = min(tied_seeds, default=0)  # the tied rows' seeds (a row of fewer seeds elsewhere says nothing of them)
     parts = [f"Beat `{base}` on the held-out suite: " + (", ".join(beat) if beat else "none") + "."]
     if behind:
         parts.append(f"Behind `{base}`: " + ", ".join(behind) + ".")

@@ -189,6 +189,9 @@ def test_verdict_sorts_beat_behind_and_tied():
     assert "Beat `dr` on the held-out suite: `a` (+0.050 ± 0.020)." in text
     assert "Behind `dr`: `b` (-0.040 ± 0.010)." in text
     assert "Cannot be told apart from `dr` with 3 seeds: `c` (+0.010 ± 0.020)." in text
+    # the tied rows' seeds, not the fewest of any row (a row cut short elsewhere)
+    payload["variants"].append({**row("d", -0.3, 0.05), "seeds": [0]})
+    assert "Cannot be told apart from `dr` with 3 seeds" in S.verdict(payload)
 
 
 def test_the_command_runs_under_hydra(tmp_path, monkeypatch):
