@@ -8,9 +8,9 @@ never comes (``jax.device_get`` waits for good). Measured on the 2-core CPU mach
 it hung in 3 runs out of 3 with the default options (one of them with Eigen's intra-op pool
 off, ``--xla_cpu_multi_thread_eigen=false``, one with XNNPACK off), each within its first 35
 CPU seconds of the PLR unit; with the concurrency-optimised scheduler off
-(``xla_cpu_enable_concurrency_optimized_scheduler=False``, this module's option) that unit ran
-to its end alone and again inside the study's eight-seed rerun, whose every unit finished
-(docs/research/ued-study.md). The option
+(``xla_cpu_enable_concurrency_optimized_scheduler=False``, this module's option, given there in
+``XLA_FLAGS``) that unit ran to its end alone and again inside the study's eight-seed rerun,
+whose twelve units all finished (docs/research/ued-study.md). The option
 orders a program's operations for the CPU runtime's concurrency; it is an ``xla_cpu_`` option,
 so it changes nothing on a GPU or a TPU.
 
