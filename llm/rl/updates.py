@@ -137,7 +137,8 @@ def shared_prompt_forward(graphdef: Any, state: Any, prompt_ids: jax.Array, prom
     rows) and to its own earlier tokens. Same log-probs and the same gradient as the ``B``
     full rows (the cache is part of the differentiated graph: the prompt's keys and values
     take the completions' gradient), at the cost of one prompt and ``B`` completions instead
-    of ``B`` prompts: the engineer self-play's answers to one 1,000-token context.
+    of ``B`` prompts: the engineer self-play's answers to one 1,000-token context. The cached
+    path has no rematerialisation (``remat``): fine for a few short answers, not for long rows.
     Returns ``(logp [B, T], None, greedy_match [B, T])`` as :func:`completion_forward`.
     """
     model = nnx.merge(graphdef, state)
@@ -344,15 +345,16 @@ def make_grpo_update(
         anchor rows)``, both through one pass of the layers (:func:`joint_forward`); the aux
         holds the GRPO metrics and, apart, the two losses."""
         mb, amb = pair
-        if amb.shared_prompt:  # one prompt for every aux row (engineer self-play): run it once
+        # a pass each when the aux rows share one prompt (self-play: run it once) or their widths are
+        # far apart (two passes cost less than one padded); else one pass of both
+        if amb.shared_prompt or apart(mb.sequences, amb.sequences):
             logp, ent, _ = completion_forward(graphdef, state, *mb.sequences, entropy=compute_entropy,
                                               temperature=temperature, chunk=logprob_chunk, remat=remat)
-            alogp, _, amatch = shared_prompt_forward(graphdef, state, *amb.sequences, chunk=logprob_chunk)
-        elif apart(mb.sequences, amb.sequences):  # widths far apart: two passes cost less than one padded
-            logp, ent, _ = completion_forward(graphdef, state, *mb.sequences, entropy=compute_entropy,
-                                              temperature=temperature, chunk=logprob_chunk, remat=remat)
-            alogp, _, amatch = completion_forward(graphdef, state, *amb.sequences, entropy=False, temperature=1.0,
-                                                  chunk=logprob_chunk, remat=remat)
+            if amb.shared_prompt:
+                alogp, _, amatch = shared_prompt_forward(graphdef, state, *amb.sequences, chunk=logprob_chunk)
+            else:
+                alogp, _, amatch = completion_forward(graphdef, state, *amb.sequences, entropy=False,
+                                                      temperature=1.0, chunk=logprob_chunk, remat=remat)
         else:
             (logp, ent, _), (alogp, _, amatch) = joint_forward(
                 graphdef, state, mb.sequences, amb.sequences, entropy=compute_entropy, temperature=temperature,
