@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -271,12 +271,7 @@ class ChoiceScorer:
         tokenized prefix, and each candidate's own tokens after them (at least one each; with
         nothing shared the context is one pad token and the suffixes are the whole texts)."""
         base, *full = self.encode_many([prefix] + [prefix + c for c in candidates])
-        shared = min(_lcp(base, f) for f in full)
-        # every candidate must keep at least one token of its own to be scored
-        shared = min(shared, min(len(f) for f in full) - 1)
-        if shared <= 0:  # nothing shared: condition on a pad token
-            return [self.pad_id], full
-        return base[:shared], [f[shared:] for f in full]
+        return self._split_ids(base, full)
 
     def token_logprobs(self, context: Sequence[int], suffixes: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """The model's log-prob of each suffix token given ``context`` and the suffix's earlier
@@ -313,6 +308,170 @@ class ChoiceScorer:
             return np.zeros(1)
         context, suffixes = self.split(prefix, candidates)
         return choice_logprobs(suffixes, self.token_logprobs(context, suffixes))
+
+    def _split_ids(self, base: list[int], full: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+        shared = min(_lcp(base, f) for f in full)
+        shared = min(shared, min(len(f) for f in full) - 1)  # every candidate keeps a token of its own
+        if shared <= 0:  # nothing shared: condition on a pad token
+            return [self.pad_id], full
+        return base[:shared], [f[shared:] for f in full]
+
+    def session(self, rows: int) -> "ChoiceSession":
+        """A :class:`ChoiceSession` of ``rows`` answers written side by side on the cached base
+        (:meth:`set_base` first)."""
+        return ChoiceSession(self, rows)
+
+
+def _score_session(graphdef, state, cache, cut, ids, mask, positions, branches, pred, targets):
+    """One round of a :class:`ChoiceSession`: mask each row's stale slots ``[cut, index)``,
+    run ``ids [N, W]`` at ``index`` (each row: its context's new tokens, branch 0, then its
+    candidates, one branch each) and return the targets' log-probs ``[N, K]`` (each predicted
+    by the hidden state at ``pred``) and the cache."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from llm.model.logprobs import head_weight, token_logprobs
+
+    model = nnx.merge(graphdef, state)
+    slot = jnp.arange(cache.mask.shape[1], dtype=jnp.int32)[None]
+    stale = (slot >= cut[:, None]) & (slot < cache.index)
+    cache = cache.replace(mask=cache.mask & ~stale)
+    hidden, cache = model(ids, positions=positions, attention_mask=mask, cache=cache, branches=branches,
+                          hidden_only=True)
+    h = jnp.take_along_axis(hidden, pred[..., None], axis=1)
+    weight, tied = head_weight(model)
+    logp, _, _ = token_logprobs(h, weight, targets, tied=tied, chunk=None, entropy=False)
+    return logp, cache
+
+
+class ChoiceSession:
+    """Several constrained answers to one cached prompt written side by side, each row of a
+    key/value cache holding one answer so far (:func:`constrained_edits`).
+
+    A round scores every active row's choice in one forward pass. Row ``r`` runs only what
+    its context adds to what its cache row already holds (the answer's new tokens; at least
+    the context's last token, whose hidden state predicts the candidates), then all its
+    candidates packed after it, each attending to the prompt, the answer so far and its own
+    earlier tokens (``Qwen3.__call__(branches=...)``). The candidates' slots are overwritten
+    by the next round. Where a context's tokens differ from what the row holds (a token that
+    merged with the chosen text), the row's cache slots from the first difference on are
+    masked out and the context's tokens from there run again at their positions. The
+    log-probs are those of :meth:`ChoiceScorer.token_logprobs` (tested). A row whose context
+    does not continue the base, or a round that would overflow the base's room, is scored one
+    by one on the full path.
+    """
+
+    def __init__(self, scorer: ChoiceScorer, rows: int, new_bucket: int = 8, pack_bucket: int = 16):
+        import jax.numpy as jnp
+
+        if scorer.base is None:
+            raise ValueError("ChoiceSession: set_base first")
+        self.scorer, self.rows = scorer, int(rows)
+        self.new_bucket, self.pack_bucket = int(new_bucket), int(pack_bucket)
+        ids, _, cache, room = scorer.base
+        self.n_base = len(ids)
+        self.capacity = int(cache.mask.shape[1])
+        self.cache = cache.replace(k=jnp.repeat(cache.k, self.rows, axis=1), v=jnp.repeat(cache.v, self.rows, axis=1),
+                                   mask=jnp.repeat(cache.mask, self.rows, axis=0))
+        self.index = int(self.capacity - room)  # the base fills the slots before it (left-padded)
+        self.held: list[list[int]] = [[] for _ in range(self.rows)]  # tokens after the base, per row
+        self.slots: list[list[int]] = [[] for _ in range(self.rows)]
+        if "session" not in _JITTED:
+            import jax
+
+            _JITTED["session"] = jax.jit(_score_session, static_argnames=("graphdef",), donate_argnums=(2,))
+
+    def scores_many(self, requests: Sequence[Optional[tuple[str, Sequence[str]]]]) -> list[Optional[np.ndarray]]:
+        """Choice log-probs per row (``requests[r]``: row ``r``'s ``(prefix, candidates)``, or
+        None for a row with nothing to choose this round)."""
+        if len(requests) != self.rows:
+            raise ValueError(f"ChoiceSession: {len(requests)} requests for {self.rows} rows")
+        sc = self.scorer
+        out: list[Optional[np.ndarray]] = [None] * self.rows
+        live = [r for r, q in enumerate(requests) if q is not None]
+        flat: list[str] = []
+        for r in live:
+            prefix, cands = requests[r]
+            flat += [prefix] + [prefix + c for c in cands]
+        enc = sc.encode_many(flat) if flat else []
+        splits, k = {}, 0
+        for r in live:
+            n = len(requests[r][1])
+            splits[r] = sc._split_ids(enc[k], enc[k + 1 : k + 1 + n])
+            k += 1 + n
+        base_ids = sc.base[0]
+        ours = [r for r in live if len(splits[r][0]) > self.n_base and splits[r][0][: self.n_base] == base_ids]
+        if ours:
+            got = self._round({r: splits[r] for r in ours})
+            if got is not None:
+                for r, lp in got.items():
+                    out[r] = choice_logprobs(splits[r][1], lp)
+        for r in live:
+            if out[r] is None:
+                context, suffixes = splits[r]
+                out[r] = choice_logprobs(suffixes, sc.token_logprobs(context, suffixes))
+        return out
+
+    def _round(self, work: dict) -> Optional[dict]:
+        sc = self.scorer
+        plan = {}
+        for r, (context, _) in work.items():
+            tail = list(context[self.n_base :])
+            keep = min(_lcp(self.held[r], tail), len(tail) - 1)  # run at least the last token
+            plan[r] = (tail, keep)
+        n_new = _bucket(max(len(t) - k for t, k in plan.values()), self.new_bucket)
+        n_pack = _bucket(max(sum(len(x) for x in work[r][1]) for r in work), self.pack_bucket)
+        n_cand = max(len(work[r][1]) for r in work)
+        width = n_new + n_pack
+        if self.index + width > self.capacity:
+            return None
+        ids = np.full((self.rows, width), sc.pad_id, np.int32)
+        mask = np.zeros((self.rows, width), bool)
+        positions = np.zeros((self.rows, width), np.int32)
+        branches = np.zeros((self.rows, width), np.int32)
+        pred = np.zeros((self.rows, n_pack), np.int32)
+        targets = np.zeros((self.rows, n_pack), np.int32)
+        cut = np.full((self.rows,), self.index, np.int32)
+        for r, (tail, keep) in plan.items():
+            new = tail[keep:]
+            if keep < len(self.slots[r]):
+                cut[r] = self.slots[r][keep]
+            ids[r, : len(new)] = new
+            mask[r, : len(new)] = True
+            positions[r, : len(new)] = self.n_base + keep + np.arange(len(new))
+            at = n_new
+            for j, x in enumerate(work[r][1]):
+                m = len(x)
+                ids[r, at : at + m] = x
+                mask[r, at : at + m] = True
+                positions[r, at : at + m] = self.n_base + len(tail) + np.arange(m)
+                branches[r, at : at + m] = j + 1
+                off = at - n_new
+                targets[r, off : off + m] = x
+                pred[r, off] = len(new) - 1  # the context's last token predicts the first
+                pred[r, off + 1 : off + m] = at + np.arange(m - 1)
+                at += m
+            branches[r, at:] = n_cand + 1  # padding: a branch of its own, masked
+        import jax.numpy as jnp
+
+        cache = self.cache.replace(index=jnp.asarray(self.index, jnp.int32))
+        logp, cache = _JITTED["session"](sc.graphdef, sc.state, cache, cut, ids, mask, positions, branches, pred,
+                                         targets)
+        logp = np.asarray(logp)
+        self.cache = cache
+        for r, (tail, keep) in plan.items():
+            self.held[r] = tail
+            self.slots[r] = self.slots[r][:keep] + [self.index + i for i in range(len(tail) - keep)]
+        self.index += n_new  # the candidates' slots are the next round's
+        sc.calls["session"] = sc.calls.get("session", 0) + 1
+        result = {}
+        for r in work:
+            at, lps = 0, []
+            for x in work[r][1]:
+                lps.append(logp[r, at : at + len(x)])
+                at += len(x)
+            result[r] = lps
+        return result
 
 
 def _choose(scores: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
@@ -358,15 +517,63 @@ def constrained_edit(
       ``(json_text, choices)`` where ``choices`` logs every choice point with the top values.
       The text is a valid edit by construction (:func:`jaxlake.engineers.check_edit` passes).
     """
+    writer = _edit_writer(prefix, space, components, rng, temperature)
+    request = next(writer)
+    while True:
+        try:
+            request = writer.send(np.asarray(score(*request), dtype=np.float64))
+        except StopIteration as done:
+            return done.value
+
+
+def constrained_edits(
+    score_many: Callable[[Sequence[Optional[tuple[str, Sequence[str]]]]], Sequence[Optional[np.ndarray]]],
+    prefixes: Sequence[str],
+    space: ConfigSpace,
+    components: int,
+    rngs: Sequence[np.random.Generator],
+    temperature: float = 0.0,
+) -> list[tuple[str, list[dict]]]:
+    """:func:`constrained_edit` of several prompts side by side: at each round every answer
+    not yet finished makes its next choice, all of them scored in one call
+    (``score_many(requests) -> scores``, one entry per prompt, None for a finished one, e.g.
+    :meth:`ChoiceSession.scores_many`). Each answer
+    is the one :func:`constrained_edit` writes with the same ``rng`` and the same scores
+    (self-play's proposals of one prompt: one forward pass a round instead of one a choice).
+    """
+    if len(rngs) != len(prefixes):
+        raise ValueError(f"constrained_edits: {len(prefixes)} prefixes but {len(rngs)} rngs")
+    writers = [_edit_writer(p, space, components, r, temperature) for p, r in zip(prefixes, rngs)]
+    pending: dict[int, Any] = {}
+    done: dict[int, tuple[str, list[dict]]] = {}
+    for i, w in enumerate(writers):
+        try:
+            pending[i] = next(w)
+        except StopIteration as stop:  # nothing to choose
+            done[i] = stop.value
+    while pending:
+        scores = score_many([pending.get(i) for i in range(len(writers))])
+        for i in sorted(pending):
+            try:
+                pending[i] = writers[i].send(np.asarray(scores[i], dtype=np.float64))
+            except StopIteration as stop:
+                done[i] = stop.value
+                del pending[i]
+    return [done[i] for i in range(len(writers))]
+
+
+def _edit_writer(prefix: str, space: ConfigSpace, components: int, rng: np.random.Generator, temperature: float):
+    """The generator behind :func:`constrained_edit`: yields ``(text, candidates)`` for every
+    choice with more than one candidate, receives their scores, returns ``(json_text, choices)``."""
     rules = space.edits
     fields = list(space.editable)
     choices: list[dict] = []
     text = '{"edit": "'
 
-    def pick(label: str, options: Sequence[Any], shown: Sequence[str], after: Sequence[str]) -> int:
+    def pick(label: str, options: Sequence[Any], shown: Sequence[str], after: Sequence[str]):
         nonlocal text
         cands = [a + b for a, b in zip(shown, after)]
-        sc = np.asarray(score(prefix + text, cands), dtype=np.float64) if len(cands) > 1 else np.zeros(1)
+        sc = (yield (prefix + text, cands)) if len(cands) > 1 else np.zeros(1)
         i = _choose(sc, temperature, rng) if len(cands) > 1 else 0
         order = np.argsort(-sc)[:5]
         choices.append({"choice": label, "chosen": options[i],
@@ -377,38 +584,39 @@ def constrained_edit(
     kinds = [k for k in rules.kinds(components) if k not in ("add", "replace") or fields]
     openers = {"keep": '"}', "reweight": '", "weights": [', "drop": '", "drop": ', "add": '", "add": [{"weight": ',
                "replace": '", "drop": '}
-    kind = kinds[pick("edit", kinds, kinds, [openers[k] for k in kinds])]
+    kind = kinds[(yield from pick("edit", kinds, kinds, [openers[k] for k in kinds]))]
     if kind == "keep":
         return text, choices
     if kind == "reweight":
         shown = [format_value(w) for w in rules.weights]
         for i in range(components):
             after = ", " if i + 1 < components else "]}"
-            pick(f"weights[{i}]", list(rules.weights), shown, [after] * len(shown))
+            yield from pick(f"weights[{i}]", list(rules.weights), shown, [after] * len(shown))
         return text, choices
     if kind in ("drop", "replace"):
         idx = list(range(components))
         after = "}" if kind == "drop" else ', "add": [{"weight": '
-        pick("drop", idx, [str(i) for i in idx], [after] * components)
+        yield from pick("drop", idx, [str(i) for i in idx], [after] * components)
         if kind == "drop":
             return text, choices
     room = min(rules.max_add, rules.max_components - components + (1 if kind == "replace" else 0))
     added = 0
     shares = list(rules.shares)
     while True:
-        pick(f"add[{added}].weight", shares, [format_value(w) for w in shares],
-             [', "config": {' + json.dumps(fields[0]) + ": "] * len(shares))
+        yield from pick(f"add[{added}].weight", shares, [format_value(w) for w in shares],
+                        [', "config": {' + json.dumps(fields[0]) + ": "] * len(shares))
         partial: dict[str, Any] = {}
         for j, name in enumerate(fields):
             options = space.choices(name, partial)
             if not options:  # cannot happen for a valid base
                 raise ConfigError(f"no allowed value for {name} after {partial}")
             after = ", " + json.dumps(fields[j + 1]) + ": " if j + 1 < len(fields) else "}}"
-            i = pick(f"add[{added}].{name}", options, [format_value(v) for v in options], [after] * len(options))
+            i = yield from pick(f"add[{added}].{name}", options, [format_value(v) for v in options],
+                                [after] * len(options))
             partial[name] = options[i]
         added += 1
         if added >= room:
             text += "]}"
             return text, choices
-        if not pick(f"more_after[{added - 1}]", [False, True], ["]}", ', {"weight": '], ["", ""]):
+        if not (yield from pick(f"more_after[{added - 1}]", [False, True], ["]}", ', {"weight": '], ["", ""])):
             return text, choices

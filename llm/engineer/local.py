@@ -30,12 +30,12 @@ failed attempt at worst), and each raw output is kept cut to
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from jaxlake.config import ConfigError, reject_unknown
 from jaxlake.engineers import Engineer, EngineerContext, Proposal, propose_with_retries, space_from_conf
 from jaxlake.summaries import PARTS
-from llm.engineer.constrained import ChoiceScorer, constrained_edit
+from llm.engineer.constrained import ChoiceScorer, constrained_edit, constrained_edits
 from llm.engineer.prompt import (
     REASONING_SYSTEM,
     build_user_prompt,
@@ -49,6 +49,11 @@ _REASONING_KEYS = ("enabled", "thinking_tokens", "temperature", "close_text")
 #: ``prompt: auto`` writes the brief prompt for models whose context is shorter than this:
 #: the full one for an eight-component mixture is about 5,000 game tokens.
 BRIEF_BELOW = 8192
+
+#: The cached prompt's room for what follows it in constrained decoding (beyond an analysis):
+#: the answer so far (a ~150-token edit, its rounds padded to 8 tokens) and one choice's
+#: candidates packed after it (``ChoiceSession``).
+CHOICE_ROOM = 448
 
 
 def reasoning_settings(node: Optional[Mapping[str, Any]]) -> dict[str, Any]:
@@ -275,16 +280,44 @@ class LLMEngineer(Engineer):
         return held[1]
 
     def propose(self, ctx: EngineerContext) -> Proposal:
-        model, tokenizer = self._model(ctx)
+        return self.propose_many([ctx])[0]
+
+    def propose_many(self, ctxs: Sequence[EngineerContext]) -> list[Proposal]:
+        """One proposal per context, each the one :meth:`propose` makes. Contexts with the same
+        prompt and constrained decoding without an analysis (self-play's proposals) are written
+        side by side, every round's choices in one forward pass (:func:`constrained_edits`)."""
+        ctxs = list(ctxs)
+        if not ctxs:
+            return []
+        model, tokenizer = self._model(ctxs[0])
+        turns = [self.prompt_turns(c, model, tokenizer) for c in ctxs]
+        texts = [chat_text(tokenizer, system, user, self.reasons(c)) for c, (system, user) in zip(ctxs, turns)]
+        ready: list = [None] * len(ctxs)
+        side_by_side = (len(ctxs) > 1 and self.decoding == "constrained" and len(set(texts)) == 1
+                        and not any(self.reasons(c) for c in ctxs)
+                        and len({len(c.current) for c in ctxs}) == 1)
+        if side_by_side:
+            scorer = self.scorer(model, tokenizer)
+            scorer.set_base(texts[0], room=CHOICE_ROOM)
+            space = space_from_conf(ctxs[0].base, self.space_node)
+            ready = constrained_edits(scorer.session(len(ctxs)).scores_many, texts, space, len(ctxs[0].current),
+                                      [c.rng(7) for c in ctxs], self.temperature)
+        return [self._propose_one(c, model, tokenizer, t, r) for c, t, r in zip(ctxs, turns, ready)]
+
+    def _propose_one(self, ctx: EngineerContext, model: Any, tokenizer: Any, turns: tuple[str, str],
+                     ready: Optional[tuple[str, list]]) -> Proposal:
         space = space_from_conf(ctx.base, self.space_node)
         scorer = self.scorer(model, tokenizer)
         thinking = self.reasons(ctx)
-        system, user = self.prompt_turns(ctx, model, tokenizer)
+        system, user = turns
         rng = ctx.rng(7)
         traces: list = []
         analyses: list = []
 
         def ask(prompt: str, attempt: int) -> str:
+            if ready is not None and attempt == 0:  # written side by side (propose_many)
+                traces.append(ready[1])
+                return ready[0]
             text = chat_text(tokenizer, system, prompt, thinking)
             head = ""
             if thinking:
@@ -301,8 +334,10 @@ class LLMEngineer(Engineer):
             if self.decoding == "constrained":
                 # the prompt's KV once; the analysis, the answer so far and the candidates run on it
                 scorer.set_base(chat_text(tokenizer, system, prompt, thinking),
-                                room=320 + (self.reasoning["thinking_tokens"] if thinking else 0))
-                out, choices = constrained_edit(scorer.scores, text, space, len(ctx.current), rng, self.temperature)
+                                room=CHOICE_ROOM + (self.reasoning["thinking_tokens"] if thinking else 0))
+                session = scorer.session(1)
+                out, choices = constrained_edit(lambda t, c: session.scores_many([(t, c)])[0], text, space,
+                                                len(ctx.current), rng, self.temperature)
                 traces.append(choices)
                 return head + out
             return head + self._free(model, tokenizer, text, ctx, attempt)

@@ -137,11 +137,11 @@ class EngineerSelfPlay(AuxLoss):
         from llm.generation.reasoning import THINK_OPEN
 
         thinking = self._prompt_text(model)[1]
+        ctxs = [dataclasses.replace(self.context, seed=self.seed * 1_000_003 + int(step) * 97 + j,
+                                    load_model=lambda which: (model, self.tokenizer))
+                for j in range(self.config.proposals)]
         out = []
-        for j in range(self.config.proposals):
-            ctx = dataclasses.replace(self.context, seed=self.seed * 1_000_003 + int(step) * 97 + j,
-                                      load_model=lambda which: (model, self.tokenizer))
-            p = self.engineer.propose(ctx)
+        for p in self.engineer.propose_many(ctxs):  # side by side: one forward pass a choice
             raw = p.record.get("raw_output") or ""
             if thinking and raw.startswith(THINK_OPEN):
                 raw = raw[len(THINK_OPEN):].lstrip("\n")

@@ -363,6 +363,7 @@ class Qwen3ForCausalLM(nnx.Module):
         layer_states: list[Any] | None = None,
         row_start: jax.Array | None = None,
         hidden_only: bool = False,
+        branches: jax.Array | None = None,
     ) -> tuple[jax.Array, KVCache | None]:
         """Logits ``[B, T, V]`` (float32) and the updated cache (``None`` without one);
         ``hidden_only=True``: the final (normed) hidden states ``[B, T, H]`` instead of the
@@ -402,6 +403,14 @@ class Qwen3ForCausalLM(nnx.Module):
         layers as an unrolled Python loop over those per-layer states instead of the
         ``lax.scan`` over the stacked weights (same numerics; used by the decode loop, see
         :meth:`layer_states`). The default scan keeps one layer body whatever the depth.
+
+        ``branches [B, T]`` (int, cache only): independent continuations of one context in one
+        row. A token of branch 0 attends as above; a token of branch ``k > 0`` attends to the
+        cache's earlier slots and the call's earlier branch-0 tokens and, among the call's other
+        tokens, only to those of its own branch: the constrained decoder scores all candidates
+        of a choice after the answer so far in one row, without a copy of the cache per
+        candidate (:class:`llm.engineer.constrained.ChoiceScorer`). The caller gives each
+        branch's ``positions`` (they restart where the branches fork).
         """
         c = self.config
         chex.assert_rank(input_ids, 2)
@@ -418,6 +427,8 @@ class Qwen3ForCausalLM(nnx.Module):
         if cache is None:
             if row_start is not None:
                 raise ValueError("row_start needs a cache")
+            if branches is not None:
+                raise ValueError("branches need a cache")
             allowed = None  # causal + attention_mask, by config.attention_impl (llm.model.attention)
         else:
             per_layer = isinstance(cache.k, (tuple, list))
@@ -438,7 +449,7 @@ class Qwen3ForCausalLM(nnx.Module):
             if not (isinstance(span, int) and t <= span <= capacity):
                 raise ValueError(f"kv_len={kv_len!r} must be an int in [T={t}, capacity={capacity}]")
             key_mask = jax.lax.dynamic_update_slice(cache.mask, attention_mask, (row0, start))
-            if span == t:
+            if span == t and branches is None:
                 # prefill into an empty cache (index + T <= kv_len = T: index is 0): causal
                 # self-attention over the new tokens, by attention_impl (no dense scores)
                 allowed = None
@@ -447,6 +458,11 @@ class Qwen3ForCausalLM(nnx.Module):
                 causal = jnp.arange(span, dtype=jnp.int32)[None, :] <= q_slot[:, None]
                 own = jax.lax.dynamic_slice_in_dim(key_mask, row0, b, axis=0) if row_start is not None else key_mask
                 allowed = causal[None] & own[:, None, :span]
+                if branches is not None:
+                    chex.assert_shape(branches, (b, t))
+                    q_branch = branches.astype(jnp.int32)
+                    k_branch = jax.lax.dynamic_update_slice(jnp.zeros((b, span), jnp.int32), q_branch, (0, start))
+                    allowed = allowed & ((k_branch[:, None, :] == 0) | (k_branch[:, None, :] == q_branch[:, :, None]))
 
         cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta)
         x = self.embed_tokens(input_ids.astype(jnp.int32)).astype(c.jnp_dtype)

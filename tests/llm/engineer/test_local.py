@@ -295,3 +295,65 @@ def test_a_cached_prompt_gives_the_same_choices_as_the_full_context(tokenizer, s
     cached.scores("another prompt " + '{"edit": "', ["keep", "add"])  # not the base: the full pass
     cached.scores(prompt + "x " * 300, ["keep", "add"])  # a tail beyond the room: the full pass
     assert cached.calls["full"] == 2
+
+
+def test_a_session_scores_each_round_as_the_full_context_does(tokenizer, scorers):
+    """``ChoiceSession`` keeps each answer so far in its own cache row and runs only what a
+    round adds, the candidates packed after it: over rounds of two rows that grow, one row
+    whose context rewrites tokens it already holds, and a row that sits a round out, every
+    choice distribution is the full context's, and a context off the base takes the full pass."""
+    from llm.engineer.constrained import ChoiceSession
+
+    prompt = chat_text(tokenizer, "You design environments.", "Propose a config. " * 20)
+    plain = ChoiceScorer(nnx.merge(scorers[1].graphdef, scorers[1].state), tokenizer)
+    cached = ChoiceScorer(nnx.merge(scorers[1].graphdef, scorers[1].state), tokenizer)
+    cached.set_base(prompt, room=256)
+    session = cached.session(2)
+    heights = [f"{h}, " for h in range(2, 9)]
+    rounds = [
+        [('{"edit": "', ["keep", "add", "reweight"]), ('{"edit": "', ["keep", "add"])],
+        [('{"edit": "add", "add": [{"weight": ', ["0.25", "0.5", "0.1"]), None],
+        [('{"edit": "add", "add": [{"weight": 0.25, "config": {"height": ', heights),
+         ('{"edit": "drop", "drop": ', ["0}", "1}", "2}"])],
+        # row 1 rewrites what it holds (another edit kind): its stale slots are masked out
+        [('{"edit": "add", "add": [{"weight": 0.25, "config": {"height": 12, "width": ', heights),
+         ('{"edit": "reweight", "weights": [', ["0.5, ", "1, ", "2, "])],
+    ]
+    for requests in rounds:
+        got = session.scores_many([None if q is None else (prompt + q[0], q[1]) for q in requests])
+        for q, g in zip(requests, got):
+            if q is None:
+                assert g is None
+                continue
+            np.testing.assert_allclose(g, plain.scores(prompt + q[0], q[1]), atol=1e-4)
+    assert cached.calls["session"] == len(rounds) and cached.calls["full"] == 0
+    off = session.scores_many([("another prompt " + '{"edit": "', ["keep", "add"]), None])
+    assert cached.calls["full"] == 1 and off[0].shape == (2,)
+    with pytest.raises(ValueError, match="2 rows"):
+        session.scores_many([None])
+    with pytest.raises(ValueError, match="set_base first"):
+        ChoiceSession(plain, 1)
+    with pytest.raises(ValueError, match="branches need a cache"):
+        nnx.merge(plain.graphdef, plain.state)(jnp.ones((1, 3), jnp.int32), branches=jnp.zeros((1, 3), jnp.int32))
+
+
+def test_proposals_written_side_by_side_are_those_written_one_by_one(tokenizer, scorers):
+    """``constrained_edits`` writes answers side by side in one session, each the answer that
+    ``constrained_edit`` writes alone with the full-context scorer, the same generator and the
+    same temperature; they differ between generators (sampled), so the rows are not one answer."""
+    from llm.engineer.constrained import constrained_edits
+
+    prompt = chat_text(tokenizer, "You design environments.", "Propose a config. " * 20)
+    space = ConfigSpace(BASE, editable=("height", "width", "num_agents", "hole_density"))
+    plain = ChoiceScorer(nnx.merge(scorers[0].graphdef, scorers[0].state), tokenizer)
+    cached = ChoiceScorer(nnx.merge(scorers[0].graphdef, scorers[0].state), tokenizer)
+    cached.set_base(prompt, room=448)
+    seeds = range(6)
+    alone = [constrained_edit(plain.scores, prompt, space, 2, np.random.default_rng(s), 1.0) for s in seeds]
+    together = constrained_edits(cached.session(len(seeds)).scores_many, [prompt] * len(seeds), space, 2,
+                                 [np.random.default_rng(s) for s in seeds], 1.0)
+    assert [t for t, _ in together] == [t for t, _ in alone]
+    assert [[c["chosen"] for c in ch] for _, ch in together] == [[c["chosen"] for c in ch] for _, ch in alone]
+    assert len({t for t, _ in together}) > 1
+    scored = [sum(1 for c in ch if len(c["top"]) > 1) for _, ch in together]
+    assert cached.calls["full"] == 0 and cached.calls["session"] == max(scored)  # one pass a round
