@@ -45,6 +45,7 @@ from jaxlake.students.config import IPPOConfig
 from jaxlake.students.envs import Obs, Outcome, StudentEnv, lake_env
 from jaxlake.students.ippo import build
 from jaxlake.students import marl_ippo
+from jaxlake.students.compiled import jit
 
 __all__ = ["env_only", "jaxmarl_env", "main", "measure", "trainers"]
 
@@ -107,10 +108,12 @@ def trainers(config: IPPOConfig, peer: str, lakes: LakeConfig) -> dict[str, tupl
 
 def measure(config: IPPOConfig, runs: dict[str, tuple[Any, int]], repeats: int, seed: int = 0) -> dict:
     """``{name: record}``: each ``train(key) -> params`` of ``runs`` (:func:`trainers`) jitted
-    and timed ``repeats`` times, alternating between them."""
+    and timed ``repeats`` times, alternating between them. Every program, the peers' too, is
+    compiled with the room's XLA options (:mod:`jaxlake.students.compiled`), so they compare
+    on the same footing."""
     trains, records = {}, {}
     for name, (fn, actors) in runs.items():
-        train = jax.jit(fn)
+        train = jit(fn)
         t0 = time.perf_counter()
         params = jax.block_until_ready(train(jax.random.PRNGKey(seed)))
         trains[name] = train
@@ -175,7 +178,7 @@ def _timed_steps(env: StudentEnv, num_envs: int, steps: int, refresh: bool, seed
         zero = jnp.zeros((), jnp.float32)
         return jax.lax.scan(body, (state, obs, zero), jax.random.split(key, steps))[0][2]
 
-    fn = jax.jit(run)
+    fn = jit(run)
     fn(jax.random.PRNGKey(seed), state, obs).block_until_ready()
     return fn, state, obs
 

@@ -39,9 +39,15 @@ restriction (``U(v)``, the product of ``1/branches``), then normalised over the 
   model that spreads its mass evenly over the continuations of a prefix (``0.`` then any
   digit) is read as indifferent among them, not as disliking each.
 
-The model runs once per choice (teacher-forced, all candidates in one batch,
-:class:`ChoiceScorer`): every allowed token at a branch point is some candidate's next token,
-so its probability is read from that candidate's row.
+The model runs once per choice (teacher-forced, all candidates at once): every allowed token
+at a branch point is some candidate's next token, so its probability is read from that
+candidate's tokens. :class:`ChoiceScorer` runs the prompt once into a key/value cache
+(:meth:`ChoiceScorer.set_base`); a :class:`ChoiceSession` then holds each answer so far in a
+cache row of its own and, at each choice, runs only the tokens the answer gained since the last
+one and the candidates packed after them, each candidate attending to the prompt, the answer
+and its own earlier tokens (``Qwen3.__call__(branches=...)``). :func:`constrained_edits`
+writes several answers to one prompt side by side, one forward pass a round (engineer
+self-play's proposals).
 """
 
 from __future__ import annotations

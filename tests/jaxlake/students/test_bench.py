@@ -61,3 +61,25 @@ def test_jaxmarl_ippo_trains_on_a_multi_agent_env():
     assert params["params"]["Dense_0"]["kernel"].shape == (4, 8)
     with pytest.raises(ValueError, match="num_minibatches=3 must divide"):
         marl_ippo.make_train(dataclasses.replace(config, num_minibatches=3), env)
+
+
+def test_every_timed_program_compiles_with_the_rooms_options(monkeypatch):
+    """The student and its peers are timed on the same footing: ``measure`` compiles each of
+    them with the room's XLA options (jaxlake.students.compiled, the CPU runtime's wedge), and
+    reports each one's rate from its own medians."""
+    from jaxlake.students import bench, compiled
+
+    seen, real = [], jax.jit
+
+    def spy(fn, **kwargs):
+        seen.append(kwargs.get("compiler_options"))
+        return real(fn, **kwargs)
+
+    monkeypatch.setattr(compiled.jax, "jit", spy)
+    config = IPPOConfig(num_envs=2, num_steps=3, num_updates=20)
+    runs = {"ours": (lambda k: jnp.zeros(3) + jax.random.uniform(k), 2),
+            "peer": (lambda k: jnp.ones((2, 2)) * jax.random.uniform(k), 3)}
+    out = bench.measure(config, runs, repeats=2)
+    assert seen == [compiled.COMPILER_OPTIONS] * 2
+    assert out["ours"]["params"] == 3 and out["peer"]["params"] == 4 and len(out["peer"]["seconds"]) == 2
+    assert out["peer"]["agent_steps_per_s"] == pytest.approx(out["peer"]["env_steps_per_s"] * 3, rel=1e-3)
