@@ -217,6 +217,7 @@ class ChoiceScorer:
         self.pad_id = int(pad if pad is not None else 0)
         self.base: Any = None  # (ids, last logits, cache, room) of set_base
         self.base_text: Any = None
+        self.head: Any = None  # (text, ids) of the base up to its last special token (_set_head)
         self.calls = {"cached": 0, "full": 0}
 
     def set_base(self, text: str, room: int = 512) -> None:
@@ -227,8 +228,11 @@ class ChoiceScorer:
         if self.base is not None and self.base_text == (text, room):
             return
         self.base_text = (text, room)
+        self.head = None
         prefix_fn, _ = _jitted()
-        ids = self.encode(text)[:-1]
+        full = self.encode(text)
+        ids = full[:-1]
+        self._set_head(text, full)
         if not ids:
             self.base = None
             return
@@ -265,8 +269,30 @@ class ChoiceScorer:
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def _set_head(self, text: str, full: list[int]) -> None:
+        """Keep the base's text up to its last special token and that text's ids (``head``):
+        a tokenizer splits its input at special tokens before anything else, so a text that
+        starts with the head is tokenized as the head's ids and then its rest's (checked on the
+        base itself; no head when the check fails or the base has no special token)."""
+        try:
+            specials = [t for t in self.tokenizer.get_added_vocab() if t and t in text]
+        except AttributeError:  # a tokenizer without added tokens
+            return
+        if not specials:
+            return
+        cut = max(text.rfind(t) + len(t) for t in specials)
+        head_ids = self.encode(text[:cut])
+        if head_ids + self.encode(text[cut:]) == full:
+            self.head = (text[:cut], head_ids)
+
     def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of each text (one batched tokenizer call)."""
+        """Token ids of each text (one batched tokenizer call; texts that start with the
+        base's head, its text up to its last special token, tokenize only what follows it)."""
+        head = self.head
+        if head is not None and all(t.startswith(head[0]) for t in texts):
+            n = len(head[0])
+            rests = self.tokenizer([t[n:] for t in texts], add_special_tokens=False)["input_ids"]
+            return [head[1] + list(x) for x in rests]
         return [list(x) for x in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
     def count(self, text: str) -> int:
@@ -426,7 +452,7 @@ class ChoiceSession:
             keep = min(_lcp(self.held[r], tail), len(tail) - 1)  # run at least the last token
             plan[r] = (tail, keep)
         n_new = _bucket(max(len(t) - k for t, k in plan.values()), self.new_bucket)
-        n_pack = _bucket(max(sum(len(x) for x in work[r][1]) for r in work), self.pack_bucket)
+        n_pack = _pow2(max(sum(len(x) for x in work[r][1]) for r in work), low=self.pack_bucket)  # few shapes
         n_cand = max(len(work[r][1]) for r in work)
         width = n_new + n_pack
         if self.index + width > self.capacity:

@@ -357,3 +357,20 @@ def test_proposals_written_side_by_side_are_those_written_one_by_one(tokenizer, 
     assert len({t for t, _ in together}) > 1
     scored = [sum(1 for c in ch if len(c["top"]) > 1) for _, ch in together]
     assert cached.calls["full"] == 0 and cached.calls["session"] == max(scored)  # one pass a round
+
+
+def test_texts_after_the_base_tokenize_as_the_whole_text(tokenizer, scorers):
+    """A scorer with a base tokenizes only what follows the base's last special token: every
+    text gives the ids the tokenizer gives the whole text, whatever follows (answers, special
+    tokens, unicode, a text that leaves the base)."""
+    prompt = chat_text(tokenizer, "You design environments.", "Propose a config. " * 20)
+    scorer = ChoiceScorer(nnx.merge(scorers[0].graphdef, scorers[0].state), tokenizer)
+    scorer.set_base(prompt, room=64)
+    assert scorer.head is not None and prompt.startswith(scorer.head[0]) and len(scorer.head[0]) > len(prompt) - 20
+    assert any(scorer.head[0].endswith(t) for t in tokenizer.get_added_vocab())
+    rests = ['{"edit": "add", "add": [{"weight": 0.25', "<|im_end|>\n<|im_start|>user\nagain", "é ü 0.5, 12 ",
+             "", " \n\n  x"]
+    texts = [prompt + r for r in rests]
+    want = [list(x) for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    assert scorer.encode_many(texts) == want
+    assert scorer.encode_many(texts + ["no base here"]) == want + [scorer.encode("no base here")]
