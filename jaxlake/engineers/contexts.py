@@ -112,6 +112,16 @@ class ScriptedPolicy:
             fail = np.where(np.asarray(wins[1:]).all(0), 0, fail)
         return np.where(ok, 0, fail)
 
+    def success(self, load: np.ndarray, wins: np.ndarray) -> np.ndarray:
+        """``[B]`` expected success on lakes of ``load`` whose behaviours win as ``wins``
+        (``[4, B]``) when the policy plays as it would on lakes it has not seen
+        (:meth:`choose` without ``wins``): the reference plan with probability ``skill ** load``,
+        else a failing plan drawn by its profile, which wins where that plan happens to win
+        (a policy that walks blind wins a lake without holes on the way)."""
+        wins = np.asarray(wins, np.float64)
+        s = self.skill ** np.asarray(load, np.float64)
+        return s * wins[0] + (1 - s) * np.tensordot(np.asarray(self.profile, np.float64), wins[1:], axes=1)
+
     @staticmethod
     def draw(rng: np.random.Generator) -> "ScriptedPolicy":
         return ScriptedPolicy(float(rng.uniform(0.05, 1.0) ** 0.7), tuple(rng.dirichlet([0.4, 0.4, 0.4])))
@@ -221,6 +231,22 @@ class ContextPool:
         recs = behaviour_records(lakes, cells_of, reference_soc(lakes), mix.horizon, self.seed + m + 1)
         stats = environment_stats(mix, self.env_stats_lakes, jax.random.fold_in(key, 1), solve=True)
         return _Env(mix, lakes, recs, render_grids(lakes), stats)
+
+    def success_on(self, policy: ScriptedPolicy, mixture: Any, lakes: int, seed: int = 0) -> np.ndarray:
+        """``[lakes]`` expected success of ``policy`` on fresh lakes of ``mixture``
+        (:meth:`ScriptedPolicy.success`, its four behaviours played once a lake)."""
+        mix = Mixture.of(mixture)
+        found = generate_mixture(jax.random.PRNGKey(seed), mix, int(lakes))
+        cells_of = mixture_components(mix, int(lakes)).astype(np.int64)
+        wins = wins_of(behaviour_records(found, cells_of, None, mix.horizon, seed))
+        return policy.success(lake_load(found), wins)
+
+    def learnability(self, policy: ScriptedPolicy, mixture: Any, lakes: int, seed: int = 0) -> float:
+        """``mean(4 p (1 - p))`` over :meth:`success_on`: how much the policy a context
+        describes would learn from ``mixture`` (engineer self-play on scripted contexts,
+        :mod:`llm.engineer.selfplay`)."""
+        p = self.success_on(policy, mixture, lakes, seed)
+        return float(np.mean(4.0 * p * (1.0 - p)))
 
     def draw_mixture(self, rng: np.random.Generator) -> Mixture:
         """1 to 3 distinct configs of the space, weights from {1, 2, 4} (normalised)."""

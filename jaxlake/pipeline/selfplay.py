@@ -76,12 +76,39 @@ def selfplay_hooks(s: RunSettings, k: int, mixture: Mixture) -> list[Callable]:
         log(f"stage {k}: engineer self-play off (no summary to read before stage 1: pipeline.start_eval is off)")
         return []
     engineer = selfplay_engineer(s)
-    log(f"stage {k}: engineer self-play every {cfg.every} step(s), {cfg.proposals} proposals of the stage-{ctx.stage} "
-        f"context, {cfg.lakes} lakes x {cfg.samples} plans each")
+    if cfg.contexts == "scripted":
+        log(f"stage {k}: engineer self-play every {cfg.every} step(s), {cfg.proposals} proposals of a fresh scripted "
+            f"context each, rewarded by its policy's learnability on {cfg.lakes * cfg.samples} lakes")
+    else:
+        log(f"stage {k}: engineer self-play every {cfg.every} step(s), {cfg.proposals} proposals of the "
+            f"stage-{ctx.stage} context, {cfg.lakes} lakes x {cfg.samples} plans each")
 
     def make(tokenizer: Any, mesh: Any) -> Any:
         from llm.engineer.selfplay import EngineerSelfPlay
 
-        return EngineerSelfPlay(cfg, ctx, engineer, tc.prompt, tokenizer, tc.grpo.micro_batches, mesh, tc.seed)
+        pool = scripted_pool(s, k, mixture, engineer) if cfg.contexts == "scripted" else None
+        return EngineerSelfPlay(cfg, ctx, engineer, tc.prompt, tokenizer, tc.grpo.micro_batches, mesh, tc.seed, pool)
 
     return [make]
+
+
+def scripted_pool(s: RunSettings, k: int, mixture: Mixture, engineer: Any) -> Any:
+    """The :class:`~jaxlake.engineers.contexts.ContextPool` of stage ``k``'s scripted self-play
+    contexts: scripted policies on the run's held-out suite and on ``engineer_selfplay.mixtures``
+    environments, half of them those a curriculum from the stage's environment reaches."""
+    import time
+
+    from jaxlake.engineers.contexts import ContextPool
+    from jaxlake.engineers.space import space_from_conf
+    from jaxlake.suite import build_suite
+
+    e = require_eval(s)
+    cfg = s.stage_config(k).train.engineer_selfplay
+    t0 = time.perf_counter()
+    current = Mixture.of(mixture)
+    pool = ContextPool(build_suite(e.suite, solve=True), space_from_conf(current.main, engineer.space_node),
+                       mixtures=cfg.mixtures, current_env_lakes=int(e.node.get("current_env_lakes", 32) or 32),
+                       env_stats_lakes=e.env_stats_lakes, k_failures=e.k_failures, seed=1_000 * int(s.seed) + int(k),
+                       start=current)
+    log(f"stage {k}: {cfg.mixtures} environments of scripted contexts ready ({time.perf_counter() - t0:.1f} s)")
+    return pool

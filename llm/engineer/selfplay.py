@@ -94,8 +94,11 @@ class EngineerSelfPlay(AuxLoss):
     """
 
     def __init__(self, config: SelfPlayConfig, context: EngineerContext, engineer: Any, prompt_cfg: Any,
-                 tokenizer: Any, micro_batches: int = 1, mesh=None, seed: int = 0):
+                 tokenizer: Any, micro_batches: int = 1, mesh=None, seed: int = 0, pool: Any = None):
+        if config.contexts == "scripted" and pool is None:
+            raise ValueError("engineer_selfplay.contexts=scripted needs a ContextPool (pool=...)")
         self.config, self.context, self.mesh, self.seed = config, context, mesh, int(seed)
+        self.pool = pool if config.contexts == "scripted" else None
         self.weight = float(config.weight)
         self.micro_batches = int(micro_batches)
         eng = copy.copy(engineer)
@@ -109,17 +112,19 @@ class EngineerSelfPlay(AuxLoss):
         probe = sample_lakes(jax.random.PRNGKey(0), context.base.replace(**largest), 16, split="random")
         self.prompter = Prompter.fit(tokenizer, prompt_cfg, probe, None, 16)
         self.plan_tokens = plan_token_budget(tokenizer, context.base.max_agents, int(context.base.max_steps))
-        self._prompt: Optional[tuple] = None
+        self._prompt: Optional[tuple] = None  # (context, its prompt_of)
 
     def check_mesh(self, mesh) -> None:
         shd.check_divisible(self.config.proposals // self.micro_batches, mesh, "engineer self-play rows per micro-batch")
 
-    def _prompt_text(self, model: Any) -> tuple[str, bool, int, int]:
-        """The engineer's chat prompt of the context (the same every step: its summary and
-        environment do not change within the stage), whether it reasons, the answer room and
-        the prompt's row width (its tokens rounded up to 64): computed once."""
-        if self._prompt is None:
-            ctx = dataclasses.replace(self.context, load_model=lambda which: (model, self.tokenizer))
+    def _prompt_text(self, model: Any, context: Optional[EngineerContext] = None) -> tuple[str, bool, int, int]:
+        """The engineer's chat prompt of ``context`` (default: the stage's, the same every step),
+        whether it reasons, the answer room and the prompt's row width (its tokens rounded up to
+        64; to 256 for scripted contexts, whose prompts differ, so that the update compiles for
+        few widths): computed once per context."""
+        context = self.context if context is None else context
+        if self._prompt is None or self._prompt[0] is not context:
+            ctx = dataclasses.replace(context, load_model=lambda which: (model, self.tokenizer))
             thinking = self.engineer.reasons(ctx)
             system, user = self.engineer.prompt_turns(ctx, model, self.tokenizer)
             text = chat_text(self.tokenizer, system, user, thinking)
@@ -128,16 +133,19 @@ class EngineerSelfPlay(AuxLoss):
 
                 text += THINK_OPEN + "\n"
             room = ANSWER_TOKENS + (int(self.engineer.reasoning["thinking_tokens"]) if thinking else 0)
-            width = -(-len(self.tokenizer.encode(text, add_special_tokens=False)) // 64) * 64
-            self._prompt = (text, thinking, room, width)
-        return self._prompt
+            step = 256 if self.pool is not None else 64
+            width = -(-len(self.tokenizer.encode(text, add_special_tokens=False)) // step) * step
+            self._prompt = (context, (text, thinking, room, width))
+        return self._prompt[1]
 
-    def propose(self, model: Any, step: int) -> list[tuple[Mixture, str]]:
-        """``proposals`` sampled answers of the current model: ``(mixture, answer text)``."""
+    def propose(self, model: Any, step: int, context: Optional[EngineerContext] = None) -> list[tuple[Mixture, str]]:
+        """``proposals`` sampled answers of the current model to ``context`` (default: the
+        stage's): ``(mixture, answer text)``."""
         from llm.generation.reasoning import THINK_OPEN
 
-        thinking = self._prompt_text(model)[1]
-        ctxs = [dataclasses.replace(self.context, seed=self.seed * 1_000_003 + int(step) * 97 + j,
+        context = self.context if context is None else context
+        thinking = self._prompt_text(model, context)[1]
+        ctxs = [dataclasses.replace(context, seed=self.seed * 1_000_003 + int(step) * 97 + j,
                                     load_model=lambda which: (model, self.tokenizer))
                 for j in range(self.config.proposals)]
         out = []
@@ -167,6 +175,23 @@ class EngineerSelfPlay(AuxLoss):
         p = (wins / c.samples).reshape(len(mixtures), c.lakes)
         return np.asarray([learnability(row) for row in p]), float(p.mean())
 
+    def scripted_rewards(self, scripted: Any, mixtures: list[Mixture], step: int) -> tuple[np.ndarray, float]:
+        """Each mixture's learnability for the scripted policy a context describes
+        (:meth:`jaxlake.engineers.contexts.ContextPool.learnability` on ``lakes x samples``
+        fresh lakes) and that policy's mean expected success on them (the log's
+        ``selfplay/success``)."""
+        n = self.config.lakes * self.config.samples
+        seed = self.seed * 7_919 + int(step)
+        p = np.stack([self.pool.success_on(scripted, m, n, seed=seed) for m in mixtures])
+        return np.mean(4.0 * p * (1.0 - p), axis=1), float(p.mean())
+
+    def scripted_context(self, step: int) -> tuple[EngineerContext, Any]:
+        """Step ``step``'s scripted context and the scripted policy it describes."""
+        from jaxlake.engineers.contexts import ScriptedPolicy
+
+        ctx, label = self.pool.context(self.seed * 1_000_003 + int(step))
+        return ctx, ScriptedPolicy(float(label["skill"]), tuple(label["profile"]))
+
     def batch(self, step: int, policy: Any):
         if step % self.config.every:
             return None, {}
@@ -174,10 +199,14 @@ class EngineerSelfPlay(AuxLoss):
 
         t = time.perf_counter()
         model = nnx.merge(policy.graphdef, policy.state)
-        text, _, room, width = self._prompt_text(model)
-        proposals = self.propose(model, step)
+        context, scripted = self.scripted_context(step) if self.pool is not None else (self.context, None)
+        text, _, room, width = self._prompt_text(model, context)
+        proposals = self.propose(model, step, context)
         t_propose = time.perf_counter()
-        r, success = self.rewards(policy, [m for m, _ in proposals], step)
+        if scripted is not None:
+            r, success = self.scripted_rewards(scripted, [m for m, _ in proposals], step)
+        else:
+            r, success = self.rewards(policy, [m for m, _ in proposals], step)
         t_rollouts = time.perf_counter()
         adv = proposal_advantages(r)
         rows = example_rows([{"prompt": text, "answer": a} for _, a in proposals], self.tokenizer, width, room)

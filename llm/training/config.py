@@ -269,6 +269,10 @@ class GRPOConfig:
         return self.lakes_per_step * self.group_size
 
 
+#: Where engineer self-play's contexts come from (``SelfPlayConfig.contexts``).
+SELFPLAY_CONTEXTS = ("stage", "scripted")
+
+
 @dataclasses.dataclass(frozen=True)
 class SelfPlayConfig:
     """``train.engineer_selfplay``: the engineer's role learned by proposing, in the same GRPO
@@ -284,6 +288,14 @@ class SelfPlayConfig:
     REINFORCE term added to the GRPO loss at ``weight`` in the same update (one optimizer
     step; :class:`llm.rl.updates.GRPOIterations`'s auxiliary batch). ``enabled`` false (the
     default) costs nothing. It is the loop's auxiliary loss, so ``grpo.anchor`` must be off.
+
+    ``contexts``: ``stage`` answers the stage's own context (the summary that chose its
+    environment) at every self-play step; ``scripted`` answers a fresh context each step, the
+    summary of a scripted policy of drawn skill and failure profile on one of ``mixtures``
+    environments around the stage's (:class:`jaxlake.engineers.contexts.ContextPool`), each
+    proposal rewarded by the learnability of *that* policy on ``lakes x samples`` fresh lakes
+    of it (:meth:`ContextPool.learnability`: the policy's expected success, no LLM rollouts).
+    The answer then pays only where it follows the context.
     """
 
     enabled: bool = False
@@ -293,10 +305,15 @@ class SelfPlayConfig:
     samples: int = 4
     temperature: float = 1.0
     weight: float = 0.5
+    contexts: str = "stage"
+    mixtures: int = 16
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
             raise ValueError(f"engineer_selfplay.enabled={self.enabled!r} must be true or false")
+        if self.contexts not in SELFPLAY_CONTEXTS:
+            raise ValueError(f"engineer_selfplay.contexts={self.contexts!r} must be one of {list(SELFPLAY_CONTEXTS)}")
+        _positive_int("engineer_selfplay.mixtures", self.mixtures)
         _positive_int("engineer_selfplay.every", self.every)
         _positive_int("engineer_selfplay.proposals", self.proposals, 2)
         _positive_int("engineer_selfplay.lakes", self.lakes)

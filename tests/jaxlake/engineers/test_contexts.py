@@ -123,3 +123,33 @@ def test_a_failing_lake_gets_a_plan_that_fails_there():
     choice = ScriptedPolicy(1e-6, (0.5, 0.5, 0.0)).choose(np.ones(4), np.random.default_rng(0), wins)
     # lake 0: the walk fails it; lake 1: the paths alone; lake 2: none fails it (the reference); lake 3: either
     assert choice[0] == 2 and choice[1] == 1 and choice[2] == 0 and choice[3] in (1, 2)
+
+
+def test_expected_success_is_what_the_policy_plays_on_unseen_lakes(pool):
+    """``success`` is the mean of ``choose`` without ``wins`` (the reference plan with
+    probability ``skill ** load``, else a failing plan by the profile, winning where that plan
+    wins); and ``learnability`` follows the policy a context describes: a strong policy learns
+    most from large crowded lakes and a weak one from small ones, and a policy that walks
+    blind into holes learns from holes, one that stops short does not care."""
+    rng = np.random.default_rng(0)
+    load = np.asarray([0.5, 1.0, 2.0, 3.0])
+    wins = np.asarray([[1, 1, 1, 0], [0, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0]], float)
+    policy = ScriptedPolicy(0.7, (0.2, 0.5, 0.3))
+    played = np.stack([policy.choose(load, rng) for _ in range(20000)])  # behaviour indices
+    empirical = wins[played, np.arange(4)[None]].mean(0)
+    np.testing.assert_allclose(policy.success(load, wins), empirical, atol=0.015)
+
+    small = LakeConfig(height=3, width=3, num_agents=1, hole_density=0.0, conflict_density=0.0, max_steps=12,
+                       max_height=6, max_width=6, max_agents=3)
+    ladder = [small, small.replace(height=4, width=4, num_agents=2, conflict_density=0.5),
+              small.replace(height=6, width=6, num_agents=3, conflict_density=1.0)]
+    weak, strong = ScriptedPolicy(0.3, (1 / 3, 1 / 3, 1 / 3)), ScriptedPolicy(0.95, (1 / 3, 1 / 3, 1 / 3))
+    best = {name: int(np.argmax([pool.learnability(p, [(1.0, c)], 16, seed=3) for c in ladder]))
+            for name, p in (("weak", weak), ("strong", strong))}
+    assert best["weak"] < best["strong"] == 2  # the strong policy learns most from the largest
+    mid = small.replace(height=5, width=5, num_agents=2)
+    falls, stalls = ScriptedPolicy(0.6, (0.0, 1.0, 0.0)), ScriptedPolicy(0.6, (0.0, 0.0, 1.0))
+    holes = {(name, h): pool.learnability(p, [(1.0, mid.replace(hole_density=h))], 16, seed=3)
+             for name, p in (("falls", falls), ("stalls", stalls)) for h in (0.0, 0.3)}
+    assert holes["falls", 0.3] > holes["falls", 0.0] + 0.1
+    assert abs(holes["stalls", 0.3] - holes["stalls", 0.0]) < holes["falls", 0.3] - holes["falls", 0.0]

@@ -85,6 +85,38 @@ def test_a_batch_rewards_sampled_proposals_by_learnability(hook, monkeypatch):
         assert list(np.asarray(rows.tokens)[j, : len(ids)]) == ids
 
 
+
+def test_scripted_contexts_change_every_step_and_pay_by_their_policys_learnability(hook):
+    """``contexts: scripted``: each self-play step answers a fresh scripted context of the pool
+    (another prompt), and each proposal is rewarded by the learnability of the policy that
+    context describes (not the LLM's): the same proposals pay differently for two contexts."""
+    sp, policy, ctx = hook
+    from flax import nnx
+
+    pool = ContextPool(build_suite(to_plain(load_eval_conf("tiny")), solve=True), _space(), mixtures=3,
+                       current_env_lakes=4, env_stats_lakes=4, k_failures=2, seed=1)
+    cfg = SelfPlayConfig(enabled=True, every=1, proposals=2, lakes=2, samples=2, contexts="scripted")
+    scripted = EngineerSelfPlay(cfg, ctx, PolicyEngineer(space=NODE), load_prompt_config("compact"), sp.tokenizer,
+                                pool=pool)
+    model = nnx.merge(policy.graphdef, policy.state)
+    (c0, p0), (c1, p1) = scripted.scripted_context(0), scripted.scripted_context(1)
+    assert p0 != p1 and scripted._prompt_text(model, c0)[0] != scripted._prompt_text(model, c1)[0]
+    assert scripted._prompt_text(model, c0)[3] % 256 == 0  # few row widths for the update to compile
+    mixtures = [m for m, _ in scripted.propose(model, 0, c0)]
+    r0, s0 = scripted.scripted_rewards(p0, mixtures, 0)
+    want = [pool.learnability(p0, m, 4, seed=0) for m in mixtures]
+    np.testing.assert_allclose(r0, want, atol=1e-9)
+    r1, _ = scripted.scripted_rewards(p1, mixtures, 0)
+    assert not np.allclose(r0, r1) and 0 <= s0 <= 1
+    rows, metrics = scripted.batch(0, policy)
+    assert rows.shared_prompt and np.asarray(rows.prompt_ids).shape[1] % 256 == 0
+    assert 0 <= metrics["selfplay/learnability"] <= 1
+    with pytest.raises(ValueError, match="contexts=scripted needs a ContextPool"):
+        EngineerSelfPlay(cfg, ctx, PolicyEngineer(space=NODE), load_prompt_config("compact"), sp.tokenizer)
+    with pytest.raises(ValueError, match="engineer_selfplay.contexts='all'"):
+        SelfPlayConfig(contexts="all")
+
+
 def _space():
     return ConfigSpace(BASE, editable=tuple(NODE["editable"]), values=NODE["values"])
 
