@@ -109,6 +109,6 @@ def scripted_pool(s: RunSettings, k: int, mixture: Mixture, engineer: Any) -> An
     pool = ContextPool(build_suite(e.suite, solve=True), space_from_conf(current.main, engineer.space_node),
                        mixtures=cfg.mixtures, current_env_lakes=int(e.node.get("current_env_lakes", 32) or 32),
                        env_stats_lakes=e.env_stats_lakes, k_failures=e.k_failures, seed=1_000 * int(s.seed) + int(k),
-                       start=current)
+                       start=[current])
     log(f"stage {k}: {cfg.mixtures} environments of scripted contexts ready ({time.perf_counter() - t0:.1f} s)")
     return pool

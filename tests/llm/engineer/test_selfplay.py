@@ -152,3 +152,23 @@ def test_a_run_with_self_play_proposes_in_its_grpo_steps(monkeypatch, tmp_path, 
     env1 = load_mixture(tmp_path / "sp" / "stage_1" / "env.yaml")
     assert selfplay_context(s, 2, None).stage == 1 and selfplay_context(s, 1, env1).stage == 0
     assert not LLMStudent().probe_settings(s, 2).train.train.engineer_selfplay.enabled
+
+
+def test_a_run_builds_its_scripted_contexts_around_the_stages_environment():
+    """``contexts: scripted`` in a run: the stage's pool holds its environment first and
+    ``mixtures`` environments in all, its contexts read the run's held-out suite."""
+    from hydra import compose, initialize_config_dir
+
+    from jaxlake.conf import CONF_DIR
+    from jaxlake.pipeline.selfplay import scripted_pool, selfplay_engineer
+    from jaxlake.pipeline.settings import RunSettings
+
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=["env=tiny", "eval=tiny", "engineer=policy", "train.engineer_selfplay.enabled=true",
+                                           "train.engineer_selfplay.contexts=scripted",
+                                           "train.engineer_selfplay.mixtures=2"])
+    s = RunSettings.of(cfg)
+    pool = scripted_pool(s, 1, s.env, selfplay_engineer(s))
+    assert len(pool.envs) == 2 and pool.envs[0].mixture == s.env and pool.suite.lakes is not None
+    ctx, label = pool.context(0)
+    assert ctx.summary and 0 < label["skill"] <= 1
