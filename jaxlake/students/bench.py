@@ -27,7 +27,6 @@ loop on a JaxMARL environment. Needs ``pip install jaxmarl``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from jaxlake.config import LakeConfig
 from jaxlake.engineers import ConfigSpace, EngineerContext, check_edit, edit_from_obj
-from jaxlake.mixture import Mixture, mixture_from_obj
+from jaxlake.mixture import Mixture
 from llm.engineer.constrained import ChoiceScorer, choice_logprobs, constrained_edit
 from llm.engineer.local import BaseEngineer, PolicyEngineer
 from llm.engineer.prompt import build_user_prompt, chat_text, fit_user_prompt
