@@ -288,7 +288,7 @@ class ChoiceScorer:
     def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text (one batched tokenizer call; texts that start with the
         base's head, its text up to its last special token, tokenize only what follows it)."""
-        head = self.head
+        head = getattr(self, "head", None)  # a subclass may build its scorer without __init__
         if head is not None and all(t.startswith(head[0]) for t in texts):
             n = len(head[0])
             rests = self.tokenizer([t[n:] for t in texts], add_special_tokens=False)["input_ids"]
