@@ -133,6 +133,7 @@ def _jitted():
         _JITTED["prefix"] = jax.jit(_score_prefix, static_argnames=("graphdef", "capacity"))
         _JITTED["suffix"] = jax.jit(_score_suffixes, static_argnames=("graphdef",))
         _JITTED["extend"] = jax.jit(_extend, static_argnames=("graphdef",))
+        _JITTED["session"] = jax.jit(_score_session, static_argnames=("graphdef",), donate_argnums=(2,))
     return _JITTED["prefix"], _JITTED["suffix"]
 
 
@@ -408,10 +409,7 @@ class ChoiceSession:
         self.index = int(self.capacity - room)  # the base fills the slots before it (left-padded)
         self.held: list[list[int]] = [[] for _ in range(self.rows)]  # tokens after the base, per row
         self.slots: list[list[int]] = [[] for _ in range(self.rows)]
-        if "session" not in _JITTED:
-            import jax
-
-            _JITTED["session"] = jax.jit(_score_session, static_argnames=("graphdef",), donate_argnums=(2,))
+        _jitted()  # every scorer's jitted functions, the session's round among them
 
     def scores_many(self, requests: Sequence[Optional[tuple[str, Sequence[str]]]]) -> list[Optional[np.ndarray]]:
         """Choice log-probs per row (``requests[r]``: row ``r``'s ``(prefix, candidates)``, or
